@@ -1,0 +1,102 @@
+"""Llama, Mistral and Qwen2: unfused q/k/v/o_proj with GQA, RoPE rotate_half over the head.
+
+Layer i (prefix '' for LlamaModel saves, 'model.' for *ForCausalLM):
+    layers.i.self_attn.q_proj.weight [H*hd, d]     bias [H*hd] (Llama: attention_bias; Qwen2: always)
+    layers.i.self_attn.k_proj.weight [G*hd, d]     bias [G*hd] (same)
+    layers.i.self_attn.v_proj.weight [G*hd, d]     bias [G*hd] (same)
+    layers.i.self_attn.o_proj.weight [d, H*hd]     bias [d]    (Llama: attention_bias; Qwen2: never)
+hd is config.head_dim when set (not always d / H). Query head h reads kv head h // (H / G).
+RoPE inverse frequencies come from the model's own rotary-embedding module for the config.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import torch
+
+from ..canonical import AttentionLayer, Positional
+from ..rope import rotary_spec_from_module
+from .base import (Adapter, heads_from_bias, heads_from_linear_cols, heads_from_linear_rows,
+                   linear_cols_from_heads, linear_rows_from_heads)
+
+_ATTN = "self_attn"
+_ROTARY_CLASSES = {
+    "llama": ("transformers.models.llama.modeling_llama", "LlamaRotaryEmbedding"),
+    "mistral": ("transformers.models.mistral.modeling_mistral", "MistralRotaryEmbedding"),
+    "qwen2": ("transformers.models.qwen2.modeling_qwen2", "Qwen2RotaryEmbedding"),
+}
+
+
+class LlamaAdapter(Adapter):
+    family = "llama"
+    model_types = tuple(_ROTARY_CLASSES)
+    layer_container = "layers"
+    probe_suffix = f"{_ATTN}.q_proj.weight"
+    buffer_suffixes = (".rotary_emb.inv_freq",)
+
+    @property
+    def n_kv_heads(self) -> int:
+        return int(getattr(self.config, "num_key_value_heads", None) or self.n_heads)
+
+    @property
+    def head_dim(self) -> int:
+        return int(getattr(self.config, "head_dim", None) or self.hidden_size // self.n_heads)
+
+    def _biases(self) -> tuple[bool, bool]:
+        """(q/k/v have biases, o_proj has a bias), as the modeling code decides."""
+        if self.config.model_type == "qwen2":
+            return True, False
+        bias = bool(getattr(self.config, "attention_bias", False))
+        return bias, bias
+
+    def _names(self, i: int) -> dict[str, str]:
+        qkv_bias, o_bias = self._biases()
+        names = {f"W_{r}": self.key(i, f"{_ATTN}.{p}_proj.weight") for r, p in zip("QKVO", "qkvo")}
+        if qkv_bias:
+            names.update({f"b_{r}": self.key(i, f"{_ATTN}.{p}_proj.bias") for r, p in zip("QKV", "qkv")})
+        if o_bias:
+            names["b_O"] = self.key(i, f"{_ATTN}.o_proj.bias")
+        return names
+
+    def attention_keys(self, i: int) -> list[str]:
+        return list(self._names(i).values())
+
+    def _make_positional(self) -> Positional:
+        module_name, cls_name = _ROTARY_CLASSES[self.config.model_type]
+        rotary_cls = getattr(importlib.import_module(module_name), cls_name)
+        rope_type = (getattr(self.config, "rope_parameters", None) or {}).get("rope_type", "default")
+        return Positional("rope", rotary=rotary_spec_from_module(rotary_cls(self.config), "half", rope_type))
+
+    def _sliding_window(self, i: int) -> int | None:
+        window = getattr(self.config, "sliding_window", None)
+        if self.config.model_type == "mistral":
+            return window
+        layer_types = getattr(self.config, "layer_types", None)
+        if window is not None and layer_types and layer_types[i] == "sliding_attention":
+            return window
+        return None
+
+    def read_layer(self, i: int) -> AttentionLayer:
+        n = self._names(i)
+        H, G, hd, d = self.n_heads, self.n_kv_heads, self.head_dim, self.hidden_size
+        rows = {"Q": H, "K": G, "V": G}
+        t = {}
+        for r, count in rows.items():
+            t[f"W_{r}"] = heads_from_linear_rows(self._load(n[f"W_{r}"], (count * hd, d)), count, hd)
+            if f"b_{r}" in n:
+                t[f"b_{r}"] = heads_from_bias(self._load(n[f"b_{r}"], (count * hd,)), count, hd)
+        t["W_O"] = heads_from_linear_cols(self._load(n["W_O"], (d, H * hd)), H, hd)
+        if "b_O" in n:
+            t["b_O"] = self._load(n["b_O"], (d,))
+        return AttentionLayer(index=i, **t, scale=hd ** -0.5, causal=True, positional=self.positional(),
+                              sliding_window=self._sliding_window(i), tensor_names=n)
+
+    def write_layer(self, layer: AttentionLayer, dtype: torch.dtype | None = None) -> dict[str, torch.Tensor]:
+        n = self._names(layer.index)
+        out = {n[f"W_{r}"]: linear_rows_from_heads(getattr(layer, f"W_{r}")) for r in "QKV"}
+        out[n["W_O"]] = linear_cols_from_heads(layer.W_O)
+        for r in "QKVO":
+            if f"b_{r}" in n:
+                out[n[f"b_{r}"]] = getattr(layer, f"b_{r}").reshape(-1)
+        return {k: self._cast(k, v, dtype) for k, v in out.items()}

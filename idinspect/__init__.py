@@ -1,0 +1,27 @@
+"""idinspect: parameter identification in transformer attention.
+
+Library entry points::
+
+    import idinspect
+    model = idinspect.load("path/or/org-name")      # or a transformers PreTrainedModel
+    layer = model.layer(0)                           # canonical AttentionLayer
+    report = idinspect.inspect(model)                # the JSON-contract dict
+"""
+
+from __future__ import annotations
+
+from importlib.metadata import PackageNotFoundError, version as _version
+
+try:
+    __version__ = _version("idinspect")
+except PackageNotFoundError:  # running from a source tree without installing
+    __version__ = "0.0.0+unknown"
+
+from .canonical import AttentionLayer, Positional, RotarySpec
+from .errors import IdinspectError
+from .inspection import inspect
+from .model import Model, load
+from .reference import reference_attention
+
+__all__ = ["AttentionLayer", "IdinspectError", "Model", "Positional", "RotarySpec", "__version__",
+           "inspect", "load", "reference_attention"]

@@ -1,0 +1,168 @@
+"""The canonical per-head attention form every adapter maps onto.
+
+Row-vector convention (see ../shared/MATH.md):
+
+    q^h = x W_Q^h + b_Q^h            W_Q [H, d, d_k]
+    k^g = x W_K^g + b_K^g            W_K [G, d, d_k]
+    v^g = x W_V^g + b_V^g            W_V [G, d, d_v]
+    out = sum_h softmax(scale * <q^h R, k^g(h) R>) v^g(h) W_O^h + b_O      W_O [H, d_v, d]
+
+Query head h reads key/value head g(h) = h // (H / G) (Hugging Face ``repeat_kv`` order).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Literal
+
+import torch
+
+PositionalKind = Literal["none", "absolute", "rope", "alibi"]
+RotaryPairing = Literal["half", "interleaved"]
+
+#: Features that change the mathematics; later stages refuse a layer carrying one they do not model.
+KNOWN_FLAGS = frozenset({"qk_norm", "logit_softcap", "attention_sinks", "qkv_clip"})
+
+WEIGHT_ROLES = ("W_Q", "W_K", "W_V", "W_O")
+BIAS_ROLES = ("b_Q", "b_K", "b_V", "b_O")
+ROLES = WEIGHT_ROLES + BIAS_ROLES
+
+
+@dataclass(frozen=True)
+class RotarySpec:
+    """RoPE as Hugging Face applies it to the first ``rotary_dim`` dims of each head.
+
+    ``inv_freq`` [rotary_dim / 2] comes from transformers' own rope-init function for the config,
+    in the dtype transformers computes it (float32). Plane p rotates dims (p, p + rotary_dim/2)
+    for ``pairing="half"`` (rotate_half) or (2p, 2p + 1) for ``"interleaved"`` (GPT-J), by the
+    angle ``t * inv_freq[p]``; cos and sin are multiplied by ``attention_factor``.
+    """
+
+    pairing: RotaryPairing
+    rotary_dim: int
+    inv_freq: torch.Tensor
+    attention_factor: float = 1.0
+    rope_type: str = "default"
+
+    def plane_columns(self) -> list[tuple[int, int]]:
+        """Column pairs (i, j) of each rotary plane within a head, in plane order."""
+        half = self.rotary_dim // 2
+        if self.pairing == "half":
+            return [(p, p + half) for p in range(half)]
+        return [(2 * p, 2 * p + 1) for p in range(half)]
+
+
+@dataclass(frozen=True)
+class Positional:
+    """How positions enter attention: nothing, absolute embeddings (outside), RoPE or ALiBi."""
+
+    kind: PositionalKind
+    rotary: RotarySpec | None = None
+    alibi_slopes: torch.Tensor | None = None
+
+    @property
+    def rotary_dim(self) -> int:
+        return self.rotary.rotary_dim if self.rotary is not None else 0
+
+
+@dataclass
+class AttentionLayer:
+    """One attention layer in canonical per-head form.
+
+    Tensors keep the checkpoint's dtype; call :meth:`to` (e.g. ``layer.to(torch.float64)``) for
+    arithmetic. ``tensor_names`` maps each role (``"W_Q"``, ``"b_K"``, ...) to where it lives in the
+    checkpoint, e.g. ``"h.0.attn.c_attn.bias[8:16]"`` for GPT-2's fused key bias.
+    """
+
+    index: int
+    W_Q: torch.Tensor
+    W_K: torch.Tensor
+    W_V: torch.Tensor
+    W_O: torch.Tensor
+    b_Q: torch.Tensor | None = None
+    b_K: torch.Tensor | None = None
+    b_V: torch.Tensor | None = None
+    b_O: torch.Tensor | None = None
+    scale: float = 1.0
+    causal: bool = True
+    positional: Positional = field(default_factory=lambda: Positional("none"))
+    flags: frozenset[str] = frozenset()
+    sliding_window: int | None = None
+    tensor_names: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        unknown = set(self.flags) - KNOWN_FLAGS
+        if unknown:
+            raise ValueError(f"unknown layer flags {sorted(unknown)}; known: {sorted(KNOWN_FLAGS)}")
+
+    # shapes -----------------------------------------------------------------
+    @property
+    def n_heads(self) -> int:
+        return self.W_Q.shape[0]
+
+    @property
+    def n_kv_heads(self) -> int:
+        return self.W_K.shape[0]
+
+    @property
+    def d_model(self) -> int:
+        return self.W_Q.shape[1]
+
+    @property
+    def d_k(self) -> int:
+        return self.W_Q.shape[2]
+
+    @property
+    def d_v(self) -> int:
+        return self.W_V.shape[2]
+
+    @property
+    def group_size(self) -> int:
+        """r = H / G query heads per key/value head."""
+        return self.n_heads // self.n_kv_heads
+
+    def kv_head(self, h: int) -> int:
+        """The key/value head g(h) = h // (H / G) that query head h reads."""
+        return h // self.group_size
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.W_Q.dtype
+
+    # tensors ----------------------------------------------------------------
+    def tensors(self) -> dict[str, torch.Tensor]:
+        """Every present role -> tensor."""
+        out = {}
+        for role in ROLES:
+            t = getattr(self, role)
+            if t is not None:
+                out[role] = t
+        return out
+
+    def to(self, dtype: torch.dtype) -> "AttentionLayer":
+        """A copy with every tensor converted to ``dtype`` (metadata shared)."""
+        return dataclasses.replace(self, **{r: t.to(dtype) for r, t in self.tensors().items()})
+
+    def replace(self, **changes) -> "AttentionLayer":
+        return dataclasses.replace(self, **changes)
+
+    def parameter_count(self) -> int:
+        """P = H d d_k + G d d_k + G d d_v + H d_v d + bias sizes."""
+        return sum(t.numel() for t in self.tensors().values())
+
+    def validate(self) -> None:
+        """Raise ValueError if the shapes are not a consistent canonical layer."""
+        H, d, dk = self.W_Q.shape
+        G = self.W_K.shape[0]
+        dv = self.W_V.shape[2]
+        expected = {
+            "W_K": (G, d, dk), "W_V": (G, d, dv), "W_O": (H, dv, d),
+            "b_Q": (H, dk), "b_K": (G, dk), "b_V": (G, dv), "b_O": (d,),
+        }
+        if G == 0 or H % G:
+            raise ValueError(f"layer {self.index}: {H} query heads do not divide into {G} kv heads")
+        for role, shape in expected.items():
+            t = getattr(self, role)
+            if t is not None and tuple(t.shape) != shape:
+                raise ValueError(f"layer {self.index}: {role} has shape {tuple(t.shape)}, expected {shape}")

@@ -1,0 +1,204 @@
+"""Lazy tensor access to a checkpoint: safetensors files on disk, or a model's state dict.
+
+Both readers expose the same small interface (``keys``, ``shape``, ``dtype``, ``get``,
+``file_of``), so adapters never know where tensors come from. Pickle files are never opened.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+import torch
+from safetensors import SafetensorError, safe_open
+
+from .errors import IdinspectError
+
+SINGLE_FILE = "model.safetensors"
+INDEX_FILE = "model.safetensors.index.json"
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
+
+_DTYPES = {
+    "F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
+    "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8,
+    "BOOL": torch.bool, "F8_E4M3": torch.float8_e4m3fn, "F8_E5M2": torch.float8_e5m2,
+}
+
+
+class TensorReader:
+    """Interface: named tensors read one at a time."""
+
+    def keys(self) -> list[str]:
+        raise NotImplementedError
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        raise NotImplementedError
+
+    def dtype(self, name: str) -> torch.dtype:
+        raise NotImplementedError
+
+    def get(self, name: str) -> torch.Tensor:
+        raise NotImplementedError
+
+    def file_of(self, name: str) -> str | None:
+        """The file (relative to the checkpoint directory) holding ``name``; None in memory."""
+        return None
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._key_set()
+
+    def _key_set(self) -> set[str]:
+        if not hasattr(self, "_keys_cache"):
+            self._keys_cache = set(self.keys())
+        return self._keys_cache
+
+    def close(self) -> None:
+        pass
+
+
+def refuse_pickle(directory: Path) -> None:
+    """Raise if ``directory`` holds pickle weights but no safetensors."""
+    pickles = sorted(p.name for p in directory.iterdir() if p.suffix in PICKLE_SUFFIXES)
+    if pickles:
+        raise IdinspectError(
+            f"{directory}: only pickle weights ({', '.join(pickles)}); idinspect never unpickles "
+            "(loading a pickle can run arbitrary code). Convert once, in a trusted environment: "
+            "python -c \"from transformers import AutoModel; "
+            f"AutoModel.from_pretrained('{directory}').save_pretrained('OUT', safe_serialization=True)\""
+        )
+
+
+class SafetensorsCheckpoint(TensorReader):
+    """``model.safetensors`` or a sharded ``model.safetensors.index.json`` in ``directory``.
+
+    Shard headers are read (and validated against the index) on open; tensor data is read lazily,
+    one tensor at a time, with ``safetensors.safe_open``.
+    """
+
+    def __init__(self, directory: str | Path):
+        self.directory = Path(directory)
+        index = self.directory / INDEX_FILE
+        single = self.directory / SINGLE_FILE
+        self.index_path: Path | None = None
+        self.index_metadata: dict = {}
+        if single.is_file():
+            files = [SINGLE_FILE]
+            weight_map = None
+        elif index.is_file():
+            self.index_path = index
+            weight_map, self.index_metadata = _read_index(index)
+            files = sorted(set(weight_map.values()))
+        else:
+            others = sorted(p.name for p in self.directory.glob("*.safetensors"))
+            if others:
+                raise IdinspectError(
+                    f"{self.directory}: safetensors files {others} but neither {SINGLE_FILE} nor "
+                    f"{INDEX_FILE}; rename a single file to {SINGLE_FILE} or add the index that save_pretrained writes")
+            refuse_pickle(self.directory)
+            raise IdinspectError(f"{self.directory}: no {SINGLE_FILE} or {INDEX_FILE}; save the model with "
+                                 "save_pretrained(..., safe_serialization=True)")
+        self._handles = {}
+        self._where: dict[str, str] = {}
+        for fname in files:
+            path = self.directory / fname
+            if not path.is_file():
+                raise IdinspectError(f"{index}: names shard {fname}, which does not exist; re-download or re-save the checkpoint")
+            handle = _open_shard(path)
+            self._handles[fname] = handle
+            for key in handle.keys():
+                self._where[key] = fname
+        if weight_map is not None:
+            for key, fname in weight_map.items():
+                if self._where.get(key) != fname:
+                    raise IdinspectError(f"{index}: tensor {key} is indexed in {fname} but that shard does not contain it; "
+                                         "the checkpoint is incomplete or the index is stale: re-download or re-save it")
+        self.shard_files = files
+
+    def keys(self) -> list[str]:
+        return sorted(self._where)
+
+    def _slice(self, name: str):
+        try:
+            return self._handles[self._where[name]].get_slice(name)
+        except KeyError:
+            raise IdinspectError(f"{self.directory}: no tensor named {name}") from None
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        return tuple(self._slice(name).get_shape())
+
+    def dtype(self, name: str) -> torch.dtype:
+        code = self._slice(name).get_dtype()
+        if code not in _DTYPES:
+            raise IdinspectError(f"{self.file_of(name)}: tensor {name} has dtype {code}, which idinspect cannot read")
+        return _DTYPES[code]
+
+    def get(self, name: str) -> torch.Tensor:
+        fname = self._where.get(name)
+        if fname is None:
+            raise IdinspectError(f"{self.directory}: no tensor named {name}")
+        try:
+            return self._handles[fname].get_tensor(name)
+        except SafetensorError as exc:
+            raise IdinspectError(f"{self.directory / fname}: cannot read tensor {name} ({exc}); re-download the file") from None
+
+    def file_of(self, name: str) -> str | None:
+        return self._where.get(name)
+
+    def metadata(self, fname: str) -> dict[str, str]:
+        return dict(self._handles[fname].metadata() or {})
+
+    def keys_in(self, fname: str) -> list[str]:
+        """Tensor names of one shard in file order."""
+        handle = self._handles[fname]
+        return list(handle.offset_keys()) if hasattr(handle, "offset_keys") else list(handle.keys())
+
+    def close(self) -> None:
+        self._handles.clear()
+
+
+class StateDictReader(TensorReader):
+    """Tensors of a model already in memory (nothing is written to disk)."""
+
+    def __init__(self, state: Mapping[str, torch.Tensor]):
+        self._state = {k: v.detach() for k, v in state.items()}
+
+    def keys(self) -> list[str]:
+        return sorted(self._state)
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        return tuple(self._state[name].shape)
+
+    def dtype(self, name: str) -> torch.dtype:
+        return self._state[name].dtype
+
+    def get(self, name: str) -> torch.Tensor:
+        try:
+            return self._state[name].to("cpu")
+        except KeyError:
+            raise IdinspectError(f"model state dict has no tensor named {name}") from None
+
+
+def _read_index(path: Path) -> tuple[dict[str, str], dict]:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise IdinspectError(f"{path}: not valid JSON ({exc}); re-download or re-save the checkpoint") from None
+    weight_map = data.get("weight_map") if isinstance(data, dict) else None
+    if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
+        raise IdinspectError(f"{path}: has no 'weight_map' of tensor name -> shard file; re-save the checkpoint")
+    for fname in weight_map.values():
+        if "/" in fname or "\\" in fname or fname.startswith("."):
+            raise IdinspectError(f"{path}: shard name {fname!r} points outside the checkpoint directory")
+    return weight_map, dict(data.get("metadata") or {})
+
+
+def _open_shard(path: Path):
+    try:
+        return safe_open(str(path), framework="pt")
+    except (SafetensorError, OSError) as exc:
+        raise IdinspectError(f"{path}: not a readable safetensors file ({exc}); the download may be truncated: re-download it") from None
+
+
+def tensors_matching(reader: TensorReader, names: Iterable[str]) -> dict[str, torch.Tensor]:
+    return {n: reader.get(n) for n in names}

@@ -1,0 +1,11 @@
+"""One module per CLI command; ``register`` adds them to the group."""
+
+from __future__ import annotations
+
+import click
+
+
+def register(group: click.Group) -> None:
+    from .inspect_cmd import inspect_command
+
+    group.add_command(inspect_command)

@@ -1,0 +1,66 @@
+"""A float64 reference attention over the canonical form, for tests and verification.
+
+    out_i = sum_h sum_j softmax_j(scale * <R_i q_i^h, R_j k_j^g(h)> + alibi) v_j^g(h) W_O^h + b_O
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .canonical import AttentionLayer
+from .errors import UnsupportedLayerError
+from .rope import apply_rotary, rotary_cos_sin
+
+
+def reference_attention(layer: AttentionLayer, x: torch.Tensor, positions: torch.Tensor | None = None,
+                        causal: bool | None = None) -> torch.Tensor:
+    """Attention output [B, T, d] for hidden states ``x`` [B, T, d], computed in float64.
+
+    ``positions`` [T] default to 0..T-1; ``causal`` defaults to the layer's own setting. Sliding
+    windows follow Hugging Face: key j is visible from query i iff i - w < j <= i.
+    """
+    if layer.flags:
+        raise UnsupportedLayerError(f"layer {layer.index}: the reference attention does not model {sorted(layer.flags)}")
+    L = layer.to(torch.float64)
+    x = x.to(torch.float64)
+    B, T, _ = x.shape
+    causal = L.causal if causal is None else causal
+    positions = torch.arange(T) if positions is None else positions
+
+    q = torch.einsum("btd,hdk->bhtk", x, L.W_Q)
+    k = torch.einsum("btd,gdk->bgtk", x, L.W_K)
+    v = torch.einsum("btd,gdk->bgtk", x, L.W_V)
+    if L.b_Q is not None:
+        q = q + L.b_Q[None, :, None, :]
+    if L.b_K is not None:
+        k = k + L.b_K[None, :, None, :]
+    if L.b_V is not None:
+        v = v + L.b_V[None, :, None, :]
+
+    pos = L.positional
+    if pos.kind == "rope":
+        cos, sin = rotary_cos_sin(pos.rotary, positions, torch.float64)
+        q = apply_rotary(q, pos.rotary, cos, sin)
+        k = apply_rotary(k, pos.rotary, cos, sin)
+
+    r = L.group_size
+    k = k.repeat_interleave(r, dim=1)
+    v = v.repeat_interleave(r, dim=1)
+    scores = L.scale * q @ k.transpose(-1, -2)
+    if pos.kind == "alibi":
+        scores = scores + pos.alibi_slopes.to(torch.float64)[None, :, None, None] * positions.to(torch.float64)[None, None, None, :]
+
+    i = positions[:, None]
+    j = positions[None, :]
+    visible = torch.ones(T, T, dtype=torch.bool)
+    if causal:
+        visible &= j <= i
+    if L.sliding_window is not None:
+        visible &= j > i - L.sliding_window
+    scores = scores.masked_fill(~visible, float("-inf"))
+    probs = torch.softmax(scores, dim=-1)
+    z = probs @ v
+    out = torch.einsum("bhtv,hvd->btd", z, L.W_O)
+    if L.b_O is not None:
+        out = out + L.b_O
+    return out

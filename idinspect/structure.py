@@ -1,0 +1,92 @@
+"""Structural facts of one canonical layer: gauge dimensions and which bias dims are inert.
+
+These follow ../shared/MATH.md and depend only on shapes, bias pattern and positional scheme,
+never on weight values (weight-level facts are findings, in the analyzer).
+
+    QK gauge per kv group:  GL(d_k)                        -> d_k^2          (no RoPE)
+                            complex scalar per plane + GL   -> rd + (d_k - rd)^2   (RoPE, rd = rotary_dim)
+    VO gauge per kv group:  GL(d_v)                        -> d_v^2
+    no-op key bias:         the unrotated dims of b_K (all of them without RoPE)
+    absorbable value bias:  all of b_V when b_O exists (softmax rows sum to one)
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .canonical import AttentionLayer, RotarySpec
+from .errors import UnsupportedLayerError
+
+#: Flags under which the score is not shift-invariant over keys / rows do not sum to one, or the
+#: map from weights to scores is not bilinear: none of the counts below would hold.
+UNMODELLED_FLAGS = {
+    "qk_norm": "a norm between the projection and the score breaks the GL(d_k) gauge",
+    "logit_softcap": "soft-capping is not shift-invariant, so key biases are live",
+    "attention_sinks": "sinks make softmax rows sum to less than one, so value biases are live",
+    "qkv_clip": "clipping q/k/v is a nonlinearity between the weights and the score",
+}
+
+
+def require_modelled(layer: AttentionLayer) -> None:
+    """Refuse a layer carrying a flag the mathematics does not model, naming the flag."""
+    for flag in sorted(layer.flags):
+        reason = UNMODELLED_FLAGS.get(flag, "not modelled")
+        raise UnsupportedLayerError(f"layer {layer.index} has {flag} ({reason}); idinspect refuses rather than miscount")
+    if layer.positional.kind == "rope":
+        check_rotary_frequencies(layer.positional.rotary, layer.index)
+
+
+def check_rotary_frequencies(spec: RotarySpec, layer_index: int = 0) -> None:
+    """Distinct, non-zero plane frequencies keep the RoPE commutant at one complex scalar per plane."""
+    f = spec.inv_freq.to(torch.float64)
+    if (f == 0).any():
+        raise UnsupportedLayerError(f"layer {layer_index}: RoPE ({spec.rope_type}) has zero frequencies; those planes are "
+                                    "not rotated and the gauge group is larger than counted; refusing")
+    if torch.unique(f).numel() != f.numel():
+        raise UnsupportedLayerError(f"layer {layer_index}: RoPE ({spec.rope_type}) repeats a frequency; planes sharing it "
+                                    "mix under the gauge, so the count would be wrong; refusing")
+
+
+def rotary_dim(layer: AttentionLayer) -> int:
+    return layer.positional.rotary_dim if layer.positional.kind == "rope" else 0
+
+
+def qk_gauge_dim_per_group(layer: AttentionLayer) -> int:
+    rd = rotary_dim(layer)
+    return rd + (layer.d_k - rd) ** 2
+
+
+def qk_gauge_dim(layer: AttentionLayer) -> int:
+    """Dimension of the QK gauge group of the layer (summed over kv groups)."""
+    return layer.n_kv_heads * qk_gauge_dim_per_group(layer)
+
+
+def vo_gauge_dim(layer: AttentionLayer) -> int:
+    """G d_v^2: GL(d_v) per kv group (RoPE does not touch values)."""
+    return layer.n_kv_heads * layer.d_v ** 2
+
+
+def unrotated_columns(layer: AttentionLayer) -> range:
+    """Head columns RoPE leaves alone (HF rotates the first rotary_dim dims)."""
+    return range(rotary_dim(layer), layer.d_k)
+
+
+def noop_key_bias_dims(layer: AttentionLayer) -> int:
+    """Dims of b_K that cancel in the softmax: the unrotated part, per kv head."""
+    if layer.b_K is None:
+        return 0
+    return layer.n_kv_heads * len(unrotated_columns(layer))
+
+
+def value_bias_absorbable(layer: AttentionLayer) -> bool:
+    """b_V adds the constant sum_h b_V W_O^h, which b_O can take when it exists."""
+    return layer.b_V is not None and layer.b_O is not None
+
+
+def absorbable_value_bias_dims(layer: AttentionLayer) -> int:
+    return layer.n_kv_heads * layer.d_v if value_bias_absorbable(layer) else 0
+
+
+def unidentified_dims(layer: AttentionLayer) -> int:
+    """U = QK gauge + VO gauge + no-op key-bias dims + absorbable value-bias dims."""
+    return qk_gauge_dim(layer) + vo_gauge_dim(layer) + noop_key_bias_dims(layer) + absorbable_value_bias_dims(layer)

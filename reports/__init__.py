@@ -1,0 +1,1 @@
+"""Report writers: they read the inspection result (a JSON-contract dict) and know nothing about checkpoints."""
