@@ -1,21 +1,192 @@
-"""The rich terminal report of ``idinspect inspect``."""
+"""The rich terminal report of ``idinspect inspect`` (the default output of ``idinspect MODEL``).
+
+Sections: summary, per-layer table (identical consecutive layers collapse into one row unless
+``layers="all"``), findings grouped by rule, and with ``heads=True`` per-head spectra. Every string
+from the result is escaped or passed as :class:`rich.text.Text`, so tensor names such as
+``[bold]x`` print literally. Colour is decoration only: severities are also spelled out, so
+``NO_COLOR`` and non-TTY output lose nothing.
+"""
 
 from __future__ import annotations
 
-from rich.console import Console
-from rich.markup import escape
+from typing import Literal
+
+from rich import box
+from rich.console import Console, Group
+from rich.padding import Padding
+from rich.panel import Panel
 from rich.table import Table
+from rich.text import Text
+
+from .summary import (attention_shape, closed_form_text, finding_details, findings_by_rule, fmt_float, fmt_int,
+                      fmt_ratio, head_rows, layer_groups, positional_text, revision_text, severity_counts)
+
+SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "note": "cyan"}
+SEVERITY_MARK = {"error": "✖", "warning": "▲", "note": "●"}
+
+LayersMode = Literal["collapsed", "all"]
 
 
-def render_report(result: dict, console: Console | None = None) -> None:
-    """Print the model summary (and later the counts and findings) to ``console`` (stdout)."""
+def render_report(result: dict, console: Console | None = None, *, layers: LayersMode = "collapsed",
+                  heads: bool = False) -> None:
+    """Print the whole report for ``result`` (the JSON-contract dict) to ``console`` (stdout)."""
     console = console or Console()
-    m = result["model"]
-    table = Table(title=f"idinspect {escape(result['tool']['version'])}: {escape(str(m['source']))}",
-                  show_header=False, title_justify="left")
-    table.add_column("field", style="bold")
-    table.add_column("value")
-    for key in ("revision", "model_type", "architecture", "layers", "hidden_size", "heads", "kv_heads",
-                "head_dim", "positional", "rotary_dim"):
-        table.add_row(key, escape(str(m[key])))
-    console.print(table)
+    console.print(summary_panel(result))
+    if result.get("layers"):
+        console.print(layer_table(result, collapse=layers != "all", width=console.width))
+    findings = result.get("findings")
+    if findings is not None:
+        console.print(findings_section(findings))
+    if heads and result.get("layers"):
+        for table in head_tables(result, width=console.width):
+            console.print(table)
+
+
+def _sev(severity: str, count: int | None = None) -> Text:
+    mark = SEVERITY_MARK.get(severity, "·")
+    label = f"{mark} {count} {severity}" if count is not None else f"{mark} {severity}"
+    return Text(label, style=SEVERITY_STYLE.get(severity, ""))
+
+
+def summary_panel(result: dict) -> Panel:
+    """Model, provenance, attention shape, parameter counts, ratio vs closed form, finding counts."""
+    model = result.get("model") or {}
+    totals = result.get("totals") or {}
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column("field", style="bold", no_wrap=True)
+    grid.add_column("value", overflow="fold")
+    grid.add_row("Model", Text(str(model.get("source", "?"))))
+    grid.add_row("Revision", Text(revision_text(model)))
+    grid.add_row("Family", Text(f"{model.get('model_type', '?')} ({model.get('architecture', '?')})"))
+    grid.add_row("Attention", Text(attention_shape(model)))
+    grid.add_row("Positional", Text(positional_text(model)))
+    if totals:
+        att, total = totals.get("attention_parameters"), totals.get("model_parameters")
+        share = f" ({fmt_ratio(att / total)} of the model)" if att and total else ""
+        grid.add_row("Parameters", Text(f"{fmt_int(att)} in attention of {fmt_int(total)} in the model{share}"))
+        un = Text(f"{fmt_int(totals.get('unidentified_parameters'))}", style="bold")
+        un.append(f" = {fmt_ratio(totals.get('identification_ratio'))} of attention", style="bold")
+        if totals.get("unidentified_share_of_model") is not None:
+            un.append(f", {fmt_ratio(totals['unidentified_share_of_model'])} of the model")
+        grid.add_row("Unidentified", un)
+        grid.add_row("Closed form", Text(f"{closed_form_text(result)} (weights only, no biases)"))
+    findings = result.get("findings")
+    if findings is not None:
+        counts = Text()
+        for i, (sev, n) in enumerate(severity_counts(findings).items()):
+            if i:
+                counts.append("  ")
+            counts.append_text(_sev(sev, n) if n else Text(f"{SEVERITY_MARK.get(sev, '·')} 0 {sev}", style="dim"))
+        grid.add_row("Findings", counts)
+    tool = result.get("tool") or {}
+    title = Text(f"idinspect {tool.get('version', '')}".strip(), style="bold")
+    return Panel(grid, title=title, title_align="left", box=box.ROUNDED, expand=False)
+
+
+#: Column headers of the layer table: (wide, narrow).
+_LAYER_COLUMNS = (("params", "params"), ("QK gauge", "QK"), ("VO gauge", "VO"), ("no-op bias", "no-op"),
+                  ("absorbable bias", "absorb"), ("unidentified", "U"), ("ratio", "ratio"))
+NARROW = 100
+#: Below this width the layer table becomes one short block of lines per (group of) layer(s).
+STACKED = 76
+
+
+def layer_table(result: dict, collapse: bool = True, width: int = 120) -> Table | Group:
+    """Per-layer counts; runs of identical layers are one row labelled ``layers 0-15 (16 identical)``.
+
+    Below :data:`NARROW` columns the headers shorten and a caption explains them; below
+    :data:`STACKED` each row becomes a block of wrapped lines.
+    """
+    if width < STACKED:
+        return _layer_blocks(result, collapse)
+    narrow = width < NARROW
+    caption = ("QK/VO: gauge dimensions; no-op: key-bias dims; absorb: value-bias dims; U: unidentified; "
+               "ratio = U / params" if narrow else "ratio = unidentified / attention parameters")
+    table = Table(title="Attention layers", title_justify="left", box=box.SIMPLE_HEAD, header_style="bold",
+                  caption=caption, caption_justify="left", pad_edge=not narrow)
+    table.add_column("layers", overflow="fold", min_width=8)
+    for wide_name, narrow_name in _LAYER_COLUMNS:
+        table.add_column(narrow_name if narrow else wide_name, justify="right", no_wrap=True)
+    for group in layer_groups(result.get("layers") or [], collapse=collapse):
+        row = group.row
+        table.add_row(Text(group.label), fmt_int(row.get("attention_parameters")), fmt_int(row.get("qk_gauge")),
+                      fmt_int(row.get("vo_gauge")), fmt_int(row.get("noop_bias")), fmt_int(row.get("absorbable_bias")),
+                      fmt_int(row.get("unidentified_parameters")), fmt_ratio(row.get("identification_ratio")))
+    return table
+
+
+def _layer_blocks(result: dict, collapse: bool) -> Group:
+    parts: list = [Text("Attention layers", style="bold")]
+    for group in layer_groups(result.get("layers") or [], collapse=collapse):
+        row = group.row
+        parts.append(Text(group.label, style="bold"))
+        parts.append(Padding(Text(f"params {fmt_int(row.get('attention_parameters'))}, unidentified "
+                                  f"{fmt_int(row.get('unidentified_parameters'))} = "
+                                  f"{fmt_ratio(row.get('identification_ratio'))}"), (0, 0, 0, 2)))
+        parts.append(Padding(Text(f"QK gauge {fmt_int(row.get('qk_gauge'))}, VO gauge {fmt_int(row.get('vo_gauge'))}, "
+                                  f"no-op bias {fmt_int(row.get('noop_bias'))}, absorbable bias "
+                                  f"{fmt_int(row.get('absorbable_bias'))}"), (0, 0, 0, 2)))
+    return Group(*parts)
+
+
+def findings_section(findings: list[dict]) -> Group | Text:
+    """One table per rule (worst rule first) naming tensors and magnitudes; a line when there are none."""
+    if not findings:
+        return Text("No findings.", style="green")
+    parts = [Text("Findings", style="bold")]
+    for rule, worst, items in findings_by_rule(findings):
+        title = Text.assemble(_sev(worst), " ", (rule, "bold"), f" ({len(items)})")
+        table = Table(title=title, title_justify="left", box=box.SIMPLE, header_style="bold", show_edge=False)
+        table.add_column("layer", justify="right", no_wrap=True)
+        table.add_column("tensor", overflow="fold")
+        table.add_column("params", justify="right", no_wrap=True)
+        table.add_column("details", overflow="fold")
+        for f in items:
+            detail = Text(str(f.get("message", "")))
+            extra = ", ".join(f"{k}={v}" for k, v in finding_details(f))
+            if extra:
+                detail.append(f" ({extra})", style="dim")
+            if f.get("severity") != worst:
+                detail = Text.assemble(_sev(str(f.get("severity"))), " ", detail)
+            table.add_row(str(f.get("layer", "–")), Text(str(f.get("tensor", "–"))), fmt_int(f.get("parameters")),
+                          detail)
+        parts.append(table)
+    return Group(*parts)
+
+
+def head_tables(result: dict, width: int = 120) -> list[Table]:
+    """``--heads``: per layer, each query head's rank, condition number and top singular values.
+
+    Narrow consoles get the largest singular value only.
+    """
+    tables = []
+    top = 1 if width < NARROW else 3
+    for layer in result.get("layers") or []:
+        rows = head_rows(layer, top=top)
+        if not rows:
+            continue
+        d_k, d_v = layer.get("d_k"), layer.get("d_v")
+        table = Table(title=f"Layer {layer.get('index')} heads (rank of {d_k} / {d_v})", title_justify="left",
+                      box=box.SIMPLE_HEAD, header_style="bold")
+        for name in ("head", "kv"):
+            table.add_column(name, justify="right", no_wrap=True)
+        sigma = "σ1" if top == 1 else "top σ"
+        for name in ("QK rank", "QK cond", f"QK {sigma}", "OV rank", "OV cond", f"OV {sigma}"):
+            table.add_column(name, justify="right", overflow="fold")
+        for r in rows:
+            table.add_row(str(r.head), str(r.kv_head), _rank(r.qk_rank, d_k), fmt_float(r.qk_condition),
+                          " ".join(fmt_float(v) for v in r.qk_top), _rank(r.ov_rank, d_v),
+                          fmt_float(r.ov_condition), " ".join(fmt_float(v) for v in r.ov_top))
+        tables.append(table)
+    return tables
+
+
+def _rank(rank, full) -> Text:
+    if rank is None:
+        return Text("–")
+    if full is not None and rank < full:
+        return Text(f"{rank} ▲", style="yellow")
+    return Text(str(rank))
+
+
+__all__ = ["render_report", "summary_panel", "layer_table", "findings_section", "head_tables"]

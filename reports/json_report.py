@@ -1,0 +1,74 @@
+"""The JSON report: the inspection result serialised deterministically.
+
+``schema_version`` comes first, then the contract's sections in a fixed order; keys inside
+objects are sorted; lists keep their meaningful order (layers by index, heads, singular values),
+findings are sorted by (layer, rule, tensor, head). Non-finite floats, which JSON cannot carry,
+become ``null`` (the contract's "float|null"). No timestamp unless asked for; ``SOURCE_DATE_EPOCH``
+fixes it for reproducible builds.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import math
+import os
+
+from .atomic import write_text_atomic
+
+#: Top-level sections in the order they are written (others follow, sorted).
+TOP_ORDER = ("schema_version", "tool", "model", "totals", "layers", "findings")
+
+
+def _clean(value):
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {str(k): _clean(value[k]) for k in sorted(value, key=str)}
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value]
+    return value
+
+
+def _finding_key(f: dict) -> tuple:
+    layer = f.get("layer")
+    head = f.get("head")
+    return (layer if isinstance(layer, int) else -1, str(f.get("rule", "")), str(f.get("tensor", "")),
+            head if isinstance(head, int) else -1, str(f.get("message", "")))
+
+
+def timestamp_now() -> str:
+    """UTC ISO-8601 time of generation, or ``SOURCE_DATE_EPOCH`` when that is set."""
+    epoch = os.environ.get("SOURCE_DATE_EPOCH")
+    when = (_dt.datetime.fromtimestamp(int(epoch), tz=_dt.timezone.utc) if epoch and epoch.isdigit()
+            else _dt.datetime.now(tz=_dt.timezone.utc))
+    return when.replace(microsecond=0).isoformat().replace("+00:00", "Z")
+
+
+def ordered(result: dict, *, timestamp: bool = False) -> dict:
+    """A copy of ``result`` in the deterministic order described above (``generated_at`` if asked)."""
+    out: dict = {}
+    rest = sorted(k for k in result if k not in TOP_ORDER)
+    for key in (*TOP_ORDER, *rest):
+        if key not in result:
+            continue
+        value = result[key]
+        if key == "layers" and isinstance(value, list):
+            value = sorted(value, key=lambda layer: layer.get("index", 0))
+        elif key == "findings" and isinstance(value, list):
+            value = sorted(value, key=_finding_key)
+        out[key] = _clean(value)
+    if timestamp:
+        out["generated_at"] = timestamp_now()
+    return out
+
+
+def dumps(result: dict, *, timestamp: bool = False, indent: int | None = 2) -> str:
+    """The JSON text (with a final newline) of ``result``."""
+    return json.dumps(ordered(result, timestamp=timestamp), indent=indent, ensure_ascii=False,
+                      allow_nan=False) + "\n"
+
+
+def write_json(result: dict, path, *, timestamp: bool = False) -> None:
+    """Write the JSON report to ``path`` atomically."""
+    write_text_atomic(path, dumps(result, timestamp=timestamp))

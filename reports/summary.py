@@ -1,0 +1,223 @@
+"""Format-neutral views of an inspection result, shared by the terminal and HTML writers.
+
+Everything here reads the JSON-contract dict (docs/json-contract.md) and returns plain Python
+values; nothing renders, nothing knows about checkpoints. Missing keys (a result from before the
+analyzer added them) give empty views rather than errors.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+#: Severities from worst to mildest; unknown ones sort after these.
+SEVERITIES = ("error", "warning", "note")
+
+#: The per-layer columns that decide whether consecutive layers are "identical" in the table.
+LAYER_KEYS = ("attention_parameters", "qk_gauge", "vo_gauge", "noop_bias", "absorbable_bias",
+              "unidentified_parameters", "identification_ratio", "closed_form_ratio", "heads", "kv_heads",
+              "d_k", "d_v", "positional", "rotary_dim")
+
+
+def fmt_int(value) -> str:
+    """``1234567`` -> ``1,234,567``; None -> an en dash."""
+    if value is None:
+        return "–"
+    return f"{int(value):,}"
+
+
+def fmt_ratio(value) -> str:
+    """A share as a percentage with four significant digits: 0.0428571 -> ``4.286%``."""
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "–"
+    pct = 100.0 * float(value)
+    if pct == 0:
+        return "0%"
+    digits = max(0, 3 - int(math.floor(math.log10(abs(pct)))))
+    return f"{pct:.{digits}f}%"
+
+
+def fmt_float(value, digits: int = 3) -> str:
+    """Compact float: ``3.142``, ``1.2e+06``; None -> ``–`` (e.g. an infinite condition number)."""
+    if value is None:
+        return "–"
+    value = float(value)
+    if not math.isfinite(value):
+        return "∞" if value > 0 else ("-∞" if value < 0 else "NaN")
+    if value != 0 and (abs(value) >= 10 ** (digits + 2) or abs(value) < 10 ** -(digits - 1)):
+        return f"{value:.{max(digits - 1, 1)}e}"
+    return f"{value:.{digits}g}"
+
+
+def severity_rank(severity: str) -> int:
+    return SEVERITIES.index(severity) if severity in SEVERITIES else len(SEVERITIES)
+
+
+def severity_counts(findings: Iterable[dict]) -> dict[str, int]:
+    """Counts per severity, always listing error, warning and note (then any others, sorted)."""
+    counts = {s: 0 for s in SEVERITIES}
+    for f in findings:
+        sev = str(f.get("severity", "note"))
+        counts[sev] = counts.get(sev, 0) + 1
+    extra = sorted(k for k in counts if k not in SEVERITIES)
+    return {k: counts[k] for k in (*SEVERITIES, *extra)}
+
+
+def findings_by_rule(findings: Iterable[dict]) -> list[tuple[str, str, list[dict]]]:
+    """``[(rule, worst severity, findings sorted by layer and tensor)]``, worst rule first."""
+    groups: dict[str, list[dict]] = {}
+    for f in findings:
+        groups.setdefault(str(f.get("rule", "?")), []).append(f)
+    out = []
+    for rule, items in groups.items():
+        items = sorted(items, key=lambda f: (_int_or(f.get("layer"), -1), str(f.get("tensor", "")),
+                                             _int_or(f.get("head"), -1)))
+        worst = min((str(f.get("severity", "note")) for f in items), key=severity_rank)
+        out.append((rule, worst, items))
+    out.sort(key=lambda t: (severity_rank(t[1]), t[0]))
+    return out
+
+
+def _int_or(value, default: int) -> int:
+    return value if isinstance(value, int) else default
+
+
+#: Keys of a finding that the writers show in their own columns (the rest are "details").
+FINDING_MAIN_KEYS = ("rule", "severity", "layer", "tensor", "parameters", "message")
+
+
+def finding_details(finding: dict) -> list[tuple[str, str]]:
+    """The extra fields of a finding (magnitudes, head, tolerance...) as sorted (name, text) pairs."""
+    out = []
+    for key in sorted(finding):
+        if key in FINDING_MAIN_KEYS:
+            continue
+        value = finding[key]
+        if isinstance(value, float):
+            text = fmt_float(value, 4)
+        elif isinstance(value, (dict, list)):
+            continue
+        else:
+            text = str(value)
+        out.append((key, text))
+    return out
+
+
+@dataclass(frozen=True)
+class LayerGroup:
+    """Consecutive layers ``first..last`` whose table columns are all equal (``row`` is the first)."""
+
+    first: int
+    last: int
+    row: dict
+
+    @property
+    def count(self) -> int:
+        return self.last - self.first + 1
+
+    @property
+    def label(self) -> str:
+        if self.count == 1:
+            return f"layer {self.first}"
+        return f"layers {self.first}-{self.last} ({self.count} identical)"
+
+
+def _signature(layer: dict) -> tuple:
+    return tuple(layer.get(k) for k in LAYER_KEYS)
+
+
+def layer_groups(layers: list[dict], collapse: bool = True) -> list[LayerGroup]:
+    """Rows for the per-layer table; with ``collapse``, runs of identical layers become one group."""
+    groups: list[LayerGroup] = []
+    for layer in sorted(layers, key=lambda x: x.get("index", 0)):
+        idx = int(layer.get("index", 0))
+        if (collapse and groups and groups[-1].last == idx - 1
+                and _signature(groups[-1].row) == _signature(layer)):
+            prev = groups[-1]
+            groups[-1] = LayerGroup(prev.first, idx, prev.row)
+        else:
+            groups.append(LayerGroup(idx, idx, layer))
+    return groups
+
+
+@dataclass(frozen=True)
+class HeadRow:
+    """Per-head spectral detail of one layer."""
+
+    head: int
+    kv_head: int
+    qk_rank: int | None
+    qk_condition: float | None
+    qk_top: list[float]
+    ov_rank: int | None
+    ov_condition: float | None
+    ov_top: list[float]
+
+
+def head_rows(layer: dict, top: int = 3) -> list[HeadRow]:
+    """One :class:`HeadRow` per query head (empty without ``spectra``)."""
+    spectra = layer.get("spectra") or {}
+    qk, ov = spectra.get("qk") or [], spectra.get("ov") or []
+    n = max(len(qk), len(ov))
+    h, g = layer.get("heads") or n or 1, layer.get("kv_heads") or n or 1
+    r = max(1, h // g) if g else 1
+
+    def pick(key: str, i: int):
+        values = spectra.get(key) or []
+        return values[i] if i < len(values) else None
+
+    return [HeadRow(i, i // r, pick("qk_rank", i), pick("qk_condition", i), list((qk[i] if i < len(qk) else [])[:top]),
+                    pick("ov_rank", i), pick("ov_condition", i), list((ov[i] if i < len(ov) else [])[:top]))
+            for i in range(n)]
+
+
+def rank_deficient(layer: dict) -> dict[str, list[int]]:
+    """``{"qk": [heads], "ov": [heads]}`` whose rank is below d_k (d_v for OV)."""
+    spectra = layer.get("spectra") or {}
+    out = {}
+    for side, full in (("qk", layer.get("d_k")), ("ov", layer.get("d_v"))):
+        ranks = spectra.get(f"{side}_rank") or []
+        out[side] = [i for i, rk in enumerate(ranks) if full is not None and rk is not None and rk < full]
+    return out
+
+
+def revision_text(model: dict) -> str:
+    """The resolved revision, or a word saying why there is none."""
+    rev = model.get("revision")
+    if rev:
+        return str(rev)
+    source = str(model.get("source", ""))
+    return "local files (no revision)" if source else "unknown"
+
+
+def attention_shape(model: dict) -> str:
+    """``H=12, G=12, d_k=32`` (with d_model and layer count)."""
+    return (f"H={model.get('heads')}, G={model.get('kv_heads')}, d_k={model.get('head_dim')}, "
+            f"d={model.get('hidden_size')}, {model.get('layers')} layers")
+
+
+def positional_text(model: dict) -> str:
+    kind = str(model.get("positional", "?"))
+    rd = model.get("rotary_dim") or 0
+    if kind == "rope":
+        hd = model.get("head_dim")
+        return f"RoPE (rotary_dim {rd} of {hd})" if hd and rd != hd else f"RoPE (rotary_dim {rd})"
+    return kind
+
+
+def closed_form_text(result: dict) -> str:
+    """``1/(2H) = 4.167%`` from the layers (or the totals' ratio alone), ``–`` when unknown."""
+    layers = result.get("layers") or []
+    forms = {layer.get("closed_form") for layer in layers if layer.get("closed_form")}
+    ratio = (result.get("totals") or {}).get("closed_form_ratio")
+    if ratio is None:
+        return "varies by layer" if len({layer.get("closed_form_ratio") for layer in layers}) > 1 else "–"
+    if len(forms) == 1:
+        return f"{forms.pop()} = {fmt_ratio(ratio)}"
+    return fmt_ratio(ratio)
+
+
+def has_biases(result: dict) -> bool:
+    """True when any layer has a no-op or absorbable bias (the closed form ignores biases)."""
+    return any((layer.get("noop_bias") or 0) + (layer.get("absorbable_bias") or 0) for layer in result.get("layers") or [])
