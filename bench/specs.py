@@ -1,0 +1,101 @@
+"""The synthetic checkpoints the benchmark builds: real shapes, random weights.
+
+Each :class:`ModelSpec` names a transformers config, the model class whose parameter names the
+checkpoint uses, the storage dtype and the shard size. ``FULL`` and ``QUICK`` are the model sets of
+the two benchmark modes; ``role`` says which target a model serves (``main`` for the time ratios,
+``rss-small``/``rss-large`` for the 16- vs 32-layer memory pair).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+#: Bump when the builder's output changes, so cached checkpoints are rebuilt.
+BUILDER_VERSION = 1
+
+LLAMA3_ROPE = {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 32.0, "low_freq_factor": 1.0,
+               "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
+
+LLAMA_1B = {
+    "hidden_size": 2048, "intermediate_size": 8192, "num_hidden_layers": 16, "num_attention_heads": 32,
+    "num_key_value_heads": 8, "head_dim": 64, "vocab_size": 128256, "max_position_embeddings": 131072,
+    "rms_norm_eps": 1e-5, "rope_parameters": LLAMA3_ROPE, "tie_word_embeddings": True,
+    "bos_token_id": 128000, "eos_token_id": 128001, "hidden_act": "silu",
+}
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """One synthetic checkpoint."""
+
+    name: str
+    model_type: str                  # "llama", "gpt2" or "bert"
+    model_class: str                 # transformers class whose parameter names are stored
+    config: dict[str, Any] = field(default_factory=dict)
+    dtype: str = "float32"           # storage dtype: "bfloat16" or "float32"
+    max_shard_size: int = 1_000_000_000   # bytes, as save_pretrained's "1GB"
+    role: str = "main"               # "main", "rss-small", "rss-large" or "extra"
+    causal_lm: bool = True           # baseline loads AutoModelForCausalLM (else AutoModel)
+
+    @property
+    def layers(self) -> int:
+        return int(self.config.get("num_hidden_layers") or self.config.get("n_layer") or 12)
+
+    def digest(self) -> str:
+        """Short hash of everything that determines the files (cache key)."""
+        payload = json.dumps({"v": BUILDER_VERSION, "type": self.model_type, "cls": self.model_class,
+                              "config": self.config, "dtype": self.dtype, "shard": self.max_shard_size},
+                             sort_keys=True)
+        return hashlib.sha256(payload.encode()).hexdigest()[:10]
+
+    def make_config(self):
+        """The transformers config object (dtype and architectures set as save_pretrained would)."""
+        import torch
+        import transformers as tf
+
+        cls = {"llama": tf.LlamaConfig, "gpt2": tf.GPT2Config, "bert": tf.BertConfig}[self.model_type]
+        config = cls(**self.config)
+        config.dtype = getattr(torch, self.dtype)
+        config.architectures = [self.model_class]
+        return config
+
+
+def llama(name: str, layers: int, role: str) -> ModelSpec:
+    """A Llama-3.2-1B-shaped checkpoint with ``layers`` decoder layers (bf16, ~1 GB shards)."""
+    return ModelSpec(name=name, model_type="llama", model_class="LlamaForCausalLM",
+                     config={**LLAMA_1B, "num_hidden_layers": layers}, dtype="bfloat16", role=role)
+
+
+GPT2_SMALL = ModelSpec(name="gpt2-small", model_type="gpt2", model_class="GPT2LMHeadModel",
+                       config={"n_embd": 768, "n_layer": 12, "n_head": 12, "vocab_size": 50257,
+                               "n_positions": 1024}, role="extra")
+BERT_BASE = ModelSpec(name="bert-base", model_type="bert", model_class="BertForMaskedLM",
+                      config={"hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12,
+                              "intermediate_size": 3072, "vocab_size": 30522,
+                              "max_position_embeddings": 512}, role="extra", causal_lm=False)
+
+FULL: tuple[ModelSpec, ...] = (
+    llama("llama-1b-16l", 16, "main"),
+    llama("llama-1b-32l", 32, "rss-large"),
+    GPT2_SMALL,
+    BERT_BASE,
+)
+
+#: Development mode: the real widths, fewer layers (2 vs 4 stands in for 16 vs 32).
+QUICK: tuple[ModelSpec, ...] = (
+    llama("llama-1b-2l", 2, "main"),
+    llama("llama-1b-4l", 4, "rss-large"),
+    GPT2_SMALL,
+    BERT_BASE,
+)
+
+
+def by_role(specs: tuple[ModelSpec, ...], role: str) -> ModelSpec | None:
+    """The first spec with ``role`` (``main`` doubles as ``rss-small``)."""
+    for spec in specs:
+        if spec.role == role or (role == "rss-small" and spec.role == "main"):
+            return spec
+    return None

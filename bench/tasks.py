@@ -1,0 +1,179 @@
+"""Workloads the benchmark runs in child processes: ``python -m bench.tasks TASK ARGS...``.
+
+- ``floor DIR NAMES.json``: read exactly the named tensors with safetensors, cast to float32.
+- ``copy DIR OUT``: plain copy of the whole checkpoint through safetensors (read every tensor,
+  write it, shard by shard; other files copied as bytes).
+- ``baseline DIR CLASS DEVICE``: what a user would otherwise write: ``from_pretrained`` plus
+  ``torch.linalg.svdvals`` of every head's d x d ``W_Q^h W_K^g(h)T`` in float32, timed on layer 0.
+- ``verify DIR CLASS``: the checkpoint loads in transformers with no missing/unexpected keys.
+
+Each prints one line ``BENCH_RESULT {json}`` last. Only what a task needs is imported, so the
+floor pays for ``torch`` and ``safetensors`` and nothing else. The baseline is only run on
+checkpoints built by :mod:`bench.build`; do not point it at untrusted code.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+_T0 = time.perf_counter()
+PREFIX = "BENCH_RESULT "
+
+
+def emit(result: dict) -> None:
+    """Print the task's result line (the harness parses the last such line)."""
+    sys.stdout.write(PREFIX + json.dumps(result) + "\n")
+    sys.stdout.flush()
+
+
+def weight_map(directory: Path) -> dict[str, str]:
+    """Tensor name -> shard file, from the index or the single ``model.safetensors``."""
+    index = directory / "model.safetensors.index.json"
+    if index.is_file():
+        return dict(json.loads(index.read_text())["weight_map"])
+    from safetensors import safe_open
+
+    with safe_open(str(directory / "model.safetensors"), framework="pt") as f:
+        return {k: "model.safetensors" for k in f.keys()}
+
+
+def floor(directory: Path, names_file: Path) -> dict:
+    """Read exactly the attention tensors and cast them to float32, shard by shard."""
+    import torch
+    from safetensors import safe_open
+
+    t_import = time.perf_counter() - _T0
+    names = json.loads(names_file.read_text())
+    where = weight_map(directory)
+    by_file: dict[str, list[str]] = {}
+    for name in names:
+        by_file.setdefault(where[name], []).append(name)
+    t1 = time.perf_counter()
+    elements = 0
+    for fname, in_file in by_file.items():
+        with safe_open(str(directory / fname), framework="pt") as f:
+            for name in in_file:
+                elements += f.get_tensor(name).to(torch.float32).numel()
+    return {"import_s": t_import, "read_s": time.perf_counter() - t1, "tensors": len(names), "elements": elements}
+
+
+def copy(directory: Path, out: Path) -> dict:
+    """Read every tensor and write it again (same shards, same header metadata)."""
+    import shutil
+
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    out.mkdir(parents=True)
+    t1 = time.perf_counter()
+    nbytes = 0
+    for path in sorted(directory.iterdir()):
+        if path.suffix != ".safetensors":
+            shutil.copyfile(path, out / path.name)
+            continue
+        with safe_open(str(path), framework="pt") as f:
+            tensors = {k: f.get_tensor(k) for k in f.keys()}
+            metadata = f.metadata()
+        save_file(tensors, str(out / path.name), metadata=metadata)
+        nbytes += sum(t.numel() * t.element_size() for t in tensors.values())
+        del tensors
+    return {"copy_s": time.perf_counter() - t1, "bytes": nbytes}
+
+
+def _qk_factors(model, layer: int):
+    """(W_Q [H, d, hd], W_K [G, d, hd]) of ``layer`` in float32, read off the HF modules."""
+    import torch
+
+    cfg = model.config
+    mt = cfg.model_type
+    if mt == "llama":
+        attn = model.model.layers[layer].self_attn
+        H, G = cfg.num_attention_heads, cfg.num_key_value_heads
+        hd = getattr(cfg, "head_dim", None) or cfg.hidden_size // H
+        q, k = attn.q_proj.weight.float(), attn.k_proj.weight.float()       # [H*hd, d], [G*hd, d]
+        return q.reshape(H, hd, -1).transpose(1, 2), k.reshape(G, hd, -1).transpose(1, 2)
+    if mt == "gpt2":
+        w = model.transformer.h[layer].attn.c_attn.weight.float()          # Conv1D [d, 3d]
+        d, H = cfg.n_embd, cfg.n_head
+        W = w.reshape(d, 3, H, d // H).permute(1, 2, 0, 3)
+        return W[0], W[1]
+    if mt == "bert":
+        sa = model.encoder.layer[layer].attention.self
+        H = cfg.num_attention_heads
+        hd = cfg.hidden_size // H
+        q, k = sa.query.weight.float(), sa.key.weight.float()
+        return q.reshape(H, hd, -1).transpose(1, 2), k.reshape(H, hd, -1).transpose(1, 2)
+    raise ValueError(f"baseline: model_type {mt} not handled")
+
+
+def baseline(directory: Path, model_class: str, device: str) -> dict:
+    """``from_pretrained`` + full float32 SVD of each head's d x d W_QK, on layer 0 only."""
+    import torch
+    import transformers as tf
+
+    auto = tf.AutoModelForCausalLM if model_class != "BertForMaskedLM" else tf.AutoModel
+    model = auto.from_pretrained(str(directory), dtype="auto")
+    t_loaded = time.perf_counter() - _T0
+    if device != "cpu" and not torch.cuda.is_available():
+        device = "cpu"
+    t1 = time.perf_counter()
+    with torch.no_grad():
+        W_Q, W_K = (t.to(device) for t in _qk_factors(model, 0))
+        r = W_Q.shape[0] // W_K.shape[0]
+        spectra = [torch.linalg.svdvals(W_Q[h] @ W_K[h // r].T) for h in range(W_Q.shape[0])]
+        if device != "cpu":
+            torch.cuda.synchronize()
+    layer_s = time.perf_counter() - t1
+    return {"load_s": t_loaded, "layer_s": layer_s, "heads": len(spectra), "d": int(W_Q.shape[1]),
+            "layers": int(model.config.num_hidden_layers), "device": device,
+            "top_sv": float(spectra[0][0])}
+
+
+def verify(directory: Path, model_class: str) -> dict:
+    """Load with transformers; no missing/unexpected/mismatched keys; one tensor bit-equal to the file."""
+    import torch
+    import transformers as tf
+    from safetensors import safe_open
+
+    cls = getattr(tf, model_class)
+    t1 = time.perf_counter()
+    model, info = cls.from_pretrained(str(directory), dtype="auto", output_loading_info=True)
+    load_s = time.perf_counter() - t1
+    problems = {k: [str(x) for x in v] for k, v in info.items() if v}
+    where = weight_map(directory)
+    name = sorted(where)[len(where) // 2]
+    with safe_open(str(directory / where[name]), framework="pt") as f:
+        on_disk = f.get_tensor(name)
+    in_model = model.state_dict()[name]
+    same = bool(on_disk.dtype == in_model.dtype and torch.equal(on_disk, in_model))
+    if problems or not same:
+        raise SystemExit(f"verify {directory}: loading problems {problems}; {name} equal: {same}")
+    return {"load_s": load_s, "checked_tensor": name, "dtype": str(in_model.dtype)}
+
+
+def main(argv: list[str]) -> int:
+    """Dispatch ``TASK ARGS...`` and print the result line."""
+    if not argv:
+        print(__doc__, file=sys.stderr)
+        return 2
+    task, args = argv[0], argv[1:]
+    if task == "floor":
+        result = floor(Path(args[0]), Path(args[1]))
+    elif task == "copy":
+        result = copy(Path(args[0]), Path(args[1]))
+    elif task == "baseline":
+        result = baseline(Path(args[0]), args[1], args[2] if len(args) > 2 else "cpu")
+    elif task == "verify":
+        result = verify(Path(args[0]), args[1])
+    else:
+        print(f"unknown task {task!r}\n{__doc__}", file=sys.stderr)
+        return 2
+    emit(result)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
