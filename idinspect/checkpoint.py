@@ -58,14 +58,16 @@ class TensorReader:
 
 
 def refuse_pickle(directory: Path) -> None:
-    """Raise if ``directory`` holds pickle weights but no safetensors."""
+    """Raise if ``directory`` holds pickle weights (``.bin``, ``.pt``, ...); they are never opened."""
     pickles = sorted(p.name for p in directory.iterdir() if p.suffix in PICKLE_SUFFIXES)
     if pickles:
+        shown = ", ".join(pickles[:3]) + (f", ... ({len(pickles) - 3} more)" if len(pickles) > 3 else "")
         raise IdinspectError(
-            f"{directory}: only pickle weights ({', '.join(pickles)}); idinspect never unpickles "
+            f"{directory}: only pickle weights ({shown}) and no safetensors; idinspect never unpickles "
             "(loading a pickle can run arbitrary code). Convert once, in a trusted environment: "
             "python -c \"from transformers import AutoModel; "
-            f"AutoModel.from_pretrained('{directory}').save_pretrained('OUT', safe_serialization=True)\""
+            f"AutoModel.from_pretrained('{directory}').save_pretrained('{directory}-safetensors')\" "
+            "(use the model's own class, e.g. AutoModelForCausalLM, to keep its head), then inspect the new folder"
         )
 
 
@@ -96,8 +98,8 @@ class SafetensorsCheckpoint(TensorReader):
                     f"{self.directory}: safetensors files {others} but neither {SINGLE_FILE} nor "
                     f"{INDEX_FILE}; rename a single file to {SINGLE_FILE} or add the index that save_pretrained writes")
             refuse_pickle(self.directory)
-            raise IdinspectError(f"{self.directory}: no {SINGLE_FILE} or {INDEX_FILE}; save the model with "
-                                 "save_pretrained(..., safe_serialization=True)")
+            raise IdinspectError(f"{self.directory}: no {SINGLE_FILE} or {INDEX_FILE}; pass a checkpoint directory "
+                                 "written by save_pretrained (transformers writes safetensors by default)")
         self._handles = {}
         self._where: dict[str, str] = {}
         for fname in files:
@@ -107,6 +109,9 @@ class SafetensorsCheckpoint(TensorReader):
             handle = _open_shard(path)
             self._handles[fname] = handle
             for key in handle.keys():
+                if key in self._where:
+                    raise IdinspectError(f"{path}: tensor {key} is also stored in {self._where[key]}; "
+                                         "a checkpoint must store each tensor once: re-save it")
                 self._where[key] = fname
         if weight_map is not None:
             for key, fname in weight_map.items():
@@ -130,7 +135,8 @@ class SafetensorsCheckpoint(TensorReader):
     def dtype(self, name: str) -> torch.dtype:
         code = self._slice(name).get_dtype()
         if code not in _DTYPES:
-            raise IdinspectError(f"{self.file_of(name)}: tensor {name} has dtype {code}, which idinspect cannot read")
+            raise IdinspectError(f"{self.directory / self._where[name]}: tensor {name} has dtype {code}, which "
+                                 f"idinspect cannot read (readable: {', '.join(_DTYPES)})")
         return _DTYPES[code]
 
     def get(self, name: str) -> torch.Tensor:
@@ -158,25 +164,85 @@ class SafetensorsCheckpoint(TensorReader):
 
 
 class StateDictReader(TensorReader):
-    """Tensors of a model already in memory (nothing is written to disk)."""
+    """Tensors of a model already in memory (nothing is written to disk).
+
+    Tied tensors (``lm_head.weight`` aliasing the embeddings) are kept once, under their first name
+    in state-dict order, as ``save_pretrained`` stores them; so keys and parameter counts match the
+    model's own safetensors checkpoint.
+    """
 
     def __init__(self, state: Mapping[str, torch.Tensor]):
-        self._state = {k: v.detach() for k, v in state.items()}
+        self._state: dict[str, torch.Tensor] = {}
+        seen: set[tuple] = set()
+        for name, tensor in state.items():
+            t = tensor.detach()
+            ident = _alias_key(t)
+            if ident is not None and ident in seen:
+                continue
+            if ident is not None:
+                seen.add(ident)
+            self._state[name] = t
 
     def keys(self) -> list[str]:
         return sorted(self._state)
 
     def shape(self, name: str) -> tuple[int, ...]:
-        return tuple(self._state[name].shape)
+        return tuple(self._tensor(name).shape)
 
     def dtype(self, name: str) -> torch.dtype:
-        return self._state[name].dtype
+        return self._tensor(name).dtype
 
     def get(self, name: str) -> torch.Tensor:
+        t = self._tensor(name)
+        if t.device.type == "meta":
+            raise IdinspectError(f"model tensor {name} is on the meta device (not materialised or offloaded); "
+                                 "load the model with real weights, or pass its checkpoint directory")
+        return t.to("cpu")
+
+    def _tensor(self, name: str) -> torch.Tensor:
         try:
-            return self._state[name].to("cpu")
+            return self._state[name]
         except KeyError:
             raise IdinspectError(f"model state dict has no tensor named {name}") from None
+
+
+def _alias_key(t: torch.Tensor) -> tuple | None:
+    """Identity of the memory a tensor views (None where it has no storage, e.g. meta)."""
+    if t.device.type == "meta":
+        return None
+    try:
+        ptr = t.untyped_storage().data_ptr()
+    except (RuntimeError, NotImplementedError):
+        return None
+    return (t.device.type, ptr, t.storage_offset(), tuple(t.shape), tuple(t.stride()), t.dtype)
+
+
+class ShapeOnlyReader(TensorReader):
+    """Headers only: ``get`` returns an empty ``meta`` tensor of the stored shape and dtype.
+
+    Running an adapter over it checks every name and shape the config implies without reading data.
+    """
+
+    def __init__(self, reader: TensorReader):
+        self._reader = reader
+
+    def keys(self) -> list[str]:
+        return self._reader.keys()
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._reader
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        return self._reader.shape(name)
+
+    def dtype(self, name: str) -> torch.dtype:
+        return self._reader.dtype(name)
+
+    def get(self, name: str) -> torch.Tensor:
+        return torch.empty(self._reader.shape(name), dtype=self._reader.dtype(name), device="meta")
+
+    def file_of(self, name: str) -> str | None:
+        return self._reader.file_of(name)
 
 
 def _read_index(path: Path) -> tuple[dict[str, str], dict]:
@@ -197,7 +263,19 @@ def _open_shard(path: Path):
     try:
         return safe_open(str(path), framework="pt")
     except (SafetensorError, OSError) as exc:
-        raise IdinspectError(f"{path}: not a readable safetensors file ({exc}); the download may be truncated: re-download it") from None
+        if _is_lfs_pointer(path):
+            raise IdinspectError(f"{path}: a Git LFS pointer, not the weights; run 'git lfs pull' in the "
+                                 "clone (or download the checkpoint with huggingface_hub)") from None
+        raise IdinspectError(f"{path}: not a readable safetensors file ({exc}); the download may be "
+                             "truncated: re-download it") from None
+
+
+def _is_lfs_pointer(path: Path) -> bool:
+    try:
+        with open(path, "rb") as f:
+            return f.read(40).startswith(b"version https://git-lfs.github.com/spec/")
+    except OSError:
+        return False
 
 
 def tensors_matching(reader: TensorReader, names: Iterable[str]) -> dict[str, torch.Tensor]:

@@ -1,22 +1,36 @@
 """Hugging Face Hub snapshots through ``huggingface_hub.snapshot_download``.
 
-Only config and safetensors files are fetched (plus tokenizer and generation files for export).
-``HF_TOKEN``, ``HF_HUB_OFFLINE`` and the cache are honoured by huggingface_hub itself.
+Only config and safetensors files are fetched for inspection (export adds tokenizer and generation
+files). ``HF_TOKEN``, ``HF_HUB_OFFLINE``, ``HF_HUB_CACHE`` and the cache layout
+(``models--org--name/{refs,snapshots}``) are honoured by huggingface_hub itself; the snapshot
+folder's name is the resolved commit sha. Every hub failure becomes a one-line
+:class:`IdinspectError` saying what to do.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
+
+from huggingface_hub import constants as hf_constants
+from huggingface_hub import errors as hf_errors
+from huggingface_hub import snapshot_download
 
 from .errors import IdinspectError
 
 HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
+COMMIT_SHA = re.compile(r"^[0-9a-f]{40}$")
 
-#: What inspection needs.
-INSPECT_PATTERNS = ["config.json", "*.safetensors", "model.safetensors.index.json"]
+#: What inspection needs: the config and the transformers-named safetensors (never pickles,
+#: never other copies of the weights such as Mistral's ``consolidated.safetensors``).
+INSPECT_PATTERNS = ["config.json", "model.safetensors", "model.safetensors.index.json",
+                    "model-*-of-*.safetensors"]
 #: What an exported checkpoint should carry besides the weights.
 EXPORT_PATTERNS = INSPECT_PATTERNS + ["*.json", "*.txt", "*.model", "*.jinja", "*.tiktoken", "merges.txt"]
+
+_INDEX = "model.safetensors.index.json"
+_TRANSPORT_MODULES = ("httpx", "httpx2", "httpcore", "requests", "urllib3")
 
 
 def looks_like_path(source: str) -> bool:
@@ -35,30 +49,98 @@ def split_revision(source: str) -> tuple[str, str | None]:
     return source, None
 
 
-def download_snapshot(repo_id: str, revision: str | None = None, token: str | None = None,
-                      allow_patterns: list[str] | None = None) -> tuple[Path, str]:
-    """Download (or find in the cache) a snapshot; returns (local folder, resolved commit sha)."""
-    import huggingface_hub as hf
-    from huggingface_hub import errors as hf_errors
+def is_offline(local_files_only: bool = False) -> bool:
+    """Offline: ``--offline`` (local_files_only) or ``HF_HUB_OFFLINE`` as huggingface_hub reads it."""
+    check = getattr(hf_constants, "is_offline_mode", None)
+    return bool(local_files_only or (check() if callable(check) else hf_constants.HF_HUB_OFFLINE))
 
+
+def download_snapshot(repo_id: str, revision: str | None = None, token: str | None = None,
+                      allow_patterns: list[str] | None = None, cache_dir: str | Path | None = None,
+                      local_files_only: bool = False) -> tuple[Path, str]:
+    """Download (or find in the cache) a snapshot; returns (local folder, resolved commit sha).
+
+    If the index names shards that ``allow_patterns`` did not match, they are fetched by name in a
+    second call pinned to the same commit.
+    """
+    patterns = list(allow_patterns or INSPECT_PATTERNS)
+    kwargs = {"token": token, "cache_dir": str(cache_dir) if cache_dir is not None else None,
+              "local_files_only": local_files_only}
+    folder = Path(_call(repo_id, revision, patterns, **kwargs))
+    commit = folder.name
+    missing = _unmatched_shards(folder)
+    if missing:
+        folder = Path(_call(repo_id, commit if COMMIT_SHA.match(commit) else revision, missing, **kwargs))
+    return folder, commit
+
+
+def _unmatched_shards(folder: Path) -> list[str]:
+    """Shard files the snapshot's index names but the folder lacks (unusual shard names)."""
+    index = folder / _INDEX
+    if not index.is_file():
+        return []
     try:
-        folder = hf.snapshot_download(repo_id, revision=revision, token=token,
-                                      allow_patterns=allow_patterns or INSPECT_PATTERNS)
-    except hf_errors.GatedRepoError:
-        raise IdinspectError(f"{repo_id} is gated: request access at https://huggingface.co/{repo_id} "
-                             "and pass --token or set HF_TOKEN") from None
-    except hf_errors.RepositoryNotFoundError:
-        raise IdinspectError(f"{repo_id}: no such model on the hub (or it is private: pass --token or set HF_TOKEN)") from None
-    except hf_errors.RevisionNotFoundError:
-        raise IdinspectError(f"{repo_id}: no revision {revision!r}; use a branch, tag or commit sha that exists") from None
-    except hf_errors.LocalEntryNotFoundError:
-        raise IdinspectError(f"{repo_id} is not in the local cache and the hub cannot be reached (HF_HUB_OFFLINE "
-                             "or no network): unset HF_HUB_OFFLINE, connect, or pass a local directory") from None
-    except hf_errors.OfflineModeIsEnabled:
-        raise IdinspectError(f"{repo_id}: HF_HUB_OFFLINE is set and the model is not cached; unset it or pass a local directory") from None
-    except hf_errors.HFValidationError as exc:
-        raise IdinspectError(f"{repo_id!r} is not a valid hub id ({exc}); pass org/name or an existing directory") from None
-    except hf_errors.HfHubHTTPError as exc:
-        raise IdinspectError(f"{repo_id}: the hub answered {exc}; retry, or pass a local directory") from None
-    folder = Path(folder)
-    return folder, folder.name
+        weight_map = json.loads(index.read_text()).get("weight_map") or {}
+        names = {str(v) for v in weight_map.values()}
+    except (OSError, ValueError, AttributeError):
+        return []  # the checkpoint reader reports a bad index with its own message
+    return sorted(n for n in names if "/" not in n and not (folder / n).exists())
+
+
+def _call(repo_id: str, revision: str | None, patterns: list[str], *, token, cache_dir, local_files_only) -> str:
+    try:
+        return snapshot_download(repo_id, revision=revision, token=token, allow_patterns=patterns,
+                                 cache_dir=cache_dir, local_files_only=local_files_only)
+    except Exception as exc:  # noqa: BLE001 - mapped to one line below, anything else re-raised
+        error = hub_error(exc, repo_id, revision, offline=is_offline(local_files_only), cache_dir=cache_dir)
+        if error is None:
+            raise
+        raise error from None
+
+
+def hub_error(exc: BaseException, repo_id: str, revision: str | None, offline: bool,
+              cache_dir: str | Path | None = None) -> IdinspectError | None:
+    """The one-line error for a huggingface_hub failure, or None if ``exc`` is not one."""
+    ref = f"{repo_id}@{revision}" if revision else repo_id
+    cache = str(cache_dir) if cache_dir is not None else str(getattr(hf_constants, "HF_HUB_CACHE", "the hub cache"))
+    if isinstance(exc, hf_errors.GatedRepoError):
+        return IdinspectError(f"{repo_id} is gated: accept its terms at https://huggingface.co/{repo_id} "
+                              "and pass --token or set HF_TOKEN")
+    if isinstance(exc, hf_errors.RepositoryNotFoundError):
+        return IdinspectError(f"{repo_id}: not a local directory, and no such model on the hub "
+                              "(if it is private, pass --token or set HF_TOKEN)")
+    if isinstance(exc, hf_errors.RevisionNotFoundError):
+        return IdinspectError(f"{repo_id}: no revision {revision!r} on the hub; use a branch, tag or commit sha that exists")
+    if isinstance(exc, hf_errors.DisabledRepoError):
+        return IdinspectError(f"{repo_id}: the repository is disabled on the hub")
+    if isinstance(exc, getattr(hf_errors, "IncompleteSnapshotError", ())):
+        return IdinspectError(f"{ref}: the cached snapshot is incomplete and the hub cannot be reached; "
+                              "rerun once online to finish the download")
+    if isinstance(exc, hf_errors.LocalEntryNotFoundError):
+        if offline:
+            return IdinspectError(f"{ref} is not in the local cache ({cache}) and offline mode is on "
+                                  "(HF_HUB_OFFLINE or --offline): download it once online, or pass a local directory")
+        cause = exc.__cause__
+        why = f" ({type(cause).__name__})" if cause is not None else ""
+        return IdinspectError(f"{ref}: the hub cannot be reached{why} and it is not in the local cache "
+                              f"({cache}): check the network, set HF_HUB_OFFLINE=1 to use the cache, "
+                              "or pass a local directory")
+    if isinstance(exc, hf_errors.OfflineModeIsEnabled):
+        return IdinspectError(f"{ref}: offline mode is on (HF_HUB_OFFLINE) and it is not cached; unset it or pass a local directory")
+    if isinstance(exc, hf_errors.HFValidationError):
+        return IdinspectError(f"{repo_id!r} is not a valid hub id ({_first_line(exc)}); pass org/name or an existing directory")
+    if isinstance(exc, hf_errors.HfHubHTTPError):
+        status = getattr(getattr(exc, "response", None), "status_code", None)
+        if status == 401:
+            return IdinspectError(f"{repo_id}: the hub refused the token (HTTP 401); check --token / HF_TOKEN")
+        return IdinspectError(f"{repo_id}: the hub answered HTTP {status} ({_first_line(exc)}); retry later, "
+                              "or pass a local directory")
+    if type(exc).__module__.split(".")[0] in _TRANSPORT_MODULES or isinstance(exc, (ConnectionError, TimeoutError)):
+        return IdinspectError(f"{ref}: network error while downloading ({type(exc).__name__}: {_first_line(exc)}); "
+                              "check the connection and retry, or pass a local directory")
+    return None
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else type(exc).__name__

@@ -6,15 +6,17 @@ layers are read one at a time. The model itself is never instantiated.
 
 from __future__ import annotations
 
+import copy
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from .adapters import Adapter, adapter_for, supported_model_types
 from .canonical import AttentionLayer
-from .checkpoint import SafetensorsCheckpoint, StateDictReader, TensorReader
+from .checkpoint import INDEX_FILE, SINGLE_FILE, SafetensorsCheckpoint, ShapeOnlyReader, StateDictReader, TensorReader
 from .errors import IdinspectError
-from .hub import HUB_ID, INSPECT_PATTERNS, download_snapshot, looks_like_path, split_revision
+from .hub import COMMIT_SHA, HUB_ID, INSPECT_PATTERNS, download_snapshot, looks_like_path, split_revision
 
 
 @dataclass(frozen=True)
@@ -44,9 +46,26 @@ class Model:
         """Attention layer ``i`` in canonical form, in the checkpoint's dtype."""
         if not 0 <= i < self.num_layers:
             raise IndexError(f"layer {i} out of range 0..{self.num_layers - 1}")
-        layer = self.adapter.read_layer(i)
-        layer.validate()
-        return layer
+        return _validated(self.adapter.read_layer(i))
+
+    def check_layout(self) -> None:
+        """Check, from headers only, that every layer's attention tensors exist with the shapes the
+        config implies and that the checkpoint holds no layers beyond ``num_layers``.
+
+        Raises :class:`IdinspectError` naming the tensor. No tensor data is read.
+        """
+        a = self.adapter
+        _check_config_numbers(a)
+        probe = copy.copy(a)  # shares the positional cache; reads through a shape-only view
+        probe.reader = ShapeOnlyReader(self.reader)
+        for i in range(self.num_layers):
+            _validated(probe.read_layer(i))
+        pattern = re.compile(re.escape(f"{a.prefix}{a.layer_container}.") + r"(\d+)\.")
+        indices = {int(m.group(1)) for k in self.reader.keys() if (m := pattern.match(k))}
+        if indices and max(indices) >= self.num_layers:
+            raise IdinspectError(f"the checkpoint has tensors for layer {max(indices)} ({a.prefix}{a.layer_container}."
+                                 f"{max(indices)}.*) but config.json says {self.num_layers} layers; the weights do "
+                                 "not belong to this config")
 
     def layers(self) -> Iterator[AttentionLayer]:
         """Every attention layer, read lazily one at a time."""
@@ -93,28 +112,57 @@ class Model:
 
 
 def load(source, *, revision: str | None = None, token: str | None = None,
-         allow_patterns: list[str] | None = None) -> Model:
+         allow_patterns: list[str] | None = None, cache_dir: str | Path | None = None,
+         local_files_only: bool = False) -> Model:
     """Open ``source``: a directory, ``org/name[@revision]`` on the hub, or a ``PreTrainedModel``.
 
-    Nothing is instantiated: tensors are read lazily, one layer at a time.
+    Anything that looks like a path (starts with ``.``, ``/`` or ``~``, exists, or has more than one
+    ``/``) is read locally and never sent to the hub. ``cache_dir`` and ``local_files_only``
+    (offline) go to ``huggingface_hub.snapshot_download``. Nothing is instantiated: headers are
+    checked against the config on open, tensors are read lazily, one layer at a time.
     """
     if not isinstance(source, (str, Path)):
+        if revision is not None:
+            raise IdinspectError("revision applies to hub ids only, not to a model in memory")
         return _from_module(source)
     text = str(source)
     if text.startswith("pkg:"):
+        _no_revision(text, revision)
         path = package_checkpoint(text)
-        return _from_directory(path, Provenance(source=text, kind="local", revision=revision, path=path))
+        return _from_directory(path, Provenance(source=text, kind="local", path=path))
     if isinstance(source, Path) or looks_like_path(text):
+        _no_revision(text, revision)
         path = Path(text).expanduser()
         if not path.exists():
             raise IdinspectError(f"{text}: no such file or directory")
-        return _from_directory(path, Provenance(source=text, kind="local", revision=revision, path=path))
+        return _from_directory(path, Provenance(source=text, kind="local", revision=cache_revision(path), path=path))
     repo_id, rev = split_revision(text)
     if not HUB_ID.match(repo_id):
-        raise IdinspectError(f"{text}: not an existing path and not a hub id (org/name[@revision])")
+        raise IdinspectError(f"{text}: not an existing path and not a hub id (org/name[@revision]); "
+                             "check the spelling, or run 'idinspect --help' for the commands")
+    if rev is not None and revision is not None and rev != revision:
+        raise IdinspectError(f"{text}: revision given twice ({rev!r} and --revision {revision!r}); give one")
     folder, commit = download_snapshot(repo_id, revision=rev or revision, token=token,
-                                       allow_patterns=allow_patterns or INSPECT_PATTERNS)
+                                       allow_patterns=allow_patterns or INSPECT_PATTERNS,
+                                       cache_dir=cache_dir, local_files_only=local_files_only)
     return _from_directory(folder, Provenance(source=repo_id, kind="hub", revision=commit, path=folder))
+
+
+def cache_revision(path: Path) -> str | None:
+    """The commit sha of a hub-cache snapshot folder (``models--org--name/snapshots/<sha>``), else None."""
+    try:
+        resolved = path.resolve()
+    except OSError:
+        return None
+    parent = resolved.parent
+    if parent.name == "snapshots" and parent.parent.name.startswith("models--") and COMMIT_SHA.match(resolved.name):
+        return resolved.name
+    return None
+
+
+def _no_revision(text: str, revision: str | None) -> None:
+    if revision is not None:
+        raise IdinspectError(f"{text}: --revision applies to hub ids (org/name) only, not to a local checkpoint")
 
 
 def package_checkpoint(source: str) -> Path:
@@ -141,30 +189,71 @@ def package_checkpoint(source: str) -> Path:
 
 def _from_directory(path: Path, provenance: Provenance) -> Model:
     if not path.is_dir():
-        raise IdinspectError(f"{path}: expected a checkpoint directory (config.json + model.safetensors), got a file")
-    config = _load_config(path)
-    reader = SafetensorsCheckpoint(path)
-    return Model(config, reader, adapter_for(config, reader), provenance)
+        hint = f"; pass its folder {path.parent}" if path.name in ("config.json", SINGLE_FILE, INDEX_FILE) else ""
+        raise IdinspectError(f"{path}: expected a checkpoint directory (config.json + model.safetensors), got a file{hint}")
+    reader = SafetensorsCheckpoint(path)  # refuses pickle-only folders before anything else
+    try:
+        config = _load_config(path)
+        model = Model(config, reader, adapter_for(config, reader), provenance)
+        model.check_layout()
+    except BaseException:
+        reader.close()
+        raise
+    return model
 
 
 def _load_config(path: Path):
+    """``AutoConfig`` for a supported ``model_type``; every failure is a one-line error naming the file."""
+    from huggingface_hub.errors import StrictDataclassError
     from transformers import AutoConfig, PretrainedConfig
 
     cfg_file = path / "config.json"
     if not cfg_file.is_file():
-        raise IdinspectError(f"{path}: no config.json; a Hugging Face checkpoint directory needs one")
+        raise IdinspectError(f"{path}: no config.json; a Hugging Face checkpoint directory needs one "
+                             "(save_pretrained writes it)")
     try:
         raw, _ = PretrainedConfig.get_config_dict(str(path))
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, UnicodeDecodeError) as exc:
         raise IdinspectError(f"{cfg_file}: not valid JSON ({_first_line(exc)}); fix or re-download it") from None
+    if not isinstance(raw, dict):
+        raise IdinspectError(f"{cfg_file}: not a JSON object of settings; fix or re-download it")
     model_type = raw.get("model_type")
+    if not model_type:
+        raise IdinspectError(f"{cfg_file}: no model_type; add it (supported: {', '.join(supported_model_types())})")
     if model_type not in supported_model_types():
         raise IdinspectError(f"{cfg_file}: model_type {model_type!r} is not supported; "
                              f"supported: {', '.join(supported_model_types())}")
     try:
-        return AutoConfig.from_pretrained(str(path))
-    except (OSError, ValueError, TypeError, KeyError) as exc:
-        raise IdinspectError(f"{cfg_file}: transformers cannot read it ({_first_line(exc)})") from None
+        return AutoConfig.from_pretrained(str(path), trust_remote_code=False)
+    except (OSError, ValueError, TypeError, KeyError, AttributeError, StrictDataclassError) as exc:
+        raise IdinspectError(f"{cfg_file}: transformers cannot read it ({_first_line(exc)}); fix or re-download it") from None
+
+
+def _check_config_numbers(a: Adapter) -> None:
+    """Layer and head counts the shape checks rely on, with the config field named."""
+    try:
+        numbers = {"layers": a.num_layers, "heads": a.n_heads, "kv_heads": a.n_kv_heads,
+                   "hidden_size": a.hidden_size, "head_dim": a.head_dim}
+    except (TypeError, ValueError, AttributeError, ZeroDivisionError) as exc:
+        raise IdinspectError(f"config.json: layer/head sizes are missing or not integers ({_first_line(exc)})") from None
+    bad = [k for k, v in numbers.items() if v < 1]
+    if bad:
+        raise IdinspectError(f"config.json: {', '.join(f'{k}={numbers[k]}' for k in bad)} must be positive; fix the config")
+    if numbers["heads"] % numbers["kv_heads"]:
+        raise IdinspectError(f"config.json: {numbers['heads']} attention heads do not divide into "
+                             f"{numbers['kv_heads']} key/value heads; fix the config")
+    if getattr(a.config, "head_dim", None) is None and numbers["hidden_size"] % numbers["heads"]:
+        raise IdinspectError(f"config.json: hidden size {numbers['hidden_size']} is not divisible by "
+                             f"{numbers['heads']} attention heads; fix the config")
+
+
+def _validated(layer: AttentionLayer) -> AttentionLayer:
+    try:
+        layer.validate()
+    except ValueError as exc:
+        names = ", ".join(sorted(set(layer.tensor_names.values())))
+        raise IdinspectError(f"{exc} (tensors {names}); the checkpoint does not match its config") from None
+    return layer
 
 
 def _first_line(exc: BaseException) -> str:
@@ -173,12 +262,19 @@ def _first_line(exc: BaseException) -> str:
 
 
 def _from_module(model) -> Model:
+    """A live ``PreTrainedModel``: its config and state dict, read in place (nothing written)."""
     config = getattr(model, "config", None)
-    if config is None or not hasattr(model, "state_dict"):
-        raise IdinspectError(f"cannot inspect a {type(model).__name__}: pass a directory, a hub id or a transformers PreTrainedModel")
+    if config is None or not hasattr(model, "state_dict") or not hasattr(config, "model_type"):
+        raise IdinspectError(f"cannot inspect a {type(model).__name__}: pass a directory, a hub id or a "
+                             "transformers PreTrainedModel")
+    if config.model_type not in supported_model_types():
+        raise IdinspectError(f"{type(model).__name__}: model_type {config.model_type!r} is not supported; "
+                             f"supported: {', '.join(supported_model_types())}")
     reader = StateDictReader(model.state_dict())
     name = getattr(config, "_name_or_path", "") or type(model).__name__
-    return Model(config, reader, adapter_for(config, reader), Provenance(source=name, kind="memory"))
+    result = Model(config, reader, adapter_for(config, reader), Provenance(source=name, kind="memory"))
+    result.check_layout()
+    return result
 
 
 __all__ = ["Model", "Provenance", "load"]
