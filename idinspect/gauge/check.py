@@ -1,0 +1,129 @@
+"""Is a checkpoint already in the balanced gauge? Checked by the conditions that define it.
+
+Re-canonicalising a rounded gauge-fixed form can rotate columns whose singular values are close
+(by about rounding / gap), so comparing tensors would call a correct bf16 export "not fixed". The
+defining conditions are instead stable under rounding; each gives a relative residual:
+
+- bias:   ||b_K[:, U]|| / ||b_K|| (no-op key bias zero); ||b_V|| / max(||b_V||, ||b_O||) where absorbable;
+- QK, VO per group (factors X [m, k], Y [n, k] with X Y^T the group's form):
+          balance  max(||X^T X - Y^T Y||, ||offdiag X^T X||, ||offdiag Y^T Y||) / mean(||X^T X||, ||Y^T Y||),
+          order    max_i (g_{i+1} - g_i)^+ / g_0 over g = diag(X^T X),
+          sign     max_j ((|most negative| - most positive)^+ / max |entry|) over the columns of Y;
+- planes: | ||Q_p||^2 - ||K_p||^2 | / (||Q_p||^2 + ||K_p||^2), |M_01| / tr M, (M_11 - M_00)^+ / tr M, and
+          the sign of K_p's first column.
+
+All are k x k Gram products: O(d d_k^2) per group.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import torch
+
+from ..canonical import AttentionLayer
+from ..structure import require_modelled, unrotated_columns, value_bias_absorbable
+from .factors import augment, output_stack, stack_groups
+
+#: Default residual tolerance per stored dtype: about 16 units of rounding (unit roundoff u = eps / 2),
+#: and never below 1e-10 (float64 arithmetic in the check itself).
+DEFAULT_RTOL = {torch.float64: 1e-10, torch.float32: 16 * 2.0 ** -24, torch.float16: 16 * 2.0 ** -11,
+                torch.bfloat16: 16 * 2.0 ** -8}
+
+
+def default_rtol(dtype: torch.dtype) -> float:
+    return DEFAULT_RTOL.get(dtype, DEFAULT_RTOL[torch.float32])
+
+
+def gauge_residuals(layer: AttentionLayer) -> list[tuple[float, str]]:
+    """(residual, where) for every condition of the balanced gauge in ``layer``."""
+    require_modelled(layer)
+    L = layer.to(torch.float64)
+    out: list[tuple[float, str]] = []
+    at = f"layer {L.index}"
+    G, d = L.n_kv_heads, L.d_model
+    cols = list(unrotated_columns(L))
+    if L.b_K is not None and cols:
+        out.append((_ratio(L.b_K[:, cols].norm(), L.b_K.norm()), f"{at} b_K: no-op (unrotated) part not zero"))
+    if value_bias_absorbable(L):
+        out.append((_ratio(L.b_V.norm(), torch.maximum(L.b_V.norm(), L.b_O.norm())), f"{at} b_V: absorbable value bias not folded"))
+
+    Q = stack_groups(augment(L.W_Q, L.b_Q), G)
+    K = augment(L.W_K, L.b_K)
+    for g in range(G):
+        if cols:
+            out += _pair_residuals(Q[g][:, cols], K[g][:d, cols], f"{at} group {g} QK")
+        if L.positional.kind == "rope":
+            for p, (i, j) in enumerate(L.positional.rotary.plane_columns()):
+                out += _plane_residuals(Q[g][:, [i, j]], K[g][:, [i, j]], f"{at} group {g} plane {p}")
+        v_live = L.b_V is not None and not value_bias_absorbable(L)
+        V = augment(L.W_V, L.b_V if v_live else None)
+        out += _pair_residuals(V[g], output_stack(L.W_O, G)[g], f"{at} group {g} VO")
+    return out
+
+
+def is_gauge_fixed(model_or_layer, rtol: float | None = None) -> tuple[bool, float, str]:
+    """(fixed, worst residual, where) for a layer, an iterable of layers, a Model or a source.
+
+    ``fixed`` is True when every residual of :func:`gauge_residuals` is at most ``rtol``
+    (default: :data:`DEFAULT_RTOL` for each layer's stored dtype). ``where`` names the worst
+    condition, e.g. ``"layer 3 group 1 QK balance"``.
+    """
+    worst, where, fixed = 0.0, "", True
+    for layer in _layers(model_or_layer):
+        tol = default_rtol(layer.dtype) if rtol is None else rtol
+        for value, place in gauge_residuals(layer):
+            if value > tol:
+                fixed = False
+            if value > worst or not where:
+                worst, where = value, place
+    return fixed, worst, where
+
+
+def _layers(obj) -> Iterable[AttentionLayer]:
+    from ..model import Model, load
+
+    if isinstance(obj, AttentionLayer):
+        return [obj]
+    if isinstance(obj, Model):
+        return obj.layers()
+    if isinstance(obj, (list, tuple)):
+        return obj
+    return load(obj).layers()
+
+
+def _ratio(num: torch.Tensor, den: torch.Tensor) -> float:
+    num, den = float(num), float(den)
+    return 0.0 if num == 0.0 else num / den
+
+
+def _offdiag(G: torch.Tensor) -> torch.Tensor:
+    return G - torch.diag_embed(torch.diagonal(G, dim1=-2, dim2=-1))
+
+
+def _sign_residual(Y: torch.Tensor) -> float:
+    """Largest over columns of (|most negative| - most positive)^+ / max |entry|."""
+    top = Y.abs().amax(dim=0)
+    bad = (-Y.amin(dim=0) - Y.amax(dim=0)).clamp(min=0)
+    return float(torch.where(top > 0, bad / torch.where(top > 0, top, torch.ones_like(top)), torch.zeros_like(top)).max())
+
+
+def _pair_residuals(X: torch.Tensor, Y: torch.Tensor, at: str) -> list[tuple[float, str]]:
+    Gx, Gy = X.T @ X, Y.T @ Y
+    scale = 0.5 * (Gx.norm() + Gy.norm())
+    balance = max(float((Gx - Gy).norm()), float(_offdiag(Gx).norm()), float(_offdiag(Gy).norm()))
+    g = torch.diagonal(Gx)
+    order = float((g[1:] - g[:-1]).clamp(min=0).max()) if g.numel() > 1 else 0.0
+    return [(_ratio(torch.tensor(balance), scale), f"{at} balance"),
+            (_ratio(torch.tensor(order), g.max() if g.numel() else torch.tensor(0.0)), f"{at} order"),
+            (_sign_residual(Y), f"{at} sign")]
+
+
+def _plane_residuals(Qp: torch.Tensor, Kp: torch.Tensor, at: str) -> list[tuple[float, str]]:
+    nq, nk = Qp.pow(2).sum(), Kp.pow(2).sum()
+    M = Qp.T @ Qp + Kp.T @ Kp
+    tr = M[0, 0] + M[1, 1]
+    return [(_ratio((nq - nk).abs(), nq + nk), f"{at} scale"),
+            (_ratio(M[0, 1].abs(), tr), f"{at} rotation"),
+            (_ratio((M[1, 1] - M[0, 0]).clamp(min=0), tr), f"{at} order"),
+            (_sign_residual(Kp[:, :1]), f"{at} half-turn")]

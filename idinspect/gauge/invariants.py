@@ -1,0 +1,128 @@
+"""The invariants of the attention gauge, and how far two layers' invariants differ.
+
+For each query head h (kv group g = g(h)), with Q~^h = [W_Q^h; b_Q^h] the bias-augmented query:
+
+- ``W_QK``: Q~^h[:, U] W_K^g[:, U]^T on the unrotated dims U (all of d_k without RoPE); the
+  no-op key bias there is ignored, it changes nothing;
+- ``plane_QK`` / ``plane_QJK``: for each rotary plane p, Q~_p K~_p^T and Q~_p J K~_p^T with
+  K~ = [W_K; b_K] (the key bias is live under RoPE) and J = [[0, 1], [-1, 0]];
+- ``W_OV``: W_V^g W_O^h;
+- ``output_bias``: b_O + sum_h b_V^{g(h)} W_O^h.
+
+Each is compared as ||X_a - X_b||_F / max(||X_a||_F, ||X_b||_F) through thin-QR cores of the
+factors (:func:`~idinspect.gauge.linalg.product_difference_norm`), never forming a d x d product.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ..canonical import AttentionLayer
+from ..structure import unrotated_columns
+from .biases import effective_output_bias
+from .factors import augment
+from .linalg import product_difference_norm, product_norm, relative
+
+INVARIANTS = ("W_QK", "plane_QK", "plane_QJK", "W_OV", "output_bias")
+_J = torch.tensor([[0.0, 1.0], [-1.0, 0.0]], dtype=torch.float64)
+
+
+@dataclass(frozen=True)
+class InvariantError:
+    """Largest relative change of one invariant kind over a layer, and where (head, plane)."""
+
+    invariant: str
+    error: float
+    head: int | None = None
+    plane: int | None = None
+
+    def where(self, layer: int) -> str:
+        parts = [f"layer {layer}"]
+        if self.head is not None:
+            parts.append(f"head {self.head}")
+        if self.plane is not None:
+            parts.append(f"plane {self.plane}")
+        return " ".join(parts) + f" {self.invariant}"
+
+
+def invariant_errors(a: AttentionLayer, b: AttentionLayer) -> dict[str, InvariantError]:
+    """Largest relative change of every invariant between layers ``a`` and ``b`` (float64).
+
+    Kinds that do not apply (planes without RoPE, W_QK under full RoPE) are absent. Raises
+    ValueError if the layers do not have the same shapes and positional scheme.
+    """
+    _check_comparable(a, b)
+    A, B = a.to(torch.float64), b.to(torch.float64)
+    kv = torch.arange(A.n_heads) // A.group_size
+    Qa, Qb = _query(A), _query(B)
+    out: dict[str, InvariantError] = {}
+
+    cols = list(unrotated_columns(A))
+    if cols:
+        Ka, Kb = A.W_K[kv][:, :, cols], B.W_K[kv][:, :, cols]
+        err = _rel(Qa[:, :, cols], Ka, Qb[:, :, cols], Kb)
+        out["W_QK"] = _worst("W_QK", err)
+
+    if A.positional.kind == "rope":
+        idx = torch.tensor(A.positional.rotary.plane_columns())
+        Ka, Kb = augment(A.W_K, _zero_if_none(A.b_K, B.b_K)), augment(B.W_K, _zero_if_none(B.b_K, A.b_K))
+        qa, qb = Qa[:, :, idx].permute(0, 2, 1, 3), Qb[:, :, idx].permute(0, 2, 1, 3)   # [H, P, m, 2]
+        ka, kb = Ka[kv][:, :, idx].permute(0, 2, 1, 3), Kb[kv][:, :, idx].permute(0, 2, 1, 3)
+        out["plane_QK"] = _worst("plane_QK", _rel(qa, ka, qb, kb))
+        out["plane_QJK"] = _worst("plane_QJK", _rel(qa @ _J, ka, qb @ _J, kb))
+
+    Oa, Ob = A.W_O.transpose(1, 2), B.W_O.transpose(1, 2)                             # [H, d, d_v]
+    out["W_OV"] = _worst("W_OV", _rel(A.W_V[kv], Oa, B.W_V[kv], Ob))
+
+    ea, eb = effective_output_bias(A), effective_output_bias(B)
+    err = relative((ea - eb).norm(), ea.norm(), eb.norm())
+    out["output_bias"] = InvariantError("output_bias", float(err))
+    return out
+
+
+def largest_invariant_error(a: AttentionLayer, b: AttentionLayer) -> InvariantError:
+    """The worst of :func:`invariant_errors`."""
+    return max(invariant_errors(a, b).values(), key=lambda e: e.error)
+
+
+def _query(L: AttentionLayer) -> torch.Tensor:
+    """Q~ [H, d + 1, d_k]: the query bias row is always present (zero when the layer has none)."""
+    b = L.b_Q if L.b_Q is not None else L.W_Q.new_zeros(L.n_heads, L.d_k)
+    return augment(L.W_Q, b)
+
+
+def _zero_if_none(b: torch.Tensor | None, other: torch.Tensor | None) -> torch.Tensor | None:
+    if b is None and other is not None:
+        return torch.zeros_like(other)
+    return b
+
+
+def _rel(A: torch.Tensor, B: torch.Tensor, C: torch.Tensor, D: torch.Tensor) -> torch.Tensor:
+    return relative(product_difference_norm(A, B, C, D), product_norm(A, B), product_norm(C, D))
+
+
+def _worst(name: str, err: torch.Tensor) -> InvariantError:
+    """err [H] or [H, P] -> the largest, with its head (and plane)."""
+    flat = int(err.reshape(-1).argmax())
+    if err.dim() == 1:
+        return InvariantError(name, float(err[flat]), head=flat)
+    H, P = err.shape
+    return InvariantError(name, float(err.reshape(-1)[flat]), head=flat // P, plane=flat % P)
+
+
+def _check_comparable(a: AttentionLayer, b: AttentionLayer) -> None:
+    for what in ("W_Q", "W_K", "W_V", "W_O"):
+        if getattr(a, what).shape != getattr(b, what).shape:
+            raise ValueError(f"layer {a.index}: {what} shapes differ: {tuple(getattr(a, what).shape)} vs "
+                             f"{tuple(getattr(b, what).shape)}")
+    pa, pb = a.positional, b.positional
+    if pa.kind != pb.kind or pa.rotary_dim != pb.rotary_dim or (
+            pa.rotary is not None and pb.rotary is not None and pa.rotary.pairing != pb.rotary.pairing):
+        raise ValueError(f"layer {a.index}: positional schemes differ ({pa.kind}/{pa.rotary_dim} vs {pb.kind}/{pb.rotary_dim})")
+    if pa.rotary is not None and pb.rotary is not None and (
+            not torch.equal(pa.rotary.inv_freq, pb.rotary.inv_freq) or pa.rotary.attention_factor != pb.rotary.attention_factor):
+        raise ValueError(f"layer {a.index}: RoPE frequencies differ")
+    if abs(a.scale - b.scale) > 1e-12 * abs(a.scale) or a.causal != b.causal or a.sliding_window != b.sliding_window:
+        raise ValueError(f"layer {a.index}: score scale, causal mask or sliding window differ")
