@@ -6,6 +6,8 @@ import click
 
 
 def register(group: click.Group) -> None:
+    from .audit_cmd import audit_command
     from .inspect_cmd import inspect_command
 
     group.add_command(inspect_command)
+    group.add_command(audit_command)
