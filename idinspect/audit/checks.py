@@ -39,7 +39,7 @@ def gauge_fixed(model, rtol: float | None) -> list[dict]:
         from ..gauge import is_gauge_fixed
     except ImportError:
         raise IdinspectError("--require-gauge-fixed needs idinspect.gauge, which this installation lacks") from None
-    ok, worst, where = is_gauge_fixed(model, rtol) if rtol is not None else is_gauge_fixed(model)
+    ok, worst, where = is_gauge_fixed(model, rtol)  # rtol None: the gauge's default for the stored dtype
     if ok:
         return []
     tol = f" (rtol {rtol:g})" if rtol is not None else ""
@@ -76,7 +76,7 @@ def unsupported_model_type(directory: Path | None) -> str | None:
             "nothing about its identification can be certified")
 
 
-def local_directory(source: str) -> Path | None:
+def local_directory(source: str, cache_dir: str | Path | None = None) -> Path | None:
     """The directory a source names without downloading: a path, ``pkg:...``, or a cached hub snapshot."""
     from ..hub import HUB_ID, INSPECT_PATTERNS, looks_like_path, split_revision
     from ..model import package_checkpoint
@@ -92,7 +92,8 @@ def local_directory(source: str) -> Path | None:
             return None
         import huggingface_hub as hf
 
-        return Path(hf.snapshot_download(repo_id, revision=rev, allow_patterns=INSPECT_PATTERNS, local_files_only=True))
+        return Path(hf.snapshot_download(repo_id, revision=rev, allow_patterns=INSPECT_PATTERNS, cache_dir=cache_dir,
+                                         local_files_only=True))
     except Exception:  # noqa: BLE001 - only a hint: None means "cannot tell", and the load error stands
         return None
 

@@ -167,21 +167,21 @@ class Auditor:
     """Audits sources one by one under ``policy``; ``baseline`` suppresses known findings."""
 
     def __init__(self, policy: Policy, *, baseline: Baseline | None = None, token: str | None = None,
-                 cwd: Path | None = None):
+                 cache_dir: str | Path | None = None, offline: bool = False, cwd: Path | None = None):
         self.policy = policy
         self.baseline = baseline
-        self.token = token
+        self.load_options = {"token": token, "cache_dir": cache_dir, "local_files_only": offline}
         self.cwd = Path(cwd or Path.cwd())
 
     def audit(self, source: str) -> ModelResult:
         from ..model import load
 
         try:
-            model = load(source, token=self.token)
+            model = load(source, **self.load_options)
         except UnsupportedLayerError as exc:
-            return self._unsupported(source, checks.local_directory(source), str(exc))
+            return self._unsupported(source, self._directory(source), str(exc))
         except IdinspectError as exc:
-            directory = checks.local_directory(source)
+            directory = self._directory(source)
             message = checks.unsupported_model_type(directory)
             if message is not None:
                 return self._unsupported(source, directory, message)
@@ -199,6 +199,9 @@ class Auditor:
                                error=f"internal error: {type(exc).__name__}: {exc} (rerun with --debug)")
         finally:
             model.close()
+
+    def _directory(self, source: str) -> Path | None:
+        return checks.local_directory(source, self.load_options["cache_dir"])
 
     def _identity_of(self, source: str, model) -> str:
         prov = model.provenance
@@ -276,9 +279,10 @@ class Auditor:
 
 
 def run_audit(sources: list[str], policy: Policy, *, baseline: Baseline | None = None, exit_zero: bool = False,
-              writing_baseline: bool = False, token: str | None = None, cwd: Path | None = None) -> AuditResult:
+              writing_baseline: bool = False, token: str | None = None, cache_dir: str | Path | None = None,
+              offline: bool = False, cwd: Path | None = None) -> AuditResult:
     """Audit every source (an unreadable one is recorded as an error and the rest still run)."""
-    auditor = Auditor(policy, baseline=baseline, token=token, cwd=cwd)
+    auditor = Auditor(policy, baseline=baseline, token=token, cache_dir=cache_dir, offline=offline, cwd=cwd)
     models = []
     for source in sources:
         log.info("auditing %s", source)

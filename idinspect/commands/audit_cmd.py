@@ -89,7 +89,8 @@ def _emit(result: AuditResult, fmt: str, output: str | None, show_all: bool, err
             err.print(f"warning: cannot append to $GITHUB_STEP_SUMMARY ({escape(str(exc))})", highlight=False)
 
 
-@click.command("audit")
+@click.command("audit", epilog="Exit status: 0 pass; 1 a finding at or above --fail-on; 2 an error (missing, empty or "
+                                "unreadable model, bad policy or baseline, unknown rule), whatever --format.")
 @click.argument("models", nargs=-1, required=True, metavar="MODEL [MODEL ...]")
 @click.option("--fail-on", type=click.Choice(SEVERITIES), default=None,
               help="Exit 1 when a finding is at or above this severity. [default: error, or fail-on in the policy]")
@@ -115,13 +116,15 @@ def _emit(result: AuditResult, fmt: str, output: str | None, show_all: bool, err
               help="Record the current findings in FILE and exit 0 (2 on errors, and then nothing is written).")
 @click.option("--all", "show_all", is_flag=True, help="text: list every finding (default: the first 50 per model).")
 @click.option("--token", envvar="HF_TOKEN", show_envvar=True, help="Hub token for gated or private models.")
+@click.option("--cache-dir", type=click.Path(file_okay=False), help="Hub cache folder (default: HF_HUB_CACHE).")
+@click.option("--offline", is_flag=True, help="Use only the hub cache, never the network (like HF_HUB_OFFLINE=1).")
 @debug_option
 @click.pass_context
 def audit_command(ctx: click.Context, models: tuple[str, ...], fail_on: str | None, exit_zero: bool, fmt: str,
                   output: str | None, config: str | None, no_config: bool, severity: tuple[str, ...],
                   disable: tuple[str, ...], require_gauge_fixed: bool | None, gauge_rtol: float | None,
                   max_unidentified_ratio: float | None, baseline: str | None, write_baseline: str | None,
-                  show_all: bool, token: str | None) -> None:
+                  show_all: bool, token: str | None, cache_dir: str | None, offline: bool) -> None:
     """Audit models against rules and a policy; exit 0 pass, 1 findings, 2 error.
 
     MODEL is anything `idinspect inspect` accepts: a checkpoint directory (or its config.json /
@@ -142,7 +145,7 @@ def audit_command(ctx: click.Context, models: tuple[str, ...], fail_on: str | No
         _emit(result, fmt, output, show_all, err)
         ctx.exit(2)
     result = run_audit(_targets(models), policy, baseline=base, exit_zero=exit_zero,
-                       writing_baseline=write_baseline is not None, token=token)
+                       writing_baseline=write_baseline is not None, token=token, cache_dir=cache_dir, offline=offline)
     for m in result.models:
         if m.error is not None:
             where = "" if m.source in m.error else f"{escape(m.source)}: "
