@@ -87,21 +87,33 @@ def _int_or(value, default: int) -> int:
 FINDING_MAIN_KEYS = ("rule", "severity", "layer", "tensor", "parameters", "message")
 
 
-def finding_details(finding: dict) -> list[tuple[str, str]]:
-    """The extra fields of a finding (magnitudes, head, tolerance...) as sorted (name, text) pairs."""
+def finding_details(finding: dict, max_items: int = 6) -> list[tuple[str, str]]:
+    """The extra fields of a finding (magnitudes, heads, tolerance...) as sorted (name, text) pairs.
+
+    Scalars and short lists of scalars are kept (lists shortened to ``max_items``); nested
+    objects are left to the JSON output.
+    """
     out = []
     for key in sorted(finding):
         if key in FINDING_MAIN_KEYS:
             continue
-        value = finding[key]
-        if isinstance(value, float):
-            text = fmt_float(value, 4)
-        elif isinstance(value, (dict, list)):
-            continue
-        else:
-            text = str(value)
-        out.append((key, text))
+        text = _detail_text(finding[key], max_items)
+        if text is not None:
+            out.append((key, text))
     return out
+
+
+def _detail_text(value, max_items: int) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, float):
+        return fmt_float(value, 3)
+    if isinstance(value, (str, int, bool)):
+        return str(value)
+    if isinstance(value, (list, tuple)) and all(isinstance(v, (str, int, float)) for v in value):
+        items = [fmt_float(v, 3) if isinstance(v, float) else str(v) for v in value[:max_items]]
+        return "[" + ", ".join(items) + (", …" if len(value) > max_items else "") + "]"
+    return None
 
 
 @dataclass(frozen=True)
@@ -209,8 +221,11 @@ def positional_text(model: dict) -> str:
 def closed_form_text(result: dict) -> str:
     """``1/(2H) = 4.167%`` from the layers (or the totals' ratio alone), ``–`` when unknown."""
     layers = result.get("layers") or []
+    totals = result.get("totals") or {}
     forms = {layer.get("closed_form") for layer in layers if layer.get("closed_form")}
-    ratio = (result.get("totals") or {}).get("closed_form_ratio")
+    if not forms and totals.get("closed_form"):
+        forms = {totals["closed_form"]}
+    ratio = totals.get("closed_form_ratio")
     if ratio is None:
         return "varies by layer" if len({layer.get("closed_form_ratio") for layer in layers}) > 1 else "–"
     if len(forms) == 1:
@@ -218,6 +233,35 @@ def closed_form_text(result: dict) -> str:
     return fmt_ratio(ratio)
 
 
-def has_biases(result: dict) -> bool:
-    """True when any layer has a no-op or absorbable bias (the closed form ignores biases)."""
-    return any((layer.get("noop_bias") or 0) + (layer.get("absorbable_bias") or 0) for layer in result.get("layers") or [])
+def bias_free_ratio(result: dict) -> float | None:
+    """U / P of the weights alone (the analyzer's ``bias_free_*`` per layer): what the closed form predicts."""
+    layers = result.get("layers") or []
+    if not layers or any(layer.get("bias_free_parameters") is None for layer in layers):
+        return None
+    params = sum(layer["bias_free_parameters"] for layer in layers)
+    un = sum(layer.get("bias_free_unidentified") or 0 for layer in layers)
+    return un / params if params else None
+
+
+def closed_form_line(result: dict) -> str:
+    """``1/(2H) = 4.167% (weights only; measured on the weights alone: 4.167%, equal)``."""
+    text = closed_form_text(result)
+    closed = (result.get("totals") or {}).get("closed_form_ratio")
+    free = bias_free_ratio(result)
+    if free is None or closed is None:
+        return f"{text} (weights only, no biases)"
+    verdict = "equal" if math.isclose(free, closed, rel_tol=1e-9) else "differs"
+    return f"{text} (weights only; measured on the weights alone: {fmt_ratio(free)}, {verdict})"
+
+
+def effective_rank(values: Iterable[float] | None) -> float | None:
+    """Entropy effective rank exp(H(p)), p = σ / Σσ (Roy and Vetterli 2007): 1 for one direction,
+    n for n equal singular values. None for an empty or all-zero (or non-finite) spectrum."""
+    vals = [float(v) for v in (values or []) if v is not None]
+    if not vals or not all(math.isfinite(v) for v in vals):
+        return None
+    total = sum(abs(v) for v in vals)
+    if total <= 0:
+        return None
+    entropy = -sum((abs(v) / total) * math.log(abs(v) / total) for v in vals if v)
+    return math.exp(entropy)

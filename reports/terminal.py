@@ -18,7 +18,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from .summary import (attention_shape, closed_form_text, finding_details, findings_by_rule, fmt_float, fmt_int,
+from .summary import (attention_shape, closed_form_line, finding_details, findings_by_rule, fmt_float, fmt_int,
                       fmt_ratio, head_rows, layer_groups, positional_text, revision_text, severity_counts)
 
 SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "note": "cyan"}
@@ -36,7 +36,7 @@ def render_report(result: dict, console: Console | None = None, *, layers: Layer
         console.print(layer_table(result, collapse=layers != "all", width=console.width))
     findings = result.get("findings")
     if findings is not None:
-        console.print(findings_section(findings))
+        console.print(findings_section(findings, width=console.width))
     if heads and result.get("layers"):
         for table in head_tables(result, width=console.width):
             console.print(table)
@@ -69,7 +69,7 @@ def summary_panel(result: dict) -> Panel:
         if totals.get("unidentified_share_of_model") is not None:
             un.append(f", {fmt_ratio(totals['unidentified_share_of_model'])} of the model")
         grid.add_row("Unidentified", un)
-        grid.add_row("Closed form", Text(f"{closed_form_text(result)} (weights only, no biases)"))
+        grid.add_row("Closed form", Text(closed_form_line(result)))
     findings = result.get("findings")
     if findings is not None:
         counts = Text()
@@ -86,7 +86,7 @@ def summary_panel(result: dict) -> Panel:
 #: Column headers of the layer table: (wide, narrow).
 _LAYER_COLUMNS = (("params", "params"), ("QK gauge", "QK"), ("VO gauge", "VO"), ("no-op bias", "no-op"),
                   ("absorbable bias", "absorb"), ("unidentified", "U"), ("ratio", "ratio"))
-NARROW = 100
+NARROW = 124
 #: Below this width the layer table becomes one short block of lines per (group of) layer(s).
 STACKED = 76
 
@@ -129,28 +129,37 @@ def _layer_blocks(result: dict, collapse: bool) -> Group:
     return Group(*parts)
 
 
-def findings_section(findings: list[dict]) -> Group | Text:
-    """One table per rule (worst rule first) naming tensors and magnitudes; a line when there are none."""
+#: Finding fields too long or too internal for the terminal table (they stay in JSON and HTML).
+_TERMINAL_SKIP = frozenset({"columns", "rank_rule", "head_kind", "role", "into"})
+
+
+def findings_section(findings: list[dict], width: int = 120) -> Group | Text:
+    """One table per rule (worst rule first): layer, tensor, parameters and magnitudes, then the
+    rule's explanation (the first finding's message) once; a single line when there are none."""
     if not findings:
         return Text("No findings.", style="green")
-    parts = [Text("Findings", style="bold")]
+    parts: list = [Text("Findings", style="bold")]
     for rule, worst, items in findings_by_rule(findings):
-        title = Text.assemble(_sev(worst), " ", (rule, "bold"), f" ({len(items)})")
-        table = Table(title=title, title_justify="left", box=box.SIMPLE, header_style="bold", show_edge=False)
+        total = sum(f.get("parameters") or 0 for f in items)
+        title = Text.assemble(_sev(worst), " ", (rule, "bold"), f": {len(items)} finding{'s' * (len(items) != 1)}, "
+                              f"{fmt_int(total)} parameters")
+        table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, header_style="bold",
+                      show_edge=False, pad_edge=False)
         table.add_column("layer", justify="right", no_wrap=True)
         table.add_column("tensor", overflow="fold")
         table.add_column("params", justify="right", no_wrap=True)
         table.add_column("details", overflow="fold")
         for f in items:
-            detail = Text(str(f.get("message", "")))
-            extra = ", ".join(f"{k}={v}" for k, v in finding_details(f))
-            if extra:
-                detail.append(f" ({extra})", style="dim")
+            extra = ", ".join(f"{k}={v}" for k, v in finding_details(f) if k not in _TERMINAL_SKIP)
+            detail = Text(extra)
             if f.get("severity") != worst:
                 detail = Text.assemble(_sev(str(f.get("severity"))), " ", detail)
-            table.add_row(str(f.get("layer", "–")), Text(str(f.get("tensor", "–"))), fmt_int(f.get("parameters")),
+            table.add_row(str(f.get("layer", "–")), Text(str(f.get("tensor") or "–")), fmt_int(f.get("parameters")),
                           detail)
         parts.append(table)
+        message = str(items[0].get("message", ""))
+        if message:
+            parts.append(Padding(Text(("e.g. " if len(items) > 1 else "") + message, style="dim"), (0, 0, 1, 2)))
     return Group(*parts)
 
 
