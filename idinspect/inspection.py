@@ -1,6 +1,8 @@
-"""``inspect``: a model in, the JSON-contract dict out (summary, counts, findings)."""
+"""``inspect``: a model in, the JSON-contract dict out (summary, totals, layers, findings)."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 from .model import Model, load
 
@@ -13,11 +15,23 @@ def tool_info() -> dict:
     return {"name": "idinspect", "version": __version__}
 
 
-def inspect(source, *, revision: str | None = None, token: str | None = None) -> dict:
-    """Inspect ``source`` (path, hub id, PreTrainedModel or an open :class:`Model`).
+def inspect(source, *, revision: str | None = None, token: str | None = None, device: str | None = "cpu",
+            spectra: bool = True, prove: bool = False,
+            on_layer: Callable[[int, int], None] | None = None) -> dict:
+    """Inspect ``source`` (path, hub id, ``pkg:`` source, PreTrainedModel or an open :class:`Model`).
 
-    Returns ``{"schema_version", "tool", "model", ...}``; keys are only ever added.
+    Returns ``{"schema_version", "tool", "model", "totals", "layers", "findings"}`` (plus ``"proof"``
+    with ``prove=True``); keys are only ever added. Layers are streamed one at a time;
+    ``on_layer(i, n)`` is called after layer ``i`` (0-based) of ``n``. ``device`` ("cpu" or
+    "cuda") is where the linear algebra runs; CUDA without a GPU falls back to cpu with a warning.
     """
+    from .analysis import analyze
+
     model = source if isinstance(source, Model) else load(source, revision=revision, token=token)
     result = {"schema_version": SCHEMA_VERSION, "tool": tool_info(), "model": model.summary()}
+    result.update(analyze(model, device=device, spectra=spectra, on_layer=on_layer))
+    if prove:
+        from .prove import prove as run_proof
+
+        result["proof"] = run_proof(model)
     return result

@@ -1,0 +1,142 @@
+"""Structural identification counts of one layer and of the whole model (see ../shared/MATH.md).
+
+Per layer, with P the attention parameters and U the unidentified ones:
+
+    U = qk_gauge + vo_gauge + noop_bias + absorbable_bias          identification_ratio = U / P
+
+The closed form is the same ratio for the *bias-free* version of the layer, written the way the
+paper writes it (G query/key groups, H heads, d width, d_k = d_v head width, rd rotary dims):
+
+    1/(2H)                                 multi-head, no RoPE, d_k = d_v = d/H
+    G/(H(H+G))                             grouped / multi-query, no RoPE, d_k = d_v = d/H
+    G(d_k + d_v^2)/(2 d d_k (H+G))         full RoPE, d_k = d_v
+    G(rd + (d_k-rd)^2 + d_v^2)/(d(H+G)(d_k+d_v))     anything else (the general bias-free form)
+
+Each is evaluated from its own formula, not from :func:`structure.unidentified_dims`, so the two
+are independent checks of each other.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+from .. import structure
+from ..canonical import BIAS_ROLES, AttentionLayer
+
+FORM_MHA = "1/(2H)"
+FORM_GQA = "G/(H(H+G))"
+FORM_ROPE = "G(d_k + d_v^2)/(2 d d_k (H+G))"
+FORM_GENERAL = "G(rd + (d_k-rd)^2 + d_v^2)/(d(H+G)(d_k+d_v))"
+
+
+def bias_free_closed_form(layer: AttentionLayer) -> tuple[str, Fraction]:
+    """(name, exact value) of the closed-form U/P of the layer's configuration without biases."""
+    H, G, d, dk, dv = layer.n_heads, layer.n_kv_heads, layer.d_model, layer.d_k, layer.d_v
+    rd = structure.rotary_dim(layer)
+    if rd == 0 and dk == dv and H * dk == d:
+        if G == H:
+            return FORM_MHA, Fraction(1, 2 * H)
+        return FORM_GQA, Fraction(G, H * (H + G))
+    if rd == dk and dk == dv:
+        return FORM_ROPE, Fraction(G * (dk + dv ** 2), 2 * d * dk * (H + G))
+    return FORM_GENERAL, Fraction(G * (rd + (dk - rd) ** 2 + dv ** 2), d * (H + G) * (dk + dv))
+
+
+def bias_free_parameters(layer: AttentionLayer) -> int:
+    """P without biases: H d d_k + G d d_k + G d d_v + H d_v d."""
+    H, G, d, dk, dv = layer.n_heads, layer.n_kv_heads, layer.d_model, layer.d_k, layer.d_v
+    return d * (H * dk + G * dk + G * dv + H * dv)
+
+
+def layer_counts(layer: AttentionLayer) -> dict:
+    """The per-layer counts object of the JSON contract (everything except ``spectra``).
+
+    The layer must already have passed :func:`structure.require_modelled`.
+    """
+    P = layer.parameter_count()
+    qk = structure.qk_gauge_dim(layer)
+    vo = structure.vo_gauge_dim(layer)
+    noop = structure.noop_key_bias_dims(layer)
+    absorbable = structure.absorbable_value_bias_dims(layer)
+    U = qk + vo + noop + absorbable
+    form, value = bias_free_closed_form(layer)
+    pos = layer.positional
+    return {
+        "index": layer.index,
+        "attention_parameters": P,
+        "unidentified_parameters": U,
+        "qk_gauge": qk,
+        "vo_gauge": vo,
+        "noop_bias": noop,
+        "absorbable_bias": absorbable,
+        "identification_ratio": U / P,
+        "closed_form_ratio": float(value),
+        "closed_form": form,
+        "heads": layer.n_heads,
+        "kv_heads": layer.n_kv_heads,
+        "d_k": layer.d_k,
+        "d_v": layer.d_v,
+        "positional": pos.kind,
+        "rotary_dim": structure.rotary_dim(layer),
+        "rope_type": pos.rotary.rope_type if pos.kind == "rope" else None,
+        "causal": layer.causal,
+        "biases": [role for role in BIAS_ROLES if getattr(layer, role) is not None],
+        "bias_free_parameters": bias_free_parameters(layer),
+        "bias_free_unidentified": qk + vo,
+    }
+
+
+_SUMMED = ("attention_parameters", "unidentified_parameters", "qk_gauge", "vo_gauge", "noop_bias",
+           "absorbable_bias", "bias_free_parameters", "bias_free_unidentified")
+
+
+def model_totals(layers: list[dict], model_parameters: int) -> dict:
+    """The ``totals`` object: sums over layers, U/P, the share of all model parameters.
+
+    ``closed_form_ratio`` is the bias-free U/P summed over layers (sum U_0 / sum P_0), which equals
+    every layer's closed form when the layers share one; ``closed_form`` names it, or is
+    ``"mixed"`` when layers differ.
+    """
+    sums = {key: sum(layer[key] for layer in layers) for key in _SUMMED}
+    P, U = sums["attention_parameters"], sums["unidentified_parameters"]
+    forms = sorted({layer["closed_form"] for layer in layers})
+    return {
+        "attention_parameters": P,
+        "unidentified_parameters": U,
+        "identification_ratio": U / P if P else 0.0,
+        "model_parameters": model_parameters,
+        "unidentified_share_of_model": U / model_parameters if model_parameters else 0.0,
+        "closed_form_ratio": (sums["bias_free_unidentified"] / sums["bias_free_parameters"]
+                              if sums["bias_free_parameters"] else 0.0),
+        "closed_form": forms[0] if len(forms) == 1 else ("mixed" if forms else None),
+        "qk_gauge": sums["qk_gauge"],
+        "vo_gauge": sums["vo_gauge"],
+        "noop_bias": sums["noop_bias"],
+        "absorbable_bias": sums["absorbable_bias"],
+        "attention_share_of_model": P / model_parameters if model_parameters else 0.0,
+        "layers": len(layers),
+    }
+
+
+def model_parameter_count(model) -> int:
+    """All model parameters with tied embeddings counted once.
+
+    Checkpoint files store a tied matrix once (``Model.parameter_count``). A live model's state
+    dict lists it under both names, so there tensors sharing storage are counted once.
+    """
+    from ..checkpoint import StateDictReader
+
+    if not isinstance(model.reader, StateDictReader):
+        return model.parameter_count()
+    seen: set[tuple[int, tuple[int, ...]]] = set()
+    total = 0
+    for key in model.reader.keys():
+        if model.adapter.is_buffer(key):
+            continue
+        t = model.reader.get(key)
+        ident = (t.untyped_storage().data_ptr() + t.storage_offset() * t.element_size(), tuple(t.shape))
+        if ident in seen:
+            continue
+        seen.add(ident)
+        total += t.numel()
+    return total

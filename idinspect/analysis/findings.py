@@ -1,0 +1,131 @@
+"""Weight-level findings of one layer: what the actual tensors add to the structural counts.
+
+Every finding is a dict ``{"rule", "severity", "layer", "tensor", "parameters", "message", ...}``:
+
+- ``non-finite`` (error): NaN or Inf in an attention tensor; ``parameters`` = entries affected.
+- ``noop-bias`` (warning): the key bias (its unrotated dims) cancels in the softmax, since
+  <q_i, b_K> is the same for every key j; ``parameters`` = no-op dims, ``max_abs`` its largest |value|.
+- ``absorbable-bias`` (note): with an output bias, b_V adds the constant sum_h b_V^g(h) W_O^h
+  (softmax rows sum to one), which b_O can take; ``parameters`` = G d_v.
+- ``rank-deficient-head`` (warning): W_QK^h or W_OV^h has numerical rank below d_k (rule in
+  :data:`spectra.RANK_RULE`); the structural count assumes full rank, so these factors have more
+  freedom than counted. ``parameters`` = the entries of the affected factors.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .. import structure
+from ..canonical import ROLES, AttentionLayer
+from .spectra import RANK_RULE, HeadSpectra
+
+SEVERITY = {"non-finite": "error", "noop-bias": "warning", "absorbable-bias": "note",
+            "rank-deficient-head": "warning"}
+
+
+def _finding(rule: str, layer: AttentionLayer, tensor: str | None, parameters: int, message: str, **extra) -> dict:
+    return {"rule": rule, "severity": SEVERITY[rule], "layer": layer.index, "tensor": tensor,
+            "parameters": int(parameters), "message": message, **extra}
+
+
+def _name(layer: AttentionLayer, role: str) -> str:
+    return layer.tensor_names.get(role, role)
+
+
+def _max_abs(t: torch.Tensor) -> float | None:
+    """Largest |entry|, or None if any entry is NaN/Inf (reported by ``non-finite`` instead)."""
+    if t.numel() == 0:
+        return 0.0
+    if not torch.isfinite(t).all():
+        return None
+    return float(t.abs().max())
+
+
+def non_finite_findings(layer: AttentionLayer) -> list[dict]:
+    """One ``non-finite`` finding per attention tensor holding NaN or Inf."""
+    out = []
+    for role in ROLES:
+        t = getattr(layer, role)
+        if t is None:
+            continue
+        bad = ~torch.isfinite(t)
+        n_bad = int(bad.sum())
+        if not n_bad:
+            continue
+        n_nan = int(torch.isnan(t).sum())
+        extra = {"role": role, "nan": n_nan, "inf": n_bad - n_nan}
+        if role != "b_O":
+            extra["heads"] = bad.reshape(t.shape[0], -1).any(dim=1).nonzero().flatten().tolist()
+            extra["head_kind"] = "query" if role in ("W_Q", "b_Q", "W_O") else "kv"
+        out.append(_finding("non-finite", layer, _name(layer, role), n_bad,
+                            f"{_name(layer, role)} holds {n_nan} NaN and {n_bad - n_nan} Inf values; the attention "
+                            "output is not defined there, and spectra of the affected heads are skipped", **extra))
+    return out
+
+
+def noop_bias_findings(layer: AttentionLayer) -> list[dict]:
+    """``noop-bias`` for a key bias whose unrotated dims cancel in the softmax."""
+    dims = structure.noop_key_bias_dims(layer)
+    if not dims:
+        return []
+    cols = structure.unrotated_columns(layer)
+    part = layer.b_K[:, cols.start:cols.stop]
+    name = _name(layer, "b_K")
+    where = "" if cols.start == 0 else f" (its unrotated dims {cols.start}..{cols.stop - 1} of each head)"
+    max_abs = _max_abs(part)
+    size = "" if max_abs is None else f", largest |value| {max_abs:.3g}"
+    return [_finding("noop-bias", layer, name, dims,
+                     f"{name}{where} is a no-op: <q_i, b_K> is the same for every key j and cancels in the softmax, "
+                     f"so these {dims} parameters can be zeroed without changing any output{size}",
+                     max_abs=max_abs, columns=[cols.start, cols.stop])]
+
+
+def absorbable_bias_findings(layer: AttentionLayer) -> list[dict]:
+    """``absorbable-bias`` for a value bias that the output bias can take."""
+    dims = structure.absorbable_value_bias_dims(layer)
+    if not dims:
+        return []
+    name, into = _name(layer, "b_V"), _name(layer, "b_O")
+    max_abs = _max_abs(layer.b_V)
+    size = "" if max_abs is None else f", largest |value| {max_abs:.3g}"
+    return [_finding("absorbable-bias", layer, name, dims,
+                     f"{name} can be folded into {into} (b_O += sum_h b_V^g(h) W_O^h, then b_V = 0) without changing "
+                     f"any output, because softmax rows sum to one ({dims} parameters{size})",
+                     max_abs=max_abs, into=into)]
+
+
+def rank_findings(layer: AttentionLayer, spectra: HeadSpectra) -> list[dict]:
+    """``rank-deficient-head`` for W_QK (and W_OV) heads of numerical rank below d_k (d_v)."""
+    out = []
+    d, dk, dv = layer.d_model, layer.d_k, layer.d_v
+    for kind, values, ok, full, roles in (("qk", spectra.qk, spectra.qk_ok, dk, ("W_Q", "W_K")),
+                                          ("ov", spectra.ov, spectra.ov_ok, dv, ("W_V", "W_O"))):
+        ranks = spectra.ranks(values)
+        deficient = ok & (ranks < full)
+        heads = deficient.nonzero().flatten().tolist()
+        if not heads:
+            continue
+        groups = sorted({layer.kv_head(h) for h in heads})
+        head_ranks = [int(ranks[h]) for h in heads]
+        n_params = len(heads) * d * full + len(groups) * d * full
+        form = "W_QK^h = W_Q^h W_K^g(h)T" if kind == "qk" else "W_OV^h = W_V^g(h) W_O^h"
+        tensor = f"{_name(layer, roles[0])}, {_name(layer, roles[1])}"
+        listing = ", ".join(f"{h} (rank {r})" for h, r in zip(heads, head_ranks))
+        out.append(_finding(
+            "rank-deficient-head", layer, tensor, n_params,
+            f"{form} has numerical rank below {full} for head(s) {listing} (tolerance {RANK_RULE}, "
+            f"rtol = {spectra.rtol:.3g}); the structural count assumes full rank, so these heads' factors "
+            "have more freedom than counted",
+            kind=kind, heads=heads, ranks=head_ranks, kv_heads=groups, full_rank=full,
+            tolerance=spectra.rtol, rank_rule=RANK_RULE,
+            smallest=[float(values[h, -1]) for h in heads]))
+    return out
+
+
+def layer_findings(layer: AttentionLayer, spectra: HeadSpectra | None) -> list[dict]:
+    """All findings of one float64 layer, in rule order (non-finite first)."""
+    found = non_finite_findings(layer) + noop_bias_findings(layer) + absorbable_bias_findings(layer)
+    if spectra is not None:
+        found += rank_findings(layer, spectra)
+    return found

@@ -1,0 +1,145 @@
+"""Singular values of each head's bilinear forms, without ever forming a d x d matrix.
+
+    W_QK^h = W_Q^h W_K^g(h)T        W_OV^h = W_V^g(h) W_O^h          (both d x d, rank <= d_k)
+
+With thin QR of the tall factors, W_Q^h = Q_1 R_Q^h and W_K^g = Q_2 R_K^g (Q orthonormal columns,
+R [d_k, d_k]), so W_QK^h = Q_1 (R_Q^h R_K^gT) Q_2^T and its singular values are those of the small
+core R_Q^h R_K^gT. Likewise W_OV^h = Q_3 (R_V^g R_O^hT) Q_4^T with W_O^hT = Q_4 R_O^h. Cost
+O(d d_k^2) per head, batched over heads and groups in torch.linalg (only R is computed).
+
+RoPE: plane p of head h pairs columns (a_p, b_p); the plane's form Q_p K_p^T (Q_p = W_Q^h[:, (a_p, b_p)])
+is invariant under the plane's gauge (scale times rotation) and has two singular values, again
+from the 2 x 2 core of the QR factors.
+
+Numerical rank: the number of singular values s_i > rtol * s_max with
+rtol = max(d, d_k) * eps(float64) (:func:`rank_rtol`), computed from the stored values cast to
+float64. The condition number is s_max / s_min over the d_k values (``None`` when s_min is 0).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from ..canonical import AttentionLayer
+
+RANK_RULE = "s_i > max(d, d_k) * eps(float64) * s_max"
+
+
+def rank_rtol(d: int, d_k: int) -> float:
+    """Relative cut of the numerical rank: max(d, d_k) * eps(float64)."""
+    return max(d, d_k) * torch.finfo(torch.float64).eps
+
+
+@dataclass
+class HeadSpectra:
+    """Per-head singular values (descending) and the masks of heads that could be computed.
+
+    ``qk`` [H, d_k], ``ov`` [H, d_v], ``qk_planes`` [H, planes, 2] or None without RoPE;
+    ``qk_ok`` / ``ov_ok`` [H] are False where a factor held NaN/Inf (values there are meaningless).
+    """
+
+    qk: torch.Tensor
+    ov: torch.Tensor
+    qk_planes: torch.Tensor | None
+    qk_ok: torch.Tensor
+    ov_ok: torch.Tensor
+    rtol: float
+
+    def ranks(self, values: torch.Tensor) -> torch.Tensor:
+        """Numerical rank per head of a [H, k] block of singular values."""
+        smax = values[:, :1]
+        return (values > self.rtol * smax).sum(dim=1)
+
+    @property
+    def qk_rank(self) -> torch.Tensor:
+        return self.ranks(self.qk)
+
+    @property
+    def ov_rank(self) -> torch.Tensor:
+        return self.ranks(self.ov)
+
+
+def _r_factor(tall: torch.Tensor) -> torch.Tensor:
+    """R of the thin QR of a batch of tall matrices [..., m, k] -> [..., min(m, k), k]."""
+    return torch.linalg.qr(tall, mode="r").R
+
+
+def _finite_rows(t: torch.Tensor) -> torch.Tensor:
+    """[n, ...] -> [n] bool: every entry of slice i is finite."""
+    return torch.isfinite(t).reshape(t.shape[0], -1).all(dim=1)
+
+
+def _clean(t: torch.Tensor) -> torch.Tensor:
+    """NaN/Inf -> 0 so that LAPACK never sees them (those heads are masked out afterwards)."""
+    return torch.nan_to_num(t, nan=0.0, posinf=0.0, neginf=0.0)
+
+
+def head_spectra(layer: AttentionLayer) -> HeadSpectra:
+    """Singular values of every head's W_QK and W_OV (and RoPE planes) of a float64 layer.
+
+    ``layer`` must hold float64 tensors (on any device); results come back on the CPU.
+    """
+    H, d, dk = layer.W_Q.shape
+    kv = torch.arange(H, device=layer.W_Q.device) // layer.group_size   # g(h)
+
+    finite = [_finite_rows(t) for t in (layer.W_Q, layer.W_K, layer.W_V, layer.W_O)]
+    qk_ok = finite[0] & finite[1][kv]
+    ov_ok = finite[2][kv] & finite[3]
+    W_Q, W_K, W_V, W_O = (t if ok.all() else _clean(t)
+                          for t, ok in zip((layer.W_Q, layer.W_K, layer.W_V, layer.W_O), finite))
+
+    R_Q = _r_factor(W_Q)                       # [H, k, dk]
+    R_K = _r_factor(W_K)                       # [G, k, dk]
+    qk = torch.linalg.svdvals(R_Q @ R_K[kv].transpose(-1, -2))
+    R_V = _r_factor(W_V)                       # [G, k, dv]
+    R_O = _r_factor(W_O.transpose(-1, -2))     # [H, k, dv]   (W_O^hT = Q R)
+    ov = torch.linalg.svdvals(R_V[kv] @ R_O.transpose(-1, -2))
+
+    planes = None
+    pos = layer.positional
+    if pos.kind == "rope":
+        cols = torch.tensor(pos.rotary.plane_columns(), device=W_Q.device)    # [planes, 2]
+        Qp = W_Q[:, :, cols].permute(0, 2, 1, 3)                              # [H, planes, d, 2]
+        Kp = W_K[:, :, cols].permute(0, 2, 1, 3)                              # [G, planes, d, 2]
+        core = _r_factor(Qp) @ _r_factor(Kp)[kv].transpose(-1, -2)            # [H, planes, 2, 2]
+        planes = torch.linalg.svdvals(core).cpu()
+
+    return HeadSpectra(qk=qk.cpu(), ov=ov.cpu(), qk_planes=planes, qk_ok=qk_ok.cpu(), ov_ok=ov_ok.cpu(),
+                       rtol=rank_rtol(d, dk))
+
+
+def _condition(values: torch.Tensor) -> list[float | None]:
+    """s_max / s_min per head; None where s_min is 0 (or the ratio overflows)."""
+    out: list[float | None] = []
+    for row in values.tolist():
+        smin = row[-1] if row else 0.0
+        ratio = row[0] / smin if smin > 0 else None
+        out.append(ratio if ratio is not None and math.isfinite(ratio) else None)
+    return out
+
+
+def _masked(rows: list, ok: torch.Tensor) -> list:
+    """Rows of heads whose factors are finite; None for the others (JSON never sees NaN)."""
+    return [r if good else None for r, good in zip(rows, ok.tolist())]
+
+
+def spectra_dict(s: HeadSpectra) -> dict:
+    """The ``spectra`` object of the JSON contract; heads with NaN/Inf factors are ``null``."""
+    s.qk_ok = s.qk_ok & torch.isfinite(s.qk).all(dim=1)        # overflow in the core
+    s.ov_ok = s.ov_ok & torch.isfinite(s.ov).all(dim=1)
+    out = {
+        "qk": _masked(s.qk.tolist(), s.qk_ok),
+        "ov": _masked(s.ov.tolist(), s.ov_ok),
+        "qk_rank": _masked(s.qk_rank.tolist(), s.qk_ok),
+        "ov_rank": _masked(s.ov_rank.tolist(), s.ov_ok),
+        "qk_condition": _masked(_condition(s.qk), s.qk_ok),
+        "ov_condition": _masked(_condition(s.ov), s.ov_ok),
+        "rank_rtol": s.rtol,
+        "rank_rule": RANK_RULE,
+    }
+    if s.qk_planes is not None:
+        out["qk_planes"] = _masked(s.qk_planes.tolist(), s.qk_ok)
+    return out

@@ -1,0 +1,194 @@
+"""``--prove``: the structural count checked numerically on a shrunken twin of the model's attention.
+
+The twin is a one-layer model of the same ``model_type`` built by transformers itself, with the
+same bias pattern, positional scheme (RoPE type and parameters), causality, sliding window and
+kv-group ratio r = H/G, but small: G' = min(G, 2) groups (H' = min(H, 4) for multi-head),
+H' = r G', head width 4 with RoPE (2 planes) or 2 without, and width d' keeping d / (H d_k).
+
+Its attention module's output y (float64, sdpa, Gaussian hidden states of B sequences x T tokens,
+the real module's own masks and rotary embeddings) is differentiated with respect to that module's
+parameters theta. The nullity of the Jacobian dy/dtheta [B T d', P'], with singular values cut at
+``RTOL`` * s_max, is the number of parameter directions that change no output: it must equal the
+twin's structural unidentified count (:func:`structure.unidentified_dims`).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from . import structure
+from .errors import IdinspectError
+
+#: Relative singular-value cut of the Jacobian.
+RTOL = 1e-9
+TOKENS = 8
+
+
+def twin_shape(model) -> dict:
+    """Heads, kv heads, head width and model width of the twin of ``model`` (see module docstring)."""
+    a = model.adapter
+    H, G, dk, d = a.n_heads, a.n_kv_heads, a.head_dim, a.hidden_size
+    r = H // G
+    if r == 1:
+        G2 = H2 = min(H, 4)
+    else:
+        G2 = min(G, 2)
+        H2 = r * G2
+    rope = a.positional().kind == "rope"
+    dk2 = 4 if rope else 2
+    d2 = max(dk2, round(H2 * dk2 * d / (H * dk)))
+    return {"heads": H2, "kv_heads": G2, "head_dim": dk2, "hidden_size": d2}
+
+
+def _twin_config(model, shape: dict):
+    cfg = model.config
+    family = model.adapter.family
+    common = dict(num_hidden_layers=1, vocab_size=32, intermediate_size=16, bos_token_id=None,
+                  eos_token_id=None, pad_token_id=None)
+    if family == "bert":
+        kw = dict(hidden_size=shape["hidden_size"], num_attention_heads=shape["heads"],
+                  is_decoder=bool(getattr(cfg, "is_decoder", False)), max_position_embeddings=TOKENS + 4)
+        if cfg.model_type == "roberta":
+            kw["pad_token_id"] = 1
+    elif family == "gpt2":
+        kw = dict(n_embd=shape["hidden_size"], n_head=shape["heads"], n_inner=16, n_positions=TOKENS,
+                  scale_attn_weights=getattr(cfg, "scale_attn_weights", True),
+                  scale_attn_by_inverse_layer_idx=getattr(cfg, "scale_attn_by_inverse_layer_idx", False),
+                  reorder_and_upcast_attn=getattr(cfg, "reorder_and_upcast_attn", False))
+        common.pop("intermediate_size")
+    elif family == "llama":
+        kw = dict(hidden_size=shape["hidden_size"], num_attention_heads=shape["heads"],
+                  num_key_value_heads=shape["kv_heads"], head_dim=shape["head_dim"],
+                  max_position_embeddings=getattr(cfg, "max_position_embeddings", 2048))
+        rope = getattr(cfg, "rope_parameters", None)
+        if rope:
+            kw["rope_parameters"] = dict(rope)
+        for name in ("attention_bias", "sliding_window", "use_sliding_window", "max_window_layers"):
+            if hasattr(cfg, name):
+                kw[name] = getattr(cfg, name)
+        layer_types = getattr(cfg, "layer_types", None)
+        if layer_types:
+            kw["layer_types"] = list(layer_types[:1])
+    else:
+        raise IdinspectError(f"--prove has no twin recipe for the {family} family")
+    return type(cfg)(**{**common, **kw})
+
+
+def _attention_modules(hf, family: str):
+    """(module taking the hidden states, output projection if separate) of layer 0."""
+    base = getattr(hf, "base_model", hf)
+    if family == "bert":
+        layer = base.encoder.layer[0]
+        return layer.attention.self, layer.attention.output.dense
+    if family == "gpt2":
+        return base.h[0].attn, None
+    return base.layers[0].self_attn, None
+
+
+def build_twin(model, seed: int = 0):
+    """(twin HF model in float64 eval mode with sdpa and N(0, 0.5) parameters, shape dict)."""
+    from transformers import AutoModel
+
+    shape = twin_shape(model)
+    config = _twin_config(model, shape)
+    config._attn_implementation = "sdpa"
+    hf = AutoModel.from_config(config).to(torch.float64).eval()
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in hf.parameters():
+            p.copy_(0.5 * torch.randn(p.shape, generator=g, dtype=torch.float64))
+    return hf, shape
+
+
+def _capture(hf, src, batch: int, generator: torch.Generator) -> tuple[tuple, dict]:
+    """The real call of ``src`` (args, kwargs) in a forward pass, hidden states replaced by N(0, 1)."""
+    seen: dict = {}
+
+    def hook(module, args, kwargs):
+        seen["args"], seen["kwargs"] = args, dict(kwargs)
+
+    handle = src.register_forward_pre_hook(hook, with_kwargs=True)
+    ids = torch.randint(2, hf.config.vocab_size, (batch, TOKENS), generator=generator)
+    try:
+        with torch.no_grad():
+            hf(input_ids=ids, use_cache=False)
+    finally:
+        handle.remove()
+    args, kwargs = seen["args"], seen["kwargs"]
+    if args:
+        x = args[0]
+        args = (torch.randn(x.shape, generator=generator, dtype=x.dtype), *args[1:])
+    else:
+        x = kwargs["hidden_states"]
+        kwargs["hidden_states"] = torch.randn(x.shape, generator=generator, dtype=x.dtype)
+    return args, kwargs
+
+
+def attention_jacobian(hf, family: str, batch: int, seed: int = 0) -> torch.Tensor:
+    """d(attention output of layer 0)/d(its parameters) as a [B T d, P] float64 matrix."""
+    from torch.func import functional_call, jacrev
+
+    src, out = _attention_modules(hf, family)
+    args, kwargs = _capture(hf, src, batch, torch.Generator().manual_seed(seed + 1))
+    params = {f"a.{k}": v.detach() for k, v in src.named_parameters()}
+    if out is not None:
+        params.update({f"o.{k}": v.detach() for k, v in out.named_parameters()})
+
+    def forward(p: dict) -> torch.Tensor:
+        y = functional_call(src, {k[2:]: v for k, v in p.items() if k.startswith("a.")}, args, kwargs)
+        y = y[0] if isinstance(y, tuple) else y
+        if out is not None:
+            y = functional_call(out, {k[2:]: v for k, v in p.items() if k.startswith("o.")}, (y,))
+        return y.reshape(-1)
+
+    J = jacrev(forward)(params)
+    return torch.cat([J[k].reshape(J[k].shape[0], -1) for k in params], dim=1)
+
+
+def nullity(J: torch.Tensor, rtol: float = RTOL) -> tuple[int, float, float | None]:
+    """(P - rank, smallest kept s / s_max, largest dropped s / s_max) of a Jacobian [rows, P]."""
+    s = torch.linalg.svdvals(J)
+    rank = int((s > rtol * s[0]).sum())
+    kept = float(s[rank - 1] / s[0]) if rank else 0.0
+    dropped = float(s[rank] / s[0]) if rank < s.numel() else None
+    return J.shape[1] - rank, kept, dropped
+
+
+def prove(model, seed: int = 0) -> dict:
+    """The ``proof`` object: the twin, its Jacobian nullity and its structural count."""
+    import idinspect
+
+    hf, shape = build_twin(model, seed)
+    twin = idinspect.load(hf)
+    layer = twin.layer(0)
+    structure.require_modelled(layer)
+    P = layer.parameter_count()
+    batch = max(2, math.ceil(2 * P / (TOKENS * layer.d_model)))
+    J = attention_jacobian(hf, model.adapter.family, batch, seed)
+    if J.shape[1] != P:
+        raise IdinspectError(f"--prove: the twin's attention module has {J.shape[1]} parameters, "
+                             f"idinspect reads {P}; the adapter misses a tensor")
+    null, kept, dropped = nullity(J)
+    structural = structure.unidentified_dims(layer)
+    pos = layer.positional
+    return {
+        "twin": {
+            "model_type": hf.config.model_type, "family": model.adapter.family, "layers": 1, **shape,
+            "biases": [r for r in ("b_Q", "b_K", "b_V", "b_O") if getattr(layer, r) is not None],
+            "positional": pos.kind, "rotary_dim": structure.rotary_dim(layer),
+            "rope_type": pos.rotary.rope_type if pos.kind == "rope" else None,
+            "causal": layer.causal, "sliding_window": layer.sliding_window, "seed": seed,
+        },
+        "attention_parameters": P,
+        "jacobian_shape": list(J.shape),
+        "batches": batch,
+        "tokens": TOKENS,
+        "rtol": RTOL,
+        "smallest_kept_singular_value": kept,
+        "largest_dropped_singular_value": dropped,
+        "jacobian_nullity": null,
+        "structural_unidentified": structural,
+        "agree": null == structural,
+    }
