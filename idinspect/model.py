@@ -73,14 +73,17 @@ class Model:
             yield self.layer(i)
 
     def parameter_count(self) -> int:
-        """All stored parameters (tied embeddings are stored once), excluding buffers."""
+        """All stored parameters, from headers: tied embeddings count once (they are stored once),
+        buffers do not count (the adapter's buffer names, e.g. GPT-2's ``attn.bias`` /
+        ``attn.masked_bias``, and any integer or bool tensor such as BERT's ``position_ids``)."""
         total = 0
         for key in self.reader.keys():
-            if not self.adapter.is_buffer(key):
-                n = 1
-                for s in self.reader.shape(key):
-                    n *= s
-                total += n
+            if self.adapter.is_buffer(key) or not self.reader.dtype(key).is_floating_point:
+                continue
+            n = 1
+            for s in self.reader.shape(key):
+                n *= s
+            total += n
         return total
 
     def summary(self) -> dict:
@@ -272,6 +275,8 @@ def _from_module(model) -> Model:
                              f"supported: {', '.join(supported_model_types())}")
     reader = StateDictReader(model.state_dict())
     name = getattr(config, "_name_or_path", "") or type(model).__name__
+    config = copy.deepcopy(config)  # as save_pretrained would write it, without touching the model's own
+    config.architectures = [type(model).__name__]
     result = Model(config, reader, adapter_for(config, reader), Provenance(source=name, kind="memory"))
     result.check_layout()
     return result
