@@ -48,15 +48,16 @@ def _model(console: Console, model: dict, show_all: bool) -> None:
     findings = audit.get("findings", [])
     if not findings:
         return
-    table = Table(show_header=True, header_style="bold", box=None, pad_edge=False, padding=(0, 1))
+    table = Table(show_header=True, header_style="bold", box=None, pad_edge=False, padding=(0, 1), expand=True)
     table.add_column("severity", no_wrap=True)
     table.add_column("rule", no_wrap=True)
-    table.add_column("tensor", overflow="fold")
-    table.add_column("message", overflow="fold")
+    table.add_column("layer", justify="right", no_wrap=True)
+    table.add_column("message", overflow="fold", ratio=1)
     shown = findings if show_all else findings[:MAX_FINDINGS]
     for f in shown:
-        table.add_row(Text(f["severity"], style=_STYLE.get(f["severity"], "")), Text(f["rule"]),
-                      Text(f.get("tensor") or f.get("file") or ""), Text(f["message"]))
+        layer = "" if f.get("layer") is None else str(f["layer"])
+        table.add_row(Text(f["severity"], style=_STYLE.get(f["severity"], "")), Text(f["rule"]), Text(layer),
+                      Text(f["message"]))
     console.print(table)
     if len(shown) < len(findings):
         console.print(Text(f"  … {len(findings) - len(shown)} more (use --format json for all)", style="dim"))

@@ -30,7 +30,23 @@ _SLICE = re.compile(r"\[[^\[\]]*\]$")
 
 def strip_slice(tensor: str) -> str:
     """``h.0.attn.c_attn.bias[8:16]`` -> ``h.0.attn.c_attn.bias`` (fused tensors name a slice)."""
-    return _SLICE.sub("", tensor)
+    return _SLICE.sub("", tensor.strip())
+
+
+def tensor_names(text: str) -> list[str]:
+    """The stored tensors a finding names: ``"a.weight[:, 0:8], b.weight"`` -> ``["a.weight", "b.weight"]``
+    (commas inside a slice do not separate names)."""
+    names, depth, start = [], 0, 0
+    for i, ch in enumerate(text):
+        if ch == "[":
+            depth += 1
+        elif ch == "]":
+            depth = max(depth - 1, 0)
+        elif ch == "," and depth == 0:
+            names.append(text[start:i])
+            start = i + 1
+    names.append(text[start:])
+    return [strip_slice(n) for n in names if n.strip()]
 
 
 @dataclass
@@ -270,9 +286,9 @@ class Auditor:
             return item["file"]
         if reader is not None:
             for key in ("tensor", "where"):
-                name = item.get(key)
-                if isinstance(name, str):
-                    fname = reader.file_of(strip_slice(name))
+                text = item.get(key)
+                for name in tensor_names(text) if isinstance(text, str) else []:
+                    fname = reader.file_of(name)
                     if fname:
                         return fname
         return checks.CONFIG_FILE
@@ -292,4 +308,4 @@ def run_audit(sources: list[str], policy: Policy, *, baseline: Baseline | None =
                        baseline=str(baseline.path) if baseline is not None and baseline.path else None)
 
 
-__all__ = ["AuditResult", "Auditor", "Finding", "ModelResult", "model_identity", "run_audit", "strip_slice"]
+__all__ = ["AuditResult", "Auditor", "Finding", "ModelResult", "model_identity", "run_audit", "strip_slice", "tensor_names"]
