@@ -15,6 +15,7 @@ twin's structural unidentified count (:func:`structure.unidentified_dims`).
 from __future__ import annotations
 
 import math
+import warnings
 
 import torch
 
@@ -143,7 +144,9 @@ def attention_jacobian(hf, family: str, batch: int, seed: int = 0) -> torch.Tens
             y = functional_call(out, {k[2:]: v for k, v in p.items() if k.startswith("o.")}, (y,))
         return y.reshape(-1)
 
-    J = jacrev(forward)(params)
+    with warnings.catch_warnings():   # torch has no vmap rule for CPU sdpa backward: slower, still exact
+        warnings.filterwarnings("ignore", message=".*batching rule.*")
+        J = jacrev(forward)(params)
     return torch.cat([J[k].reshape(J[k].shape[0], -1) for k in params], dim=1)
 
 

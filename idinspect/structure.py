@@ -12,6 +12,8 @@ never on weight values (weight-level facts are findings, in the analyzer).
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from .canonical import AttentionLayer, RotarySpec
@@ -34,11 +36,30 @@ def require_modelled(layer: AttentionLayer) -> None:
         raise UnsupportedLayerError(f"layer {layer.index} has {flag} ({reason}); idinspect refuses rather than miscount")
     if layer.positional.kind == "rope":
         check_rotary_frequencies(layer.positional.rotary, layer.index)
+    if layer.sliding_window is not None and layer.sliding_window < 2:
+        raise UnsupportedLayerError(f"layer {layer.index} has sliding window {layer.sliding_window}: each query sees at "
+                                    "most itself, the softmax is constant and the QK count does not hold; refusing")
+    if max(layer.d_k, layer.d_v) > layer.d_model:
+        raise UnsupportedLayerError(f"layer {layer.index}: head width {max(layer.d_k, layer.d_v)} exceeds the model width "
+                                    f"{layer.d_model}, so no head can have full rank and the gauge counts do not hold; refusing")
 
 
 def check_rotary_frequencies(spec: RotarySpec, layer_index: int = 0) -> None:
-    """Distinct, non-zero plane frequencies keep the RoPE commutant at one complex scalar per plane."""
+    """Distinct plane frequencies in (0, pi) keep the RoPE commutant at one complex scalar per plane.
+
+    Positions are integers, so a frequency acts only modulo 2 pi, and planes at f and -f are
+    equivalent real representations: frequencies f, f' mix iff f = +-f' (mod 2 pi), and f = 0 or
+    pi (mod 2 pi) gives a plane rotated by +-1 only (full GL(2)). Inside (0, pi) none of this can
+    happen unless two frequencies are equal, so that range plus distinctness is exact.
+    """
     f = spec.inv_freq.to(torch.float64)
+    if f.numel() * 2 != spec.rotary_dim:
+        raise UnsupportedLayerError(f"layer {layer_index}: RoPE has {f.numel()} frequencies for {spec.rotary_dim} "
+                                    "rotary dims; expected one per plane")
+    if not torch.isfinite(f).all() or (f >= math.pi).any() or (f < 0).any():
+        raise UnsupportedLayerError(f"layer {layer_index}: RoPE ({spec.rope_type}) has frequencies outside [0, pi); at "
+                                    "integer positions they alias with each other (mod 2 pi) and the count is not "
+                                    "modelled; refusing")
     if (f == 0).any():
         raise UnsupportedLayerError(f"layer {layer_index}: RoPE ({spec.rope_type}) has zero frequencies; those planes are "
                                     "not rotated and the gauge group is larger than counted; refusing")

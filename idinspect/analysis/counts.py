@@ -119,24 +119,6 @@ def model_totals(layers: list[dict], model_parameters: int) -> dict:
 
 
 def model_parameter_count(model) -> int:
-    """All model parameters with tied embeddings counted once.
-
-    Checkpoint files store a tied matrix once (``Model.parameter_count``). A live model's state
-    dict lists it under both names, so there tensors sharing storage are counted once.
-    """
-    from ..checkpoint import StateDictReader
-
-    if not isinstance(model.reader, StateDictReader):
-        return model.parameter_count()
-    seen: set[tuple[int, tuple[int, ...]]] = set()
-    total = 0
-    for key in model.reader.keys():
-        if model.adapter.is_buffer(key):
-            continue
-        t = model.reader.get(key)
-        ident = (t.untyped_storage().data_ptr() + t.storage_offset() * t.element_size(), tuple(t.shape))
-        if ident in seen:
-            continue
-        seen.add(ident)
-        total += t.numel()
-    return total
+    """All model parameters, tied embeddings once (``Model.parameter_count``: stored tensors only;
+    a live model's reader keeps aliased tensors once)."""
+    return model.parameter_count()

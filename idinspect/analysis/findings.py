@@ -9,7 +9,8 @@ Every finding is a dict ``{"rule", "severity", "layer", "tensor", "parameters", 
   (softmax rows sum to one), which b_O can take; ``parameters`` = G d_v.
 - ``rank-deficient-head`` (warning): W_QK^h or W_OV^h has numerical rank below d_k (rule in
   :data:`spectra.RANK_RULE`); the structural count assumes full rank, so these factors have more
-  freedom than counted. ``parameters`` = the entries of the affected factors.
+  freedom than counted. One finding per head and kind (``"qk"``/``"ov"``); ``parameters`` = the
+  entries of the head's two factors (2 d d_k), whose freedom is larger than counted.
 """
 
 from __future__ import annotations
@@ -96,30 +97,24 @@ def absorbable_bias_findings(layer: AttentionLayer) -> list[dict]:
 
 
 def rank_findings(layer: AttentionLayer, spectra: HeadSpectra) -> list[dict]:
-    """``rank-deficient-head`` for W_QK (and W_OV) heads of numerical rank below d_k (d_v)."""
+    """One ``rank-deficient-head`` per head whose W_QK (W_OV) has numerical rank below d_k (d_v)."""
     out = []
     d, dk, dv = layer.d_model, layer.d_k, layer.d_v
     for kind, values, ok, full, roles in (("qk", spectra.qk, spectra.qk_ok, dk, ("W_Q", "W_K")),
                                           ("ov", spectra.ov, spectra.ov_ok, dv, ("W_V", "W_O"))):
         ranks = spectra.ranks(values)
-        deficient = ok & (ranks < full)
-        heads = deficient.nonzero().flatten().tolist()
-        if not heads:
-            continue
-        groups = sorted({layer.kv_head(h) for h in heads})
-        head_ranks = [int(ranks[h]) for h in heads]
-        n_params = len(heads) * d * full + len(groups) * d * full
-        form = "W_QK^h = W_Q^h W_K^g(h)T" if kind == "qk" else "W_OV^h = W_V^g(h) W_O^h"
-        tensor = f"{_name(layer, roles[0])}, {_name(layer, roles[1])}"
-        listing = ", ".join(f"{h} (rank {r})" for h, r in zip(heads, head_ranks))
-        out.append(_finding(
-            "rank-deficient-head", layer, tensor, n_params,
-            f"{form} has numerical rank below {full} for head(s) {listing} (tolerance {RANK_RULE}, "
-            f"rtol = {spectra.rtol:.3g}); the structural count assumes full rank, so these heads' factors "
-            "have more freedom than counted",
-            kind=kind, heads=heads, ranks=head_ranks, kv_heads=groups, full_rank=full,
-            tolerance=spectra.rtol, rank_rule=RANK_RULE,
-            smallest=[float(values[h, -1]) for h in heads]))
+        form = "W_QK = W_Q^h W_K^gT" if kind == "qk" else "W_OV = W_V^g W_O^h"
+        for h in (ok & (ranks < full)).nonzero().flatten().tolist():
+            g, rank = layer.kv_head(h), int(ranks[h])
+            tensor = f"{_name(layer, roles[0])}, {_name(layer, roles[1])}"
+            out.append(_finding(
+                "rank-deficient-head", layer, tensor, 2 * d * full,
+                f"head {h} (kv head {g}): {form} has numerical rank {rank} < {full} (tolerance {RANK_RULE}, "
+                f"rtol = {spectra.rtol:.3g}, smallest singular value {float(values[h, -1]):.3g} of "
+                f"{float(values[h, 0]):.3g}); the structural count assumes full rank, so this head's factors "
+                "have more freedom than counted",
+                kind=kind, head=h, heads=[h], kv_head=g, rank=rank, full_rank=full,
+                tolerance=spectra.rtol, rank_rule=RANK_RULE, singular_values=values[h].tolist()))
     return out
 
 
