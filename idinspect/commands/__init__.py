@@ -7,7 +7,9 @@ import click
 
 def register(group: click.Group) -> None:
     from .audit_cmd import audit_command
+    from .export_cmd import export_command
     from .inspect_cmd import inspect_command
 
     group.add_command(inspect_command)
+    group.add_command(export_command)
     group.add_command(audit_command)

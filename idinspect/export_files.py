@@ -1,0 +1,92 @@
+"""The non-weight files of an export: copied byte for byte, config.json's dtype updated if it changed.
+
+Every file of the checkpoint folder is copied (tokenizer, generation config, chat template,
+sentence-transformers modules, README, ...) except weights: safetensors (rewritten by export),
+and other weight formats (pickle, ONNX, TF, Flax, GGUF), which would not be gauge-fixed and would
+disagree with the exported safetensors; those are listed as skipped.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from pathlib import Path
+
+from .errors import IdinspectError
+
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle", ".h5", ".msgpack",
+                   ".onnx", ".onnx_data", ".gguf", ".tflite", ".ot", ".npz", ".pb")
+SKIPPED_DIRS = (".git", ".cache", ".huggingface")
+CONFIG = "config.json"
+INDEX = "model.safetensors.index.json"
+_DTYPE_FIELD = re.compile(r'("(?:torch_)?dtype"\s*:\s*)(?:"[^"]*"|null)')
+
+
+def is_weight_file(name: str) -> bool:
+    """Weights in any format, and the index files that name them."""
+    base = name[: -len(".index.json")] if name.endswith(".index.json") else name
+    return base.endswith(WEIGHT_SUFFIXES)
+
+
+def plan_copies(source: Path) -> tuple[list[str], list[str]]:
+    """(files to copy, files skipped) relative to ``source``, sorted; config.json is handled apart."""
+    copies, skipped = [], []
+    for root, dirs, files in os.walk(source):
+        rel_root = Path(root).relative_to(source)
+        for d in sorted(dirs):
+            if d in SKIPPED_DIRS or Path(root, d).is_symlink():
+                skipped.append(str(rel_root / d) + "/")
+        dirs[:] = sorted(d for d in dirs if d not in SKIPPED_DIRS and not Path(root, d).is_symlink())
+        for f in sorted(files):
+            rel = str(rel_root / f) if str(rel_root) != "." else f
+            if rel == CONFIG:
+                continue
+            (skipped if is_weight_file(f) else copies).append(rel)
+    return sorted(copies), sorted(skipped)
+
+
+def copy_files(source: Path, target: Path, names: list[str]) -> None:
+    """Copy each relative path (symlinks followed, e.g. hub-cache blobs) from source to target."""
+    for rel in names:
+        dst = target / rel
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            shutil.copyfile(source / rel, dst)
+        except OSError as exc:
+            raise IdinspectError(f"{source / rel}: cannot copy ({exc.strerror or exc})") from None
+
+
+def config_text(source: Path, new_dtype: str | None) -> str:
+    """config.json's text: unchanged when ``new_dtype`` is None, else every dtype/torch_dtype set to it.
+
+    Only the dtype values change (text substitution keeps every other byte); a config without
+    such a field gets a top-level ``"dtype"``.
+    """
+    path = source / CONFIG
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise IdinspectError(f"{path}: cannot read ({exc})") from None
+    if new_dtype is None:
+        return text
+    changed, n = _DTYPE_FIELD.subn(lambda m: m.group(1) + json.dumps(new_dtype), text)
+    if n == 0:
+        data = json.loads(text)
+        data["dtype"] = new_dtype
+        changed = json.dumps(data, indent=2, sort_keys=True) + "\n"
+    json.loads(changed)  # still valid JSON
+    return changed
+
+
+def index_text(index_path: Path, total_size: int) -> str:
+    """The input index with ``metadata.total_size`` set; weight_map and key order kept."""
+    data = json.loads(index_path.read_text(encoding="utf-8"))
+    meta = data.get("metadata")
+    if not isinstance(meta, dict):
+        meta = {}
+    data["metadata"] = {**meta, "total_size": total_size}
+    if "metadata" in data and list(data)[0] != "metadata":
+        data = {"metadata": data.pop("metadata"), **data}
+    return json.dumps(data, indent=2) + "\n"

@@ -1,0 +1,131 @@
+"""A streaming, deterministic safetensors writer: the header first, then one tensor at a time.
+
+The file is byte-for-byte what ``safetensors.torch.save_file`` writes (tensors ordered by dtype
+alignment, then name; compact JSON header padded with spaces to 8 bytes), with two differences
+that export needs: the header is computed from names, dtypes and shapes alone, so a shard of any
+size is written while holding one tensor; and ``__metadata__`` keys are sorted, where save_file
+emits them in a per-process random order (Rust HashMap), which would make exports differ.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from .errors import IdinspectError
+
+#: safetensors dtype codes in the order of the format's Dtype enum (ascending alignment).
+DTYPE_CODES: dict[torch.dtype, str] = {
+    torch.bool: "BOOL", torch.uint8: "U8", torch.int8: "I8", torch.float8_e5m2: "F8_E5M2",
+    torch.float8_e4m3fn: "F8_E4M3", torch.int16: "I16", torch.uint16: "U16", torch.float16: "F16",
+    torch.bfloat16: "BF16", torch.int32: "I32", torch.uint32: "U32", torch.float32: "F32",
+    torch.float64: "F64", torch.int64: "I64", torch.uint64: "U64",
+}
+_RANK = {dtype: i for i, dtype in enumerate(DTYPE_CODES)}
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """What the header needs of a tensor before its data exists."""
+
+    dtype: torch.dtype
+    shape: tuple[int, ...]
+
+    @property
+    def nbytes(self) -> int:
+        n = 1
+        for s in self.shape:
+            n *= s
+        return n * self.dtype.itemsize
+
+
+def file_order(specs: dict[str, TensorSpec]) -> list[str]:
+    """Names in data order: larger alignment first, then by name (safetensors' own rule)."""
+    return sorted(specs, key=lambda n: (-_RANK[specs[n].dtype], n))
+
+
+def header_bytes(specs: dict[str, TensorSpec], metadata: dict[str, str] | None) -> bytes:
+    """8-byte little-endian length + the JSON header, space-padded to a multiple of 8."""
+    header: dict = {}
+    if metadata:
+        header["__metadata__"] = {k: metadata[k] for k in sorted(metadata)}
+    offset = 0
+    for name in file_order(specs):
+        spec = specs[name]
+        header[name] = {"dtype": DTYPE_CODES[spec.dtype], "shape": list(spec.shape),
+                        "data_offsets": [offset, offset + spec.nbytes]}
+        offset += spec.nbytes
+    text = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    text += b" " * (-len(text) % 8)
+    return struct.pack("<Q", len(text)) + text
+
+
+class ShardWriter:
+    """Write one safetensors file: create it, then :meth:`write` each tensor in :attr:`order`.
+
+    Data goes straight to disk; :meth:`close` checks every tensor was written, flushes and fsyncs.
+    """
+
+    def __init__(self, path: str | Path, specs: dict[str, TensorSpec], metadata: dict[str, str] | None = None):
+        if sys.byteorder != "little":
+            raise IdinspectError("safetensors is little-endian; writing on a big-endian machine is not supported")
+        for name, spec in specs.items():
+            if spec.dtype not in DTYPE_CODES:
+                raise IdinspectError(f"tensor {name}: dtype {spec.dtype} cannot be stored in safetensors here")
+        self.path = Path(path)
+        self.specs = dict(specs)
+        self.order = file_order(self.specs)
+        self._next = 0
+        self._file = open(self.path, "wb")
+        self._file.write(header_bytes(self.specs, metadata))
+
+    def write(self, name: str, tensor: torch.Tensor) -> None:
+        """Append ``tensor``'s bytes; it must be the next name in :attr:`order` with its spec."""
+        if self._next >= len(self.order) or self.order[self._next] != name:
+            expected = self.order[self._next] if self._next < len(self.order) else "nothing"
+            raise ValueError(f"{self.path.name}: got tensor {name}, expected {expected}")
+        spec = self.specs[name]
+        if tensor.dtype != spec.dtype or tuple(tensor.shape) != spec.shape:
+            raise ValueError(f"{self.path.name}: tensor {name} is {tensor.dtype} {tuple(tensor.shape)}, "
+                             f"the header says {spec.dtype} {spec.shape}")
+        data = tensor.detach().to("cpu").contiguous().reshape(-1).view(torch.uint8)
+        self._file.write(memoryview(data.numpy()))
+        self._next += 1
+
+    def close(self) -> None:
+        if self._file.closed:
+            return
+        missing = self.order[self._next:]
+        self._file.flush()
+        os.fsync(self._file.fileno())
+        self._file.close()
+        if missing:
+            raise ValueError(f"{self.path.name}: {len(missing)} tensors never written, first {missing[0]}")
+
+    def abort(self) -> None:
+        """Close without the completeness check (the caller discards the file)."""
+        if not self._file.closed:
+            self._file.close()
+
+    def __enter__(self) -> "ShardWriter":
+        return self
+
+    def __exit__(self, exc_type, *rest) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()
+
+
+def write_safetensors(path: str | Path, tensors: dict[str, torch.Tensor], metadata: dict[str, str] | None = None) -> None:
+    """Write ``tensors`` at once (a small file); same bytes as the streaming path."""
+    specs = {n: TensorSpec(t.dtype, tuple(t.shape)) for n, t in tensors.items()}
+    with ShardWriter(path, specs, metadata) as writer:
+        for name in writer.order:
+            writer.write(name, tensors[name])
