@@ -43,12 +43,16 @@ def render_html(result: dict) -> str:
         sections += [_layers_section(layers), _ratio_section(result, layers), _spectra_section(layers)]
     if findings is not None:
         sections.append(_findings_section(findings))
+    if result.get("proof"):
+        sections.append(_proof_section(result["proof"]))
     sections.append(_provenance(result))
     nav = [("summary", "Summary")]
     if layers:
         nav += [("layers", "Layers"), ("ratio", "Closed form"), ("spectra", "Spectra")]
     if findings is not None:
         nav.append(("findings", "Findings"))
+    if result.get("proof"):
+        nav.append(("proof", "Proof"))
     nav.append(("provenance", "Provenance"))
     tool = result.get("tool") or {}
     return "".join([
@@ -264,6 +268,27 @@ def _findings_section(findings: list[dict]) -> str:
     thead = "".join(f'<th scope="col">{c}</th>' for c in cols)
     return (head + f'<div class="scroll"><table class="findings"><caption>{len(findings)} findings, worst rule '
             f"first</caption><thead><tr>{thead}</tr></thead><tbody>{''.join(rows)}</tbody></table></div></section>")
+
+
+def _proof_section(proof: dict) -> str:
+    twin = proof.get("twin") or {}
+    verdict = ('<span class="ok">✔ agree</span>' if proof.get("agree")
+               else '<span class="sev sev-error">✖ disagree</span>')
+    rows = [("Twin", esc(f"{twin.get('model_type', '?')}: H={twin.get('heads')}, G={twin.get('kv_heads')}, "
+                         f"d_k={twin.get('head_dim')}, d={twin.get('hidden_size')}, biases "
+                         f"{', '.join(map(str, twin.get('biases') or [])) or 'none'}")),
+            ("Attention parameters", esc(fmt_int(proof.get("attention_parameters")))),
+            ("Jacobian", esc(f"{proof.get('jacobian_shape')}, {proof.get('batches')} batches of "
+                             f"{proof.get('tokens')} tokens, rtol {fmt_float(proof.get('rtol'))}")),
+            ("Jacobian nullity", esc(proof.get("jacobian_nullity"))),
+            ("Structural unidentified count", esc(proof.get("structural_unidentified"))),
+            ("Verdict", verdict),
+            ("Singular-value gap", esc(f"smallest kept {fmt_float(proof.get('smallest_kept_singular_value'))}, "
+                                       f"largest dropped {fmt_float(proof.get('largest_dropped_singular_value'))}"))]
+    return ('<section id="proof" aria-labelledby="h-proof"><h2 id="h-proof">Numerical proof</h2>'
+            "<p>A small twin of this attention, built by transformers, differentiated in float64: the number of "
+            "parameter directions that change no output must equal the structural count.</p>"
+            f'{_kv_table(rows, "Jacobian nullity against the structural count")}</section>')
 
 
 def _provenance(result: dict) -> str:

@@ -37,9 +37,31 @@ def render_report(result: dict, console: Console | None = None, *, layers: Layer
     findings = result.get("findings")
     if findings is not None:
         console.print(findings_section(findings, width=console.width))
+    if result.get("proof"):
+        console.print(proof_panel(result["proof"]))
     if heads and result.get("layers"):
         for table in head_tables(result, width=console.width):
             console.print(table)
+
+
+def proof_panel(proof: dict) -> Panel:
+    """``--prove``: the twin's Jacobian nullity beside its structural count."""
+    twin = proof.get("twin") or {}
+    agree = proof.get("agree")
+    verdict = Text("✔ agree", style="bold green") if agree else Text("✖ DISAGREE", style="bold red")
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column("field", style="bold", no_wrap=True)
+    grid.add_column("value", overflow="fold")
+    grid.add_row("Twin", Text(f"{twin.get('model_type', '?')}: H={twin.get('heads')}, G={twin.get('kv_heads')}, "
+                              f"d_k={twin.get('head_dim')}, d={twin.get('hidden_size')}, "
+                              f"{proof.get('attention_parameters')} attention parameters"))
+    grid.add_row("Jacobian", Text(f"{proof.get('jacobian_shape')} over {proof.get('batches')} batches of "
+                                  f"{proof.get('tokens')} tokens, cut at rtol {fmt_float(proof.get('rtol'))}"))
+    grid.add_row("Result", Text.assemble(f"nullity {proof.get('jacobian_nullity')} vs structural count "
+                                         f"{proof.get('structural_unidentified')}: ", verdict))
+    grid.add_row("Gap", Text(f"smallest kept σ {fmt_float(proof.get('smallest_kept_singular_value'))}, largest "
+                             f"dropped σ {fmt_float(proof.get('largest_dropped_singular_value'))}"))
+    return Panel(grid, title=Text("Proof (--prove)", style="bold"), title_align="left", box=box.ROUNDED, expand=False)
 
 
 def _sev(severity: str, count: int | None = None) -> Text:

@@ -2,13 +2,31 @@
 
 from __future__ import annotations
 
-import json
-
 import click
 
 from ..cli import debug_option
 from ..inspection import inspect
 from ..model import load
+
+
+def report_options(f):
+    """--json/--html files, --heads, --layers, --progress, --quiet, --timestamp (the reporter's options)."""
+    for option in reversed([
+        click.option("--json", "json_path", type=click.Path(dir_okay=False), metavar="PATH",
+                     help="Also write the JSON report to PATH (any --format)."),
+        click.option("--html", "html_path", type=click.Path(dir_okay=False), metavar="PATH",
+                     help="Also write the single-file HTML report (charts, no network needed) to PATH."),
+        click.option("--heads", is_flag=True, help="Text report: per-head ranks, condition numbers, top singular values."),
+        click.option("--layers", type=click.Choice(["collapsed", "all"]), default="collapsed", show_default=True,
+                     help="Text report: collapse runs of identical layers into one row, or show every layer."),
+        click.option("--progress", type=click.Choice(["auto", "always", "never"]), default="auto", show_default=True,
+                     help="Progress on stderr; auto: only on an interactive terminal and not in CI."),
+        click.option("-q", "--quiet", is_flag=True, help="No progress and no 'wrote ...' messages (errors still print)."),
+        click.option("--timestamp", is_flag=True,
+                     help="Record the generation time (UTC, or SOURCE_DATE_EPOCH) in the JSON and HTML reports."),
+    ]):
+        f = option(f)
+    return f
 
 
 @click.command("inspect")
@@ -24,15 +42,23 @@ from ..model import load
 @click.option("--prove", is_flag=True,
               help="Also build a small twin of the attention with transformers and report its Jacobian "
                    "nullity next to its structural count.")
+@report_options
 @debug_option
 def inspect_command(model: str, revision: str | None, token: str | None, cache_dir: str | None, offline: bool,
-                    fmt: str, device: str, prove: bool) -> None:
+                    fmt: str, device: str, prove: bool, json_path: str | None, html_path: str | None, heads: bool,
+                    layers: str, progress: str, quiet: bool, timestamp: bool) -> None:
     """Report a model's attention structure and parameter identification."""
-    with load(model, revision=revision, token=token, cache_dir=cache_dir, local_files_only=offline) as opened:
-        result = inspect(opened, device=device, prove=prove)
-    if fmt == "json":
-        click.echo(json.dumps(result, indent=2))
-    else:
-        from ..reports.terminal import render_report
+    from ..progress import ProgressReporter, silence_library_progress
+    from ..reports.emit import emit
+    from ..reports.json_report import timestamp_now
 
-        render_report(result)
+    silence_library_progress()
+    with ProgressReporter("never" if quiet or fmt == "json" else progress) as bars:
+        with bars.stage(f"opening {model}"):
+            opened = load(model, revision=revision, token=token, cache_dir=cache_dir, local_files_only=offline)
+        with opened:
+            bars.track_model(opened)
+            result = inspect(opened, device=device, prove=prove, on_layer=bars.on_layer)
+    if timestamp:
+        result["generated_at"] = timestamp_now()
+    emit(result, fmt=fmt, json_path=json_path, html_path=html_path, heads=heads, layers=layers, quiet=quiet)

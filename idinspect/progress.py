@@ -1,0 +1,216 @@
+"""Progress on stderr while idinspect works: hub download, shards, layers.
+
+Shown only on an interactive terminal (``Console(stderr=True).is_interactive``), never when ``CI``
+is set, with ``--quiet``, or with a machine format on stdout; ``--progress always|never``
+overrides the automatic choice. The bars are transient: nothing of them stays in the scrollback
+or in a redirected log. The libraries' own bars (huggingface_hub's tqdm, transformers') are
+silenced whatever the choice, so they never pollute CI logs.
+
+Usage::
+
+    with ProgressReporter(mode) as progress:
+        with progress.stage(f"opening {source}"):
+            model = load(source, ...)
+        progress.track_model(model)
+        result = inspect(model, on_layer=progress.on_layer)
+
+:func:`current_hub_tqdm` is the tqdm class a ``snapshot_download`` call should pass as
+``tqdm_class`` to feed the download bar (None when no progress is shown).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import os
+from collections.abc import Iterator
+from typing import Literal
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TaskID, TextColumn, TimeElapsedColumn
+
+ProgressMode = Literal["auto", "always", "never"]
+
+_HUB_TQDM: contextvars.ContextVar[type | None] = contextvars.ContextVar("idinspect_hub_tqdm", default=None)
+
+
+def silence_library_progress() -> None:
+    """Turn off huggingface_hub's and transformers' own progress bars and info logging."""
+    from huggingface_hub.utils import disable_progress_bars
+
+    disable_progress_bars()
+    try:
+        from transformers.utils import logging as tf_logging
+    except ImportError:  # transformers is a dependency; tolerate a broken install here only
+        return
+    tf_logging.disable_progress_bar()
+    tf_logging.set_verbosity_error()
+
+
+def _ci() -> bool:
+    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
+
+
+def should_show(mode: ProgressMode, console: Console) -> bool:
+    """``always``/``never`` as given; ``auto``: an interactive console outside CI."""
+    if mode == "always":
+        return True
+    if mode == "never":
+        return False
+    return bool(console.is_interactive) and not _ci()
+
+
+def current_hub_tqdm() -> type | None:
+    """The tqdm class feeding the active reporter's download bar, or None."""
+    return _HUB_TQDM.get()
+
+
+class ProgressReporter:
+    """Transient rich progress on stderr; every method is a no-op when progress is off."""
+
+    def __init__(self, mode: ProgressMode = "auto", console: Console | None = None):
+        self.console = console or Console(stderr=True)
+        self.enabled = should_show(mode, self.console)
+        self._progress: Progress | None = None
+        self._layer_task: TaskID | None = None
+        self._shard_task: TaskID | None = None
+        self._download: dict[str, TaskID] = {}
+        self._shard_last_layer: dict[str, int] = {}
+        self._shards_done: set[str] = set()
+        self._token: contextvars.Token | None = None
+
+    # lifecycle --------------------------------------------------------------------
+    def __enter__(self) -> "ProgressReporter":
+        if self.enabled:
+            self._progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
+                                      MofNCompleteColumn(), TimeElapsedColumn(), console=self.console,
+                                      transient=True, redirect_stdout=False, redirect_stderr=False)
+            self._progress.start()
+            self._token = _HUB_TQDM.set(hub_tqdm_class(self))
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._token is not None:
+            _HUB_TQDM.reset(self._token)
+            self._token = None
+        if self._progress is not None:
+            self._progress.stop()
+            self._progress = None
+
+    # stages -------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def stage(self, description: str) -> Iterator[None]:
+        """An indeterminate spinner line (e.g. resolving and downloading a hub snapshot)."""
+        if self._progress is None:
+            yield
+            return
+        task = self._progress.add_task(_plain(description), total=None)
+        try:
+            yield
+        finally:
+            self._progress.remove_task(task)
+
+    # layers and shards ----------------------------------------------------------------
+    def track_model(self, model) -> None:
+        """Prepare the shard bar from ``model``'s layout (which shard holds each layer's tensors)."""
+        if self._progress is None:
+            return
+        try:
+            reader, adapter = model.reader, model.adapter
+            files = list(getattr(reader, "shard_files", []) or [])
+            for i in range(model.num_layers):
+                for key in adapter.attention_keys(i):
+                    fname = reader.file_of(key)
+                    if fname is not None:
+                        self._shard_last_layer[fname] = max(self._shard_last_layer.get(fname, -1), i)
+        except Exception:  # noqa: BLE001 - progress must never break an inspection
+            self._shard_last_layer.clear()
+            return
+        if len(files) > 1:
+            self._shard_task = self._progress.add_task("shards", total=len(files))
+
+    def on_layer(self, i: int, n: int) -> None:
+        """The analyzer's callback: layer ``i`` (0-based) of ``n`` is done."""
+        if self._progress is None:
+            return
+        if self._layer_task is None:
+            self._layer_task = self._progress.add_task("layers", total=n)
+        self._progress.update(self._layer_task, completed=min(i + 1, n), total=n)
+        if self._shard_task is not None:
+            self._shards_done |= {f for f, last in self._shard_last_layer.items() if last <= i}
+            self._progress.update(self._shard_task, completed=len(self._shards_done),
+                                  description=f"shards (reading {self._current_shard(i)})")
+
+    def _current_shard(self, i: int) -> str:
+        pending = sorted((last, f) for f, last in self._shard_last_layer.items() if last > i)
+        return _plain(pending[0][1]) if pending else "done"
+
+    # hub download ------------------------------------------------------------------------
+    def download_update(self, name: str, description: str, completed: float, total: float | None) -> None:
+        """Called by :func:`hub_tqdm_class` bars: one rich line per hub bar."""
+        if self._progress is None:
+            return
+        task = self._download.get(name)
+        if task is None:
+            task = self._download[name] = self._progress.add_task(_plain(description), total=total or None)
+        self._progress.update(task, completed=completed, total=total or None, description=_plain(description))
+
+    def download_bytes(self, name: str, description: str, done: float, total: float | None) -> None:
+        """Byte counts, shown in MB so the M/N column stays readable."""
+        self.download_update(name, f"{description} (MB)", round(done / 1e6, 1), round(total / 1e6, 1) if total else None)
+
+
+def _plain(text: str) -> str:
+    """Progress descriptions are rich markup: escape them (hub file names are untrusted)."""
+    from rich.markup import escape
+
+    return escape(str(text))
+
+
+def hub_tqdm_class(reporter: ProgressReporter) -> type:
+    """A tqdm subclass that draws nothing itself and forwards its counts to ``reporter``.
+
+    huggingface_hub's ``snapshot_download(tqdm_class=...)`` uses it for the file count and the
+    byte counts; anything tqdm-shaped calling ``update``/``__iter__`` works.
+    """
+    from tqdm.auto import tqdm as base
+
+    class ReporterTqdm(base):  # type: ignore[misc, valid-type]
+        def __init__(self, *args, **kwargs):
+            kwargs.pop("name", None)  # huggingface_hub's group name, unknown to tqdm
+            kwargs.pop("log_level", None)
+            kwargs["disable"] = True
+            self._desc = kwargs.get("desc") or (args[1] if len(args) > 1 and isinstance(args[1], str) else None)
+            self._unit = kwargs.get("unit", "it")
+            super().__init__(*args, **kwargs)
+            self._key = f"hub-{id(self)}"
+            self._count = float(kwargs.get("initial") or 0)
+            self._report()
+
+        def _report(self) -> None:
+            label = self._desc or "downloading"
+            total = getattr(self, "total", None)
+            if self._unit == "B":
+                reporter.download_bytes(self._key, label, self._count, total)
+            else:
+                reporter.download_update(self._key, label, self._count, total)
+
+        def update(self, n=1):
+            self._count += float(n or 0)
+            self._report()
+            return super().update(n)
+
+        def refresh(self, *args, **kwargs):
+            self._report()
+
+        def set_description(self, desc=None, refresh=True):
+            self._desc = desc
+            self._report()
+
+        def __iter__(self):
+            for item in self.iterable:
+                yield item
+                self._count += 1
+                self._report()
+
+    return ReporterTqdm

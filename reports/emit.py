@@ -1,0 +1,44 @@
+"""Write an inspection result in every form the command line asked for.
+
+The text report goes to stdout (``fmt="text"``) or the JSON contract does (``fmt="json"``);
+``--json PATH`` and ``--html PATH`` files are written beside it, atomically. Messages about the
+written files go to stderr (not with ``quiet``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+import click
+from rich.console import Console
+from rich.markup import escape
+
+from .terminal import LayersMode
+
+
+def emit(result: dict, *, fmt: Literal["text", "json"] = "text", json_path: str | Path | None = None,
+         html_path: str | Path | None = None, heads: bool = False, layers: LayersMode = "collapsed",
+         quiet: bool = False, console: Console | None = None) -> None:
+    """Write files first (so a broken pipe on stdout cannot lose them), then stdout."""
+    from .json_report import dumps, write_json
+
+    written = []
+    if json_path is not None:
+        write_json(result, json_path)
+        written.append(("JSON", json_path))
+    if html_path is not None:
+        from .html import write_html
+
+        write_html(result, html_path)
+        written.append(("HTML", html_path))
+    if fmt == "json":
+        click.echo(dumps(result), nl=False)
+    else:
+        from .terminal import render_report
+
+        render_report(result, console, layers=layers, heads=heads)
+    if written and not quiet:
+        err = Console(stderr=True, highlight=False)
+        for kind, path in written:
+            err.print(f"wrote the {kind} report to {escape(str(path))}", soft_wrap=True)
