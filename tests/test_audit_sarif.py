@@ -1,0 +1,108 @@
+"""SARIF output: valid against the vendored official 2.1.0 schema, and what GitHub needs."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+import idinspect
+from tests.test_audit_fixtures import NAN_TENSOR, audit, isolated_cwd, zoo  # noqa: F401
+
+SCHEMA = Path(idinspect.__file__).parent / "schemas" / "sarif-2.1.0.json"
+
+
+@pytest.fixture(scope="module")
+def validator():
+    schema = json.loads(SCHEMA.read_text(encoding="utf-8"))
+    return jsonschema.Draft4Validator(schema, format_checker=jsonschema.Draft4Validator.FORMAT_CHECKER)
+
+
+def sarif(*args) -> tuple[int, dict]:
+    res = audit(*args, "--format", "sarif")
+    return res.code, json.loads(res.stdout)
+
+
+def test_the_vendored_schema_is_the_official_file():
+    digest = hashlib.sha256(SCHEMA.read_bytes()).hexdigest()
+    assert digest == "c3b4bb2d6093897483348925aaa73af03b3e3f4bd4ca38cef26dcb4212a2682e"
+    schema = json.loads(SCHEMA.read_text())
+    assert schema["id"].endswith("/sarif/v2.1.0/errata01/os/schemas/sarif-schema-2.1.0.json")
+    jsonschema.Draft4Validator.check_schema(schema)
+
+
+def test_the_validator_rejects_what_it_should(validator):
+    assert not validator.is_valid({"version": "2.1.0"})
+    assert not validator.is_valid({"version": "2.1.0", "runs": [{"tool": {"driver": {}}}]})
+    bad_level = {"version": "2.1.0", "runs": [{"tool": {"driver": {"name": "x"}},
+                                               "results": [{"message": {"text": "m"}, "level": "fatal"}]}]}
+    assert not validator.is_valid(bad_level)
+
+
+def test_sarif_is_schema_valid_with_findings_from_several_models(zoo, validator, tmp_path):
+    code, log = sarif(zoo["gpt2"], zoo["llama-nan"], zoo["t5"], tmp_path / "missing")
+    assert code == 2
+    errors = sorted(validator.iter_errors(log), key=str)
+    assert not errors, errors[0]
+    run = log["runs"][0]
+    assert log["$schema"] and log["version"] == "2.1.0"
+    assert {"noop-bias", "absorbable-bias", "non-finite", "unsupported-architecture"} <= {r["ruleId"] for r in run["results"]}
+    assert run["invocations"][0]["executionSuccessful"] is False
+    assert "missing" in run["invocations"][0]["toolExecutionNotifications"][0]["message"]["text"]
+
+
+def test_every_result_is_located_for_github(zoo, validator, isolated_cwd):
+    local = isolated_cwd / "models" / "llama-nan"
+    import shutil
+
+    shutil.copytree(zoo["llama-nan"], local)
+    code, log = sarif("models/llama-nan", zoo["gpt2"], "--fail-on", "note")
+    assert code == 1 and validator.is_valid(log)
+    run = log["runs"][0]
+    rules = run["tool"]["driver"]["rules"]
+    assert run["results"]
+    for result in run["results"]:
+        assert rules[result["ruleIndex"]]["id"] == result["ruleId"]
+        assert result["level"] in ("error", "warning", "note")
+        assert result["message"]["text"]
+        [loc] = result["locations"]
+        phys = loc["physicalLocation"]
+        assert phys["artifactLocation"]["uri"] and phys["region"]["startLine"] == 1
+        assert loc["logicalLocations"][0]["fullyQualifiedName"]
+        assert len(result["partialFingerprints"]["idinspect/v1"]) == 64
+    nan = [r for r in run["results"] if r["ruleId"] == "non-finite"]
+    assert nan[0]["locations"][0]["physicalLocation"]["artifactLocation"]["uri"] == "models/llama-nan/model.safetensors"
+    assert nan[0]["locations"][0]["logicalLocations"][0]["fullyQualifiedName"] == NAN_TENSOR
+    outside = [r for r in run["results"] if r["ruleId"] == "noop-bias"]
+    assert outside[0]["locations"][0]["physicalLocation"]["artifactLocation"]["uri"].startswith("file:///")
+
+
+def test_rule_metadata_for_code_scanning(zoo):
+    _, log = sarif(zoo["llama"])
+    driver = log["runs"][0]["tool"]["driver"]
+    assert driver["name"] == "idinspect" and driver["version"] == idinspect.__version__
+    assert driver["informationUri"].startswith("https://")
+    ids = [r["id"] for r in driver["rules"]]
+    assert ids == ["non-finite", "noop-bias", "rank-deficient-head", "absorbable-bias", "unsupported-architecture",
+                   "not-gauge-fixed", "identification-ratio"]
+    levels = {r["id"]: r["defaultConfiguration"]["level"] for r in driver["rules"]}
+    assert levels == {"non-finite": "error", "noop-bias": "warning", "rank-deficient-head": "warning",
+                      "absorbable-bias": "note", "unsupported-architecture": "error", "not-gauge-fixed": "error",
+                      "identification-ratio": "error"}
+    for rule in driver["rules"]:
+        assert rule["shortDescription"]["text"] and rule["fullDescription"]["text"] and rule["help"]["text"]
+        assert rule["properties"]["tags"]
+    assert log["runs"][0]["results"] == [] and log["runs"][0]["invocations"][0]["executionSuccessful"] is True
+
+
+def test_fingerprints_match_the_baseline_and_are_stable(zoo, isolated_cwd):
+    _, first = sarif(zoo["gpt2"])
+    _, second = sarif(zoo["gpt2"])
+    fps = [r["partialFingerprints"] for r in first["runs"][0]["results"]]
+    assert fps == [r["partialFingerprints"] for r in second["runs"][0]["results"]]
+    audit(zoo["gpt2"], "--write-baseline", "b.json")
+    recorded = {e["fingerprint"] for e in json.loads(Path("b.json").read_text())["findings"]}
+    assert {fp["idinspect/v1"] for fp in fps} == recorded
