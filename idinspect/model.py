@@ -6,6 +6,7 @@ layers are read one at a time. The model itself is never instantiated.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import re
 from collections.abc import Iterator
@@ -227,9 +228,24 @@ def _load_config(path: Path):
         raise IdinspectError(f"{cfg_file}: model_type {model_type!r} is not supported; "
                              f"supported: {', '.join(supported_model_types())}")
     try:
-        return AutoConfig.from_pretrained(str(path), trust_remote_code=False)
+        with _quiet_transformers():
+            return AutoConfig.from_pretrained(str(path), trust_remote_code=False)
     except (OSError, ValueError, TypeError, KeyError, AttributeError, StrictDataclassError) as exc:
         raise IdinspectError(f"{cfg_file}: transformers cannot read it ({_first_line(exc)}); fix or re-download it") from None
+
+
+@contextlib.contextmanager
+def _quiet_transformers() -> Iterator[None]:
+    """Hold back transformers' config warnings (e.g. generation token ids outside a tiny vocabulary),
+    which say nothing about attention and would clutter the report's stderr; errors still raise."""
+    from transformers.utils import logging as hf_logging
+
+    previous = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(previous)
 
 
 def _check_config_numbers(a: Adapter) -> None:
@@ -260,8 +276,10 @@ def _validated(layer: AttentionLayer) -> AttentionLayer:
 
 
 def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__
+    """The error's text on one line (multi-line messages joined), at most 200 characters."""
+    text = " ".join(line.strip() for line in str(exc).strip().splitlines() if line.strip())
+    text = text or type(exc).__name__
+    return text if len(text) <= 200 else text[:197] + "..."
 
 
 def _from_module(model) -> Model:
