@@ -171,3 +171,34 @@ def test_checkpoint_files_stand_for_their_directory(zoo):
     code, doc = audit_json(zoo["gpt2"] / "config.json", zoo["gpt2"] / "model.safetensors", "--fail-on", "warning")
     assert code == 1
     assert len(doc["models"]) == 1
+
+
+def test_require_gauge_fixed_on_an_export_versus_the_original(zoo):
+    assert audit(zoo["llama"]).code == 0
+    code, doc = audit_json(zoo["llama"], "--require-gauge-fixed")
+    assert code == 1
+    [f] = findings_of(doc)
+    assert f["rule"] == "not-gauge-fixed" and f["severity"] == "error" and f["tensor"] is None
+    assert f["layer"] is not None and f["file"] == "model.safetensors"
+    code, doc = audit_json(zoo["llama-fixed"], "--require-gauge-fixed")
+    assert code == 0, findings_of(doc)
+    assert audit(zoo["llama"], "--require-gauge-fixed", "--gauge-rtol", "10").code == 0
+    assert audit(zoo["llama"], "--require-gauge-fixed", "--severity", "not-gauge-fixed=warning").code == 0
+
+
+def test_require_gauge_fixed_from_the_policy_and_overridden_on_the_command_line(zoo, isolated_cwd):
+    (isolated_cwd / "pyproject.toml").write_text("[tool.idinspect.audit]\nrequire-gauge-fixed = true\n")
+    assert audit(zoo["llama"]).code == 1
+    assert audit(zoo["llama"], "--no-require-gauge-fixed").code == 0
+
+
+def test_rank_deficient_heads_are_warnings_located_in_their_shard(zoo):
+    from tests.test_audit_fixtures import RANK_TENSOR
+
+    assert audit(zoo["llama-rank"]).code == 0
+    code, doc = audit_json(zoo["llama-rank"], "--fail-on", "warning")
+    assert code == 1
+    rank = [f for f in findings_of(doc) if f["rule"] == "rank-deficient-head"]
+    assert len(rank) == 2 and all(f["layer"] == 0 and f["severity"] == "warning" for f in rank)
+    assert all(RANK_TENSOR in f["tensor"] and f["file"] == "model.safetensors" for f in rank)
+    assert len({f["fingerprint"] for f in rank}) == 2, "one fingerprint per head, not per tensor pair"

@@ -1,7 +1,8 @@
 """Shared fixtures and helpers of the ``idinspect audit`` tests (no tests of its own).
 
 ``zoo`` builds, once per session, the tiny checkpoints the audit tests need: a GPT-2 (no-op key
-bias and absorbable value bias), a bias-free Llama, the same Llama with a NaN in one key weight,
+bias and absorbable value bias), a bias-free Llama, the same Llama with a NaN in one key weight, with two rank-deficient
+heads, and gauge-fixed by ``idinspect.export``,
 a second GPT-2-style model, an empty directory and a readable config of an unsupported type.
 Every CLI test runs in a fresh empty working directory so no pyproject.toml policy leaks in.
 """
@@ -17,6 +18,7 @@ import pytest
 from tests.cli import CliResult, run_cli
 
 NAN_TENSOR = "model.layers.1.self_attn.k_proj.weight"
+RANK_TENSOR = "model.layers.0.self_attn.q_proj.weight"
 
 
 def audit(*args) -> CliResult:
@@ -24,16 +26,26 @@ def audit(*args) -> CliResult:
     return run_cli("audit", *[str(a) for a in args])
 
 
-def poison(directory: Path, tensor: str, value: float = float("nan")) -> None:
-    """Write ``value`` into one entry of ``tensor`` in the checkpoint's model.safetensors."""
+def edit_tensor(directory: Path, tensor: str, edit) -> None:
+    """Rewrite the checkpoint's model.safetensors with ``edit(t)`` applied in place to ``tensor``."""
     from safetensors.torch import load_file, save_file
 
     path = directory / "model.safetensors"
     tensors = load_file(str(path))
     t = tensors[tensor].clone()
-    t.view(-1)[3] = value
+    edit(t)
     tensors[tensor] = t
     save_file(tensors, str(path), metadata={"format": "pt"})
+
+
+def poison(directory: Path, tensor: str, value: float = float("nan")) -> None:
+    """Write ``value`` into one entry of ``tensor``."""
+    edit_tensor(directory, tensor, lambda t: t.view(-1).__setitem__(3, value))
+
+
+def zero_rows(t, rows) -> None:
+    for r in rows:
+        t[r].zero_()
 
 
 @pytest.fixture(scope="session")
@@ -46,6 +58,13 @@ def zoo(tiny_dir, tmp_path_factory) -> dict[str, Path]:
     models["llama-nan"] = root / "llama-nan"
     shutil.copytree(models["llama"], models["llama-nan"])
     poison(models["llama-nan"], NAN_TENSOR)
+    models["llama-rank"] = root / "llama-rank"  # heads 0 and 2 of layer 0: one query column zeroed
+    shutil.copytree(models["llama"], models["llama-rank"])
+    edit_tensor(models["llama-rank"], RANK_TENSOR, lambda t: zero_rows(t, (0, 8)))
+    from idinspect.export import export
+
+    models["llama-fixed"] = root / "llama-fixed"
+    export(models["llama"], models["llama-fixed"])
     models["empty"] = root / "empty"
     models["empty"].mkdir()
     models["t5"] = root / "t5"

@@ -1,7 +1,8 @@
 """Baselines: record today's findings so that only new ones fail.
 
 A finding's fingerprint is ``sha256(rule, model identity, tensor)``: no line numbers, no values,
-so it survives re-running on other machines and small weight changes. The file keeps a count per
+so it survives re-running on other machines and small weight changes. The tensor is qualified by
+head (``...#kind=qk#head=2``) for findings the analyzer makes per head of the same tensors. The file keeps a count per
 fingerprint (two findings on one tensor are two entries' worth); ``--baseline`` suppresses at most
 that many occurrences, so a second, new finding on the same tensor still shows.
 

@@ -9,6 +9,7 @@ model was readable: it is a result, not an error of the tool.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from ..errors import IdinspectError
@@ -43,8 +44,14 @@ def gauge_fixed(model, rtol: float | None) -> list[dict]:
     if ok:
         return []
     tol = f" (rtol {rtol:g})" if rtol is not None else ""
-    return [{"rule": "not-gauge-fixed", "severity": "error", "layer": None, "tensor": None, "where": where,
-             "error": float(worst),
+    match = re.match(r"layer (\d+)\b", where or "")
+    layer = int(match.group(1)) if match else None
+    locate = None
+    if layer is not None and 0 <= layer < model.num_layers:
+        names = model.layer(layer).tensor_names
+        locate = names.get("W_O") or next(iter(names.values()), None)
+    return [{"rule": "not-gauge-fixed", "severity": "error", "layer": layer, "tensor": None, "where": where,
+             "locate": locate, "error": float(worst),
              "message": f"not in gauge-fixed canonical form: largest relative change {float(worst):.3g} at {where}{tol}; "
                         "publish the output of `idinspect export` instead"}]
 

@@ -49,6 +49,18 @@ def tensor_names(text: str) -> list[str]:
     return [strip_slice(n) for n in names if n.strip()]
 
 
+def fingerprint_key(item: dict) -> str | None:
+    """What identifies a finding within its model: the tensor, qualified by head and kind where
+    the analyzer reports one finding per head of the same tensors (``rank-deficient-head``)."""
+    tensor = item.get("tensor")
+    key = tensor if isinstance(tensor, str) else ""
+    for field_name in ("kind", "head"):
+        value = item.get(field_name)
+        if isinstance(value, (str, int)) and not isinstance(value, bool):
+            key += f"#{field_name}={value}"
+    return key or None
+
+
 @dataclass
 class Finding:
     """A finding after policy: effective severity, the file that holds it and its fingerprint."""
@@ -62,6 +74,7 @@ class Finding:
     path: str
     uri: str
     fingerprint: str
+    key: str | None = None
     baselined: bool = False
 
     def to_dict(self) -> dict:
@@ -151,7 +164,7 @@ class AuditResult:
         }
 
     def baseline_entries(self) -> list[Entry]:
-        return [Entry(f.fingerprint, f.rule, m.identity, f.tensor) for m in self.models for f in m.findings]
+        return [Entry(f.fingerprint, f.rule, m.identity, f.key) for m in self.models for f in m.findings]
 
 
 def model_identity(source: str, path: Path | None, kind: str | None, cwd: Path) -> str:
@@ -268,11 +281,12 @@ class Auditor:
             tensor = item.get("tensor")
             fname = self._file_of(item, reader)
             path = (Path(directory) / fname) if directory is not None else Path(fname)
-            fp = fingerprint(rule_id, result.identity, tensor if isinstance(tensor, str) else None)
+            key = fingerprint_key(item)
+            fp = fingerprint(rule_id, result.identity, key)
             out.append(Finding(rule=rule_id, severity=level, message=str(item.get("message", rule.short)),
                                tensor=tensor if isinstance(tensor, str) else None,
                                layer=item.get("layer") if isinstance(item.get("layer"), int) else None,
-                               file=fname, path=_relative(path, self.cwd), uri=_uri(path, self.cwd), fingerprint=fp))
+                               file=fname, path=_relative(path, self.cwd), uri=_uri(path, self.cwd), fingerprint=fp, key=key))
         out.sort(key=lambda f: (-severity_rank(f.severity), f.rule, f.layer if f.layer is not None else -1, f.tensor or ""))
         if self.baseline is not None:
             for f in out:
@@ -285,7 +299,7 @@ class Auditor:
         if isinstance(item.get("file"), str):
             return item["file"]
         if reader is not None:
-            for key in ("tensor", "where"):
+            for key in ("tensor", "where", "locate"):
                 text = item.get(key)
                 for name in tensor_names(text) if isinstance(text, str) else []:
                     fname = reader.file_of(name)
@@ -308,4 +322,5 @@ def run_audit(sources: list[str], policy: Policy, *, baseline: Baseline | None =
                        baseline=str(baseline.path) if baseline is not None and baseline.path else None)
 
 
-__all__ = ["AuditResult", "Auditor", "Finding", "ModelResult", "model_identity", "run_audit", "strip_slice", "tensor_names"]
+__all__ = ["AuditResult", "Auditor", "Finding", "ModelResult", "fingerprint_key", "model_identity", "run_audit",
+           "strip_slice", "tensor_names"]
