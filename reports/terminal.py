@@ -108,38 +108,61 @@ def summary_panel(result: dict) -> Panel:
 #: Column headers of the layer table: (wide, narrow).
 _LAYER_COLUMNS = (("params", "params"), ("QK gauge", "QK"), ("VO gauge", "VO"), ("no-op bias", "no-op"),
                   ("absorbable bias", "absorb"), ("unidentified", "U"), ("ratio", "ratio"))
-NARROW = 124
-#: Below this width the layer table becomes one short block of lines per (group of) layer(s).
-STACKED = 76
+#: Below this width the per-head tables show only the largest singular value.
+NARROW = 100
+
+
+_ROW_KEYS = ("attention_parameters", "qk_gauge", "vo_gauge", "noop_bias", "absorbable_bias",
+             "unidentified_parameters")
+
+
+def _row_cells(row: dict) -> list[str]:
+    return [fmt_int(row.get(k)) for k in _ROW_KEYS] + [fmt_ratio(row.get("identification_ratio"))]
 
 
 def layer_table(result: dict, collapse: bool = True, width: int = 120) -> Table | Group:
     """Per-layer counts; runs of identical layers are one row labelled ``layers 0-15 (16 identical)``.
 
-    Below :data:`NARROW` columns the headers shorten and a caption explains them; below
-    :data:`STACKED` each row becomes a block of wrapped lines.
+    The layout follows ``width``: full headers when everything fits, short headers (explained in
+    the caption) and tighter spacing when not, and below that one block of wrapped lines per row.
+    Numbers are never cropped.
     """
-    if width < STACKED:
-        return _layer_blocks(result, collapse)
-    narrow = width < NARROW
+    groups = layer_groups(result.get("layers") or [], collapse=collapse)
+    cells = [_row_cells(g.row) for g in groups]
+    label_width = max((len(g.label) for g in groups), default=8)
+
+    def numbers_width(short: bool, pad: int) -> int:
+        """Columns after the label: content + padding on both sides + one divider each."""
+        heads = [n if short else w for w, n in _LAYER_COLUMNS]
+        return sum(max([len(h)] + [len(c[i]) for c in cells]) + 2 * pad + 1 for i, h in enumerate(heads))
+
+    def fits(short: bool, pad: int, label: int) -> bool:
+        return 2 + label + 2 * pad + numbers_width(short, pad) <= width
+
+    layouts = [(False, 1), (True, 1), (True, 0)]  # (short headers, cell padding)
+    for short, pad in layouts:
+        if fits(short, pad, label_width):
+            break
+    else:
+        short, pad = layouts[-1]
+        if not fits(True, 0, 10):
+            return _layer_blocks(groups)
     caption = ("QK/VO: gauge dimensions; no-op: key-bias dims; absorb: value-bias dims; U: unidentified; "
-               "ratio = U / params" if narrow else "ratio = unidentified / attention parameters")
+               "ratio = U / params" if short else "ratio = unidentified / attention parameters")
     table = Table(title="Attention layers", title_justify="left", box=box.SIMPLE_HEAD, header_style="bold",
-                  caption=caption, caption_justify="left", pad_edge=not narrow)
-    table.add_column("layers", overflow="fold", min_width=8)
+                  caption=caption, caption_justify="left", pad_edge=True, padding=(0, pad))
+    room = width - 2 - 2 * pad - numbers_width(short, pad)
+    table.add_column("layers", overflow="fold", min_width=max(8, min(label_width, room)))
     for wide_name, narrow_name in _LAYER_COLUMNS:
-        table.add_column(narrow_name if narrow else wide_name, justify="right", no_wrap=True)
-    for group in layer_groups(result.get("layers") or [], collapse=collapse):
-        row = group.row
-        table.add_row(Text(group.label), fmt_int(row.get("attention_parameters")), fmt_int(row.get("qk_gauge")),
-                      fmt_int(row.get("vo_gauge")), fmt_int(row.get("noop_bias")), fmt_int(row.get("absorbable_bias")),
-                      fmt_int(row.get("unidentified_parameters")), fmt_ratio(row.get("identification_ratio")))
+        table.add_column(narrow_name if short else wide_name, justify="right", no_wrap=True)
+    for group, row in zip(groups, cells):
+        table.add_row(Text(group.label), *row)
     return table
 
 
-def _layer_blocks(result: dict, collapse: bool) -> Group:
+def _layer_blocks(groups: list) -> Group:
     parts: list = [Text("Attention layers", style="bold")]
-    for group in layer_groups(result.get("layers") or [], collapse=collapse):
+    for group in groups:
         row = group.row
         parts.append(Text(group.label, style="bold"))
         parts.append(Padding(Text(f"params {fmt_int(row.get('attention_parameters'))}, unidentified "
