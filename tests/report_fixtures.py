@@ -114,8 +114,9 @@ def llama_result(n_layers: int = 16, odd_layer: int | None = 9, evil: bool = Fal
                                  seed=2, deficient_heads=(1,) if i == 2 else ()))
     source = "org/tiny-llama-gqa"
     findings = [{"rule": "rank-deficient-head", "severity": "warning", "layer": 2,
-                 "tensor": "model.layers.2.self_attn.q_proj.weight", "parameters": 16, "head": 1,
-                 "rank": 3, "d_k": 4, "tolerance": 1e-9,
+                 "tensor": "model.layers.2.self_attn.q_proj.weight, model.layers.2.self_attn.k_proj.weight",
+                 "parameters": 128, "kind": "qk", "head": 1, "heads": [1], "kv_head": 0, "rank": 3, "full_rank": 4,
+                 "tolerance": 1e-9,
                  "message": "head 1 of layer 2: W_QK has numerical rank 3 < d_k = 4"}]
     if evil:
         source = f"org/{MARKUP}{EVIL}"

@@ -1,0 +1,116 @@
+"""The JSON report: schema_version first, deterministic, timestamps only on request, schema-valid."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from idinspect.reports.atomic import write_text_atomic
+from idinspect.reports.json_report import dumps, ordered, write_json
+from tests.cli import run_cli
+from tests.report_fixtures import bert_result, llama_result
+
+SCHEMA = Path(__file__).resolve().parents[1] / "idinspect" / "schemas" / "report.schema.json"
+
+
+def validate(data: dict) -> None:
+    schema = json.loads(SCHEMA.read_text())
+    jsonschema.Draft202012Validator(schema).validate(data)
+
+
+def test_schema_version_first_and_sections_in_contract_order():
+    data = json.loads(dumps(llama_result()))
+    assert list(data)[:6] == ["schema_version", "tool", "model", "totals", "layers", "findings"]
+    assert data["schema_version"] == 1
+
+
+def test_deterministic_whatever_the_input_order():
+    a = bert_result()
+    b = bert_result()
+    rng = random.Random(3)
+    rng.shuffle(b["findings"])
+    rng.shuffle(b["layers"])
+    b["model"] = dict(reversed(list(b["model"].items())))
+    assert dumps(a) == dumps(b)
+    findings = json.loads(dumps(b))["findings"]
+    keys = [(f["layer"], f["rule"]) for f in findings]
+    assert keys == sorted(keys)
+    assert [layer["index"] for layer in json.loads(dumps(b))["layers"]] == list(range(6))
+
+
+def test_meaningful_list_order_is_kept():
+    result = llama_result(n_layers=2)
+    spectra = result["layers"][0]["spectra"]
+    out = json.loads(dumps(result))["layers"][0]["spectra"]
+    assert out["qk"] == spectra["qk"]  # heads in order, singular values descending as given
+    assert out["qk"][0] == sorted(out["qk"][0], reverse=True)
+
+
+def test_no_timestamp_unless_asked(monkeypatch):
+    assert "generated_at" not in dumps(llama_result())
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "1700000000")
+    data = json.loads(dumps(llama_result(), timestamp=True))
+    assert data["generated_at"] == "2023-11-14T22:13:20Z"
+    assert list(data)[0] == "schema_version"
+
+
+def test_non_finite_floats_become_null_and_output_is_strict_json():
+    result = llama_result(n_layers=2)
+    result["layers"][0]["spectra"]["qk_condition"][0] = float("inf")
+    result["layers"][1]["spectra"]["qk"][0][0] = float("nan")
+    text = dumps(result)
+    assert "Infinity" not in text and "NaN" not in text
+    data = json.loads(text)
+    assert data["layers"][0]["spectra"]["qk_condition"][0] is None
+    assert data["layers"][1]["spectra"]["qk"][0][0] is None
+
+
+def test_fixture_matches_the_schema():
+    validate(ordered(llama_result()))
+    validate(ordered(bert_result()))
+
+
+def test_atomic_write_leaves_old_file_on_failure(tmp_path):
+    target = tmp_path / "report.json"
+    write_json(llama_result(), target)
+    before = target.read_text()
+
+    with pytest.raises(TypeError):
+        write_text_atomic(target, 123)  # not text: the write fails part way
+    assert target.read_text() == before
+    assert sorted(os.listdir(tmp_path)) == ["report.json"]
+
+
+def test_cli_json_real_output_is_schema_valid_and_deterministic(tiny_dir, tmp_path):
+    path = tiny_dir("llama-gqa")
+    first = run_cli(path, "--format", "json")
+    second = run_cli(path, "--format", "json")
+    assert first.code == 0, first.stderr
+    assert first.stdout == second.stdout
+    assert first.stderr == ""  # no progress with --format json
+    data = json.loads(first.stdout)
+    assert list(data)[0] == "schema_version"
+    validate(data)
+    assert data["model"]["kv_heads"] == 2 and len(data["layers"]) == 2
+    assert "generated_at" not in data
+
+
+def test_cli_json_file_beside_the_text_report(minilm_dir, tmp_path, monkeypatch):
+    out = tmp_path / "minilm.json"
+    res = run_cli(minilm_dir, "--json", out, "--quiet")
+    assert res.code == 0, res.stderr
+    assert "Attention layers" in res.stdout and res.stderr == ""
+    data = json.loads(out.read_text())
+    validate(data)
+    assert data["totals"]["unidentified_parameters"] == 152064
+    assert [p.name for p in tmp_path.iterdir()] == ["minilm.json"]
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "0")
+    stamped = run_cli(minilm_dir, "--format", "json", "--timestamp")
+    assert json.loads(stamped.stdout)["generated_at"] == "1970-01-01T00:00:00Z"
+    loud = run_cli(minilm_dir, "--json", out)
+    assert f"wrote the JSON report to {out}" in loud.stderr.replace("\n", "")
