@@ -28,7 +28,9 @@ def identification_ratio(report: dict, max_ratio: float) -> list[dict]:
         return []
     unidentified = totals.get("unidentified_parameters")
     total = totals.get("attention_parameters")
-    counts = f" ({unidentified:,} of {total:,} attention parameters)" if isinstance(unidentified, int) and isinstance(total, int) else ""
+    counts = ""
+    if isinstance(unidentified, int) and isinstance(total, int):
+        counts = f" ({unidentified:,} of {total:,} attention parameters)"
     return [{"rule": "identification-ratio", "severity": "error", "layer": None, "tensor": None,
              "parameters": unidentified, "ratio": ratio, "limit": max_ratio,
              "message": f"unidentified share {ratio:.4f}{counts} exceeds the limit {max_ratio:g}"}]

@@ -28,7 +28,8 @@ def information_uri() -> str:
         return FALLBACK_INFORMATION_URI
     for entry in meta.get_all("Project-URL") or []:
         label, _, url = entry.partition(",")
-        if url.strip().startswith(("https://", "http://")) and label.strip().lower() in ("homepage", "home", "source", "repository"):
+        named = label.strip().lower() in ("homepage", "home", "source", "repository")
+        if named and url.strip().startswith(("https://", "http://")):
             return url.strip()
     home = meta.get("Home-page")
     return home if home and home.startswith(("https://", "http://")) else FALLBACK_INFORMATION_URI
