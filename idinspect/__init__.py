@@ -22,6 +22,10 @@ from .errors import IdinspectError
 from .inspection import inspect
 from .model import Model, load
 from .reference import reference_attention
+from .gauge import canonicalize, invariant_errors, is_gauge_fixed
+from .export import export  # note: binds idinspect.export to the function (the module stays importable by name)
+from .verify import verify
 
 __all__ = ["AttentionLayer", "IdinspectError", "Model", "Positional", "RotarySpec", "__version__",
-           "inspect", "load", "reference_attention"]
+           "canonicalize", "export", "inspect", "invariant_errors", "is_gauge_fixed", "load", "reference_attention",
+           "verify"]

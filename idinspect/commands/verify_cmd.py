@@ -1,0 +1,85 @@
+"""``idinspect verify A B``: exit 0 when B computes what A computes, 1 when not, 2 on error."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+
+import click
+
+from ..cli import debug_option
+from ..verify import Check, VerifyResult, verify
+
+
+@click.command("verify")
+@click.argument("a")
+@click.argument("b")
+@click.option("--functional/--no-functional", default=True, show_default=True,
+              help="Also load both with transformers and compare outputs on seeded random token ids.")
+@click.option("--tokens", type=click.IntRange(1), default=16, show_default=True, help="Probe sequence length.")
+@click.option("--decode", type=click.IntRange(0), default=8, show_default=True,
+              help="Greedy tokens compared for causal LMs.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random token ids.")
+@click.option("--token", envvar="HF_TOKEN", show_envvar=True, help="Hub token for gated or private models.")
+@click.option("--cache-dir", type=click.Path(file_okay=False), help="Hub cache folder (default: HF_HUB_CACHE).")
+@click.option("--offline", is_flag=True, help="Use only the hub cache, never the network (like HF_HUB_OFFLINE=1).")
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True,
+              help="text: one line per check; json: the full record on stdout.")
+@debug_option
+@click.pass_context
+def verify_command(ctx: click.Context, a: str, b: str, functional: bool, tokens: int, decode: int, seed: int,
+                   token: str | None, cache_dir: str | None, offline: bool, fmt: str) -> None:
+    """Check that checkpoint B computes the same function as A (e.g. B = idinspect export A).
+
+    Layer-wise gauge invariants (cheap at any size), non-attention tensors, and (unless
+    --no-functional) outputs of both models loaded by stock transformers. Tolerances depend on
+    B's dtype and are printed; bfloat16/float16 are judged against the error of rounding A alone.
+    Exit status: 0 equivalent, 1 not equivalent, 2 error.
+    """
+    with _quiet_transformers():
+        result = verify(a, b, functional=functional, tokens=tokens, decode=decode, seed=seed, token=token,
+                        cache_dir=cache_dir, local_files_only=offline)
+    if fmt == "json":
+        click.echo(json.dumps(result.to_dict(), indent=2))
+    else:
+        click.echo(render(result))
+    ctx.exit(0 if result.equivalent else 1)
+
+
+@contextlib.contextmanager
+def _quiet_transformers():
+    """No loading bars or config warnings from transformers on the user's terminal while verifying."""
+    from transformers.utils import logging as hf_logging
+
+    verbosity, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(verbosity)
+        if bars:
+            hf_logging.enable_progress_bar()
+
+
+def render(result: VerifyResult) -> str:
+    """Plain text, one line per check, then the verdict."""
+    lines = [f"verify {result.a} -> {result.b} (B stored as {result.dtype})"]
+    for c in result.checks:
+        lines.append(f"  {_mark(c):4} {c.name:11} {_numbers(c)}{c.detail}")
+        for kind, v in c.extra.get("per_invariant", {}).items():
+            lines.append(f"{'':18}{kind:12} {v['error']:.2e} (tolerance {v['tolerance']:.1e}; "
+                         f"rounding baseline {v['baseline']:.2e}) at {v['where']}")
+    lines.append("equivalent" if result.equivalent else "NOT equivalent")
+    return "\n".join(lines)
+
+
+def _mark(c: Check) -> str:
+    return {True: "ok", False: "FAIL", None: "skip"}[c.passed]
+
+
+def _numbers(c: Check) -> str:
+    if c.error is None or c.tolerance is None:
+        return ""
+    base = f", rounding baseline {c.baseline:.2e}" if c.baseline is not None else ""
+    return f"{c.error:.2e} (tolerance {c.tolerance:.1e}{base}); "

@@ -1,0 +1,264 @@
+"""``verify``: do two checkpoints compute the same function? Exit 0 yes, 1 no, 2 error.
+
+Checks, each with a dtype-dependent tolerance that is reported:
+- ``config``: the configs agree apart from dtype and bookkeeping fields;
+- ``tensors``: the same tensor names; every non-attention tensor equal (bit-exact in the same
+  dtype, within one rounding of the coarser dtype otherwise);
+- ``invariants``: layer by layer, every gauge invariant (each head's W_QK, each rotary plane's
+  Q_p K_p^T and Q_p J K_p^T, each head's W_OV, the effective output bias) through thin-QR cores;
+  cheap at any size (:func:`~idinspect.gauge.invariant_errors`);
+- ``functional``: both loaded by stock transformers on seeded random token ids: largest absolute
+  and relative difference of the logits (last hidden states for encoders);
+- ``decode``: causal LMs only, identical greedy continuations.
+
+Tolerances follow B's stored dtype. float64: invariants 1e-10, outputs 1e-6 (transformers
+computes some norms in float32); float32: 1e-6 and 1e-6. bfloat16/float16: judged against the
+*rounding baseline*: A's attention moved by an exact scalar gauge (W_Q c, W_K / c, W_V c, W_O / c,
+c = 8/7, so every entry needs rounding) and rounded to B's dtype, every other tensor rounded too.
+The export passes when its error is at most ``BASELINE_FACTOR`` times the baseline's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+import torch
+
+from .canonical import AttentionLayer
+from .errors import IdinspectError
+from .gauge import INVARIANTS, invariant_errors
+from .model import Model, load
+from . import verify_functional as fn
+
+FIXED_TOLERANCES = {torch.float64: {"invariants": 1e-10, "functional": 1e-6},
+                    torch.float32: {"invariants": 1e-6, "functional": 1e-6}}
+BASELINE_FACTOR = 4.0
+BASELINE_SCALE = 8.0 / 7.0
+_IGNORED_CONFIG = {"dtype", "torch_dtype", "_name_or_path", "transformers_version", "_commit_hash",
+                   "_attn_implementation_autoset", "_attn_implementation_internal"}
+
+
+@dataclass
+class Check:
+    """One comparison: ``passed`` None means skipped (``detail`` says why)."""
+
+    name: str
+    passed: bool | None
+    error: float | None = None
+    tolerance: float | None = None
+    baseline: float | None = None
+    detail: str = ""
+    extra: dict = field(default_factory=dict)
+
+
+@dataclass
+class VerifyResult:
+    a: str
+    b: str
+    dtype: str
+    checks: list[Check]
+
+    @property
+    def equivalent(self) -> bool:
+        return all(c.passed is not False for c in self.checks)
+
+    def to_dict(self) -> dict:
+        return {"a": self.a, "b": self.b, "dtype": self.dtype, "equivalent": self.equivalent,
+                "checks": [asdict(c) for c in self.checks]}
+
+
+def verify(a, b, *, functional: bool = True, tokens: int = 16, decode: int = 8, seed: int = 0,
+           max_memory: int | None = None, token: str | None = None, cache_dir=None,
+           local_files_only: bool = False) -> VerifyResult:
+    """Compare checkpoints ``a`` (reference) and ``b``; see the module docstring for the checks.
+
+    ``max_memory`` (bytes) bounds what a float64 model copy may take before the functional check
+    switches to accelerate's disk offload (default: half the available memory).
+    """
+    opts = dict(token=token, cache_dir=cache_dir, local_files_only=local_files_only)
+    A = a if isinstance(a, Model) else load(a, **opts)
+    try:
+        B = b if isinstance(b, Model) else load(b, **opts)
+        try:
+            return _verify(A, B, functional, tokens, decode, seed, max_memory)
+        finally:
+            if B is not b:
+                B.close()
+    finally:
+        if A is not a:
+            A.close()
+
+
+def _verify(A: Model, B: Model, functional: bool, tokens: int, decode: int, seed: int,
+            max_memory: int | None) -> VerifyResult:
+    dtype = stored_dtype(B)
+    checks = [_config_check(A, B)]
+    structure = _structure_check(A, B)
+    checks.append(structure)
+    if structure.passed:
+        checks.append(_tensor_check(A, B))
+        checks.append(_invariant_check(A, B, dtype))
+        if functional:
+            checks += _functional_checks(A, B, dtype, tokens, decode, seed, max_memory)
+        else:
+            checks.append(Check("functional", None, detail="skipped (--no-functional)"))
+    return VerifyResult(A.provenance.source, B.provenance.source, str(dtype).removeprefix("torch."), checks)
+
+
+def stored_dtype(model: Model) -> torch.dtype:
+    """The dtype of the model's attention weights (what its rounding is judged by)."""
+    return model.reader.dtype(model.adapter.attention_keys(0)[0])
+
+
+def rounding_baseline(layer: AttentionLayer, dtype: torch.dtype) -> AttentionLayer:
+    """``layer`` moved by the exact scalar gauge c = 8/7 and rounded to ``dtype`` (back in float64)."""
+    c = BASELINE_SCALE
+    L = layer.to(torch.float64)
+    factors = {"W_Q": c, "b_Q": c, "W_K": 1 / c, "b_K": 1 / c, "W_V": c, "b_V": c, "W_O": 1 / c, "b_O": 1.0}
+    return L.replace(**{r: (t * factors[r]).to(dtype).to(torch.float64) for r, t in L.tensors().items()})
+
+
+def _config_check(A: Model, B: Model) -> Check:
+    da, db = A.config.to_dict(), B.config.to_dict()
+    keys = sorted((set(da) | set(db)) - _IGNORED_CONFIG)
+    differ = [k for k in keys if da.get(k) != db.get(k)]
+    if differ:
+        return Check("config", False, detail=f"configs differ in {', '.join(differ[:8])}", extra={"differ": differ})
+    return Check("config", True, detail="same configuration (dtype aside)")
+
+
+def _structure_check(A: Model, B: Model) -> Check:
+    if type(A.adapter) is not type(B.adapter) or A.num_layers != B.num_layers:
+        return Check("structure", False, detail=f"different architectures or depths "
+                     f"({A.adapter.family}/{A.num_layers} vs {B.adapter.family}/{B.num_layers})")
+    ka, kb = set(A.reader.keys()), set(B.reader.keys())
+    if ka != kb:
+        only_a, only_b = sorted(ka - kb), sorted(kb - ka)
+        return Check("structure", False, detail=f"tensor names differ: {len(only_a)} only in A (e.g. "
+                     f"{(only_a or ['-'])[0]}), {len(only_b)} only in B (e.g. {(only_b or ['-'])[0]})")
+    bad = [k for k in sorted(ka) if tuple(A.reader.shape(k)) != tuple(B.reader.shape(k))]
+    if bad:
+        return Check("structure", False, detail=f"{len(bad)} tensors differ in shape, e.g. {bad[0]}")
+    return Check("structure", True, detail=f"{len(ka)} tensors, same names and shapes")
+
+
+def _tensor_check(A: Model, B: Model) -> Check:
+    """Every non-attention tensor: bit-exact in the same dtype, else within one rounding."""
+    attention = {k for i in range(A.num_layers) for k in A.adapter.attention_keys(i)}
+    worst, where, count = 0.0, "", 0
+    for name in A.reader.keys():
+        if name in attention:
+            continue
+        ta, tb = A.reader.get(name), B.reader.get(name)
+        count += 1
+        if ta.dtype == tb.dtype and torch.equal(ta, tb):
+            continue
+        if ta.dtype == tb.dtype or not (ta.is_floating_point() and tb.is_floating_point()):
+            return Check("tensors", False, error=_rel(ta, tb), tolerance=0.0, detail=f"{name} differs (same dtype: must be bit-exact)")
+        coarse = ta.dtype if torch.finfo(ta.dtype).eps > torch.finfo(tb.dtype).eps else tb.dtype
+        tol = torch.finfo(coarse).eps  # one rounding is at most eps / 2 relative, elementwise
+        diff = (ta.to(torch.float64) - tb.to(torch.float64)).abs()
+        bound = tol * ta.to(torch.float64).abs() + torch.finfo(coarse).tiny
+        if bool((diff > bound).any()):
+            return Check("tensors", False, error=_rel(ta, tb), tolerance=tol, detail=f"{name} differs beyond one {coarse} rounding")
+        if _rel(ta, tb) >= worst:
+            worst, where = _rel(ta, tb), name
+    detail = f"{count} non-attention tensors equal" + (f" within rounding (largest {worst:.1e} at {where})" if worst else " bit for bit")
+    return Check("tensors", True, error=worst, detail=detail)
+
+
+def _invariant_check(A: Model, B: Model, dtype: torch.dtype) -> Check:
+    worst = {k: (0.0, "") for k in INVARIANTS}
+    base = {k: 0.0 for k in INVARIANTS}
+    for i in range(A.num_layers):
+        la, lb = A.layer(i), B.layer(i)
+        try:
+            errors = invariant_errors(la, lb)
+        except ValueError as exc:
+            return Check("invariants", False, detail=str(exc))
+        for kind, e in errors.items():
+            if e.error >= worst[kind][0]:
+                worst[kind] = (e.error, e.where(i))
+        for kind, e in invariant_errors(la, rounding_baseline(la, dtype)).items():
+            base[kind] = max(base[kind], e.error)
+    present = [k for k in INVARIANTS if worst[k][1]]
+    per_kind = {}
+    passed = True
+    for k in present:
+        tol = _tolerance(dtype, "invariants", base[k])
+        per_kind[k] = {"error": worst[k][0], "where": worst[k][1], "baseline": base[k], "tolerance": tol}
+        passed &= worst[k][0] <= tol
+    top = max(present, key=lambda k: worst[k][0] / per_kind[k]["tolerance"])
+    return Check("invariants", passed, error=worst[top][0], tolerance=per_kind[top]["tolerance"], baseline=base[top],
+                 detail=f"{A.num_layers} layers; worst relative to tolerance: {worst[top][1]}", extra={"per_invariant": per_kind})
+
+
+def _functional_checks(A: Model, B: Model, dtype: torch.dtype, tokens: int, decode: int, seed: int,
+                       max_memory: int | None) -> list[Check]:
+    ids = fn.probe_ids(A.config, tokens, decode, seed)
+    size = max(_parameter_bytes_f64(A), _parameter_bytes_f64(B))
+    plan = fn.plan_loading(size, max_memory)
+    how = "offloaded (accelerate device_map='auto', float32 compute)" if plan.offload else "in memory, float64"
+    out_a = fn.run_model(A.provenance.path, ids, decode, plan)
+    out_b = fn.run_model(B.provenance.path, ids, decode, plan)
+    err_abs = float((out_a.values - out_b.values).abs().max())
+    scale = float(out_a.values.abs().max())
+    err = err_abs / scale if scale > 0 else err_abs
+    baseline, base_out = None, None
+    if dtype not in FIXED_TOLERANCES and not plan.offload:
+        base_out = fn.run_model(A.provenance.path, ids, decode, plan, edit=lambda m: _apply_baseline(m, A, dtype))
+        baseline = float((out_a.values - base_out.values).abs().max()) / (scale or 1.0)
+    tol = _tolerance(dtype, "functional", baseline, compute=plan.compute_dtype)
+    checks = [Check("functional", err <= tol, error=err, tolerance=tol, baseline=baseline,
+                    detail=f"{out_a.kind} on {tuple(ids.shape)} seeded random ids ({how}); max abs {err_abs:.2e}",
+                    extra={"max_abs": err_abs, "kind": out_a.kind})]
+    if out_a.decoded is not None:
+        same = torch.equal(out_a.decoded, out_b.decoded)
+        base_same = None if base_out is None else torch.equal(out_a.decoded, base_out.decoded)
+        excused = not same and base_same is False
+        detail = f"{out_a.decoded.shape[1]} greedy tokens x {out_a.decoded.shape[0]} sequences " + (
+            "identical" if same else "differ" + (" (so does the rounding baseline's)" if excused else ""))
+        checks.append(Check("decode", same or excused, detail=detail,
+                            extra={"a": out_a.decoded.tolist(), "b": out_b.decoded.tolist()}))
+    return checks
+
+
+def _apply_baseline(model, A: Model, dtype: torch.dtype) -> None:
+    touched = set()
+    params = [n for n, _ in model.named_parameters()]
+    for i in range(A.num_layers):
+        tensors = A.adapter.write_layer(rounding_baseline(A.layer(i), dtype), dtype=torch.float64)
+        fn.apply_tensors(model, tensors)
+        touched |= set(fn.map_names(list(tensors), params).values())
+    fn.round_parameters(model, dtype, skip=touched)
+
+
+def _tolerance(dtype: torch.dtype, kind: str, baseline: float | None, compute: torch.dtype = torch.float64) -> float:
+    if dtype in FIXED_TOLERANCES:
+        tol = FIXED_TOLERANCES[dtype][kind]
+        if compute == torch.float32 and kind == "functional":
+            tol = max(tol, 1e-4)  # float32 arithmetic in both runs
+        return tol
+    if baseline is None:  # no baseline (offloaded): 16 units of rounding
+        return 16 * torch.finfo(dtype).eps
+    return max(BASELINE_FACTOR * baseline, torch.finfo(dtype).eps)  # floor: one rounding (zero invariants)
+
+
+def _parameter_bytes_f64(model: Model) -> int:
+    total = 0
+    for k in model.reader.keys():
+        n = 1
+        for s in model.reader.shape(k):
+            n *= s
+        total += 8 * n
+    return total
+
+
+def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    a, b = a.to(torch.float64), b.to(torch.float64)
+    scale = float(a.abs().max()) if a.numel() else 0.0
+    diff = float((a - b).abs().max()) if a.numel() else 0.0
+    return diff / scale if scale > 0 else diff
+
+
+__all__ = ["Check", "VerifyResult", "rounding_baseline", "verify"]

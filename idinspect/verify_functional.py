@@ -1,0 +1,171 @@
+"""The functional half of ``verify``: both checkpoints loaded by stock transformers, same inputs.
+
+Seeded random token ids go through each model in turn (one in memory at a time); the outputs
+compared are the logits, or the last hidden states for models without a head. Causal LMs also
+decode greedily for a fixed number of tokens. Models are loaded in float64 so that the
+comparison sees the weights, not the arithmetic (transformers still computes some norms in
+float32: about 1e-7 of noise on Llama-family models). A model whose float64 copy does not fit
+in memory is loaded with accelerate's big-model loading (``device_map="auto"`` with disk
+offload) in float32, which is exact for bf16/fp16/fp32 weights.
+"""
+
+from __future__ import annotations
+
+import gc
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from .errors import IdinspectError
+
+#: Part of the available memory a float64 copy of a model may take before offloading.
+MEMORY_FRACTION = 0.5
+
+
+@dataclass
+class Outputs:
+    """What one model computed on the probe inputs."""
+
+    values: torch.Tensor                    # logits or last hidden states [B, T, *], float64
+    decoded: torch.Tensor | None            # greedy continuation [B, n] for causal LMs
+    kind: str                               # "logits" or "last_hidden_state"
+
+
+@dataclass(frozen=True)
+class LoadPlan:
+    """How to load: in memory in float64, or offloaded in float32 within ``max_memory`` bytes."""
+
+    offload: bool
+    compute_dtype: torch.dtype
+    max_memory: int | None = None
+
+
+def probe_ids(config, tokens: int, decode: int, seed: int, batch: int = 2) -> torch.Tensor:
+    """Seeded random token ids [batch, T], T = tokens, shortened to fit the position table."""
+    vocab = int(getattr(config, "vocab_size"))
+    limit = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
+    T = tokens if limit is None else max(1, min(tokens, int(limit) - decode - 2))
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(0, vocab, (batch, T), generator=g)
+
+
+def is_causal_lm(config) -> bool:
+    archs = getattr(config, "architectures", None) or []
+    return bool(archs) and archs[0].endswith(("ForCausalLM", "LMHeadModel"))
+
+
+def model_class(config):
+    """The transformers class named by ``config.architectures[0]``, else AutoModel."""
+    import transformers
+
+    archs = getattr(config, "architectures", None) or []
+    cls = getattr(transformers, archs[0], None) if archs else None
+    if isinstance(cls, type) and issubclass(cls, transformers.PreTrainedModel):
+        return cls
+    return transformers.AutoModel
+
+
+def plan_loading(parameter_bytes_f64: int, max_memory: int | None = None) -> LoadPlan:
+    """In memory when the float64 copy fits in ``max_memory`` (default: half the available RAM)."""
+    budget = max_memory if max_memory is not None else int(MEMORY_FRACTION * available_memory())
+    if parameter_bytes_f64 <= budget:
+        return LoadPlan(offload=False, compute_dtype=torch.float64)
+    return LoadPlan(offload=True, compute_dtype=torch.float32, max_memory=max(budget, 1))
+
+
+def available_memory() -> int:
+    """Available RAM in bytes (MemAvailable on Linux, else physical pages)."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    import os
+
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def run_model(path: Path, ids: torch.Tensor, decode: int, plan: LoadPlan,
+              edit: Callable[[torch.nn.Module], None] | None = None) -> Outputs:
+    """Load ``path`` with stock transformers, optionally ``edit`` its weights, run the probe."""
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(str(path))
+    cls = model_class(config)
+    kwargs: dict = {"dtype": plan.compute_dtype, "attn_implementation": "sdpa"}
+    offload_dir = None
+    if plan.offload:
+        offload_dir = tempfile.TemporaryDirectory(prefix="idinspect-offload-")
+        kwargs.update(device_map="auto", max_memory={"cpu": plan.max_memory}, offload_folder=offload_dir.name)
+    try:
+        try:
+            model = cls.from_pretrained(str(path), **kwargs)
+        except (OSError, ValueError, RuntimeError, KeyError) as exc:
+            raise IdinspectError(f"{path}: transformers cannot load it ({str(exc).splitlines()[0] if str(exc) else exc})") from None
+        model.eval()
+        if edit is not None:
+            edit(model)
+        with torch.no_grad():
+            values, kind = _forward(model, ids)
+            decoded = _greedy(model, ids, decode) if is_causal_lm(config) and decode > 0 else None
+        del model
+        gc.collect()
+        return Outputs(values.to(torch.float64), decoded, kind)
+    finally:
+        if offload_dir is not None:
+            offload_dir.cleanup()
+
+
+def _forward(model, ids: torch.Tensor) -> tuple[torch.Tensor, str]:
+    out = model(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=False)
+    logits = getattr(out, "logits", None)
+    if logits is not None:
+        return logits, "logits"
+    return out.last_hidden_state, "last_hidden_state"
+
+
+def _greedy(model, ids: torch.Tensor, n: int) -> torch.Tensor:
+    """n greedy tokens, recomputing the whole sequence each step (no cache: nothing hidden)."""
+    seq = ids
+    for _ in range(n):
+        logits = model(input_ids=seq, attention_mask=torch.ones_like(seq), use_cache=False).logits
+        seq = torch.cat([seq, logits[:, -1].argmax(dim=-1, keepdim=True)], dim=1)
+    return seq[:, ids.shape[1]:]
+
+
+def map_names(names: list[str], state_keys: list[str]) -> dict[str, str]:
+    """Checkpoint tensor names -> the loaded module's parameter names (prefixes may differ)."""
+    keys = set(state_keys)
+    out = {}
+    for name in names:
+        if name in keys:
+            out[name] = name
+            continue
+        hits = [k for k in state_keys if k.endswith("." + name) or name.endswith("." + k)]
+        if len(hits) != 1:
+            raise IdinspectError(f"cannot find checkpoint tensor {name} among the loaded model's parameters")
+        out[name] = hits[0]
+    return out
+
+
+def apply_tensors(model: torch.nn.Module, tensors: dict[str, torch.Tensor]) -> None:
+    """Overwrite parameters of ``model`` with checkpoint-named ``tensors`` (cast to each one's dtype)."""
+    params = dict(model.named_parameters())
+    names = map_names(list(tensors), list(params))
+    with torch.no_grad():
+        for ckpt_name, tensor in tensors.items():
+            p = params[names[ckpt_name]]
+            p.copy_(tensor.to(p.dtype))
+
+
+def round_parameters(model: torch.nn.Module, dtype: torch.dtype, skip: set[str]) -> None:
+    """Round every floating parameter not in ``skip`` to ``dtype`` (kept in its own dtype)."""
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name not in skip and p.is_floating_point():
+                p.copy_(p.to(dtype).to(p.dtype))
