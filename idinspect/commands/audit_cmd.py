@@ -142,7 +142,8 @@ def audit_command(ctx: click.Context, models: tuple[str, ...], fail_on: str | No
     except IdinspectError as exc:
         result = AuditResult([], fail_on or "error", exit_zero=exit_zero, error=str(exc))
         err.print(f"[bold red]error:[/] {escape(str(exc))}", soft_wrap=True)
-        _emit(result, fmt, output, show_all, err)
+        if fmt != "text" or output is not None:  # machine formats still get a document that says so
+            _emit(result, fmt, output, show_all, err)
         ctx.exit(2)
     result = run_audit(_targets(models), policy, baseline=base, exit_zero=exit_zero,
                        writing_baseline=write_baseline is not None, token=token, cache_dir=cache_dir, offline=offline)
