@@ -30,8 +30,12 @@ REPO = "org/tiny-llama"
 
 
 @pytest.fixture(autouse=True)
-def _no_debug_leak(monkeypatch):
+def _clean_state(monkeypatch):
+    """Same results whatever the environment says: online unless a test turns offline on, no
+    token from the environment, and no --debug left on by an earlier in-process run."""
     monkeypatch.setitem(cli_module._DEBUG, "on", False)
+    monkeypatch.setattr(hf_constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.delenv("HF_TOKEN", raising=False)
 
 
 @pytest.fixture
