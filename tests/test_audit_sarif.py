@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
+import shutil
 from pathlib import Path
 
 import jsonschema
@@ -15,10 +17,25 @@ from tests.test_audit_fixtures import NAN_TENSOR, audit, isolated_cwd, zoo  # no
 SCHEMA = Path(idinspect.__file__).parent / "schemas" / "sarif-2.1.0.json"
 
 
+_URI_CHARS = re.compile(r"^[A-Za-z0-9\-._~:/?#\[\]@!$&'()*+,;=%]*$")
+
+
+def _uri_reference(value) -> bool:
+    """RFC 3986 characters only (jsonschema checks the uri formats only with optional packages)."""
+    return not isinstance(value, str) or bool(_URI_CHARS.match(value))
+
+
+def _uri(value) -> bool:
+    return not isinstance(value, str) or (_uri_reference(value) and bool(re.match(r"^[A-Za-z][A-Za-z0-9+.-]*:", value)))
+
+
 @pytest.fixture(scope="module")
 def validator():
     schema = json.loads(SCHEMA.read_text(encoding="utf-8"))
-    return jsonschema.Draft4Validator(schema, format_checker=jsonschema.Draft4Validator.FORMAT_CHECKER)
+    checker = jsonschema.FormatChecker()
+    checker.checks("uri")(_uri)
+    checker.checks("uri-reference")(_uri_reference)
+    return jsonschema.Draft4Validator(schema, format_checker=checker)
 
 
 def sarif(*args) -> tuple[int, dict]:
@@ -34,7 +51,16 @@ def test_the_vendored_schema_is_the_official_file():
     jsonschema.Draft4Validator.check_schema(schema)
 
 
+def test_uris_with_spaces_are_percent_encoded(zoo, validator, isolated_cwd):
+    shutil.copytree(zoo["gpt2"], isolated_cwd / "my models" / "gpt 2")
+    _, log = sarif("my models/gpt 2")
+    uris = {r["locations"][0]["physicalLocation"]["artifactLocation"]["uri"] for r in log["runs"][0]["results"]}
+    assert uris == {"my%20models/gpt%202/model.safetensors"} and validator.is_valid(log)
+
+
 def test_the_validator_rejects_what_it_should(validator):
+    bad_uri = {"version": "2.1.0", "runs": [{"tool": {"driver": {"name": "x", "informationUri": "not a uri"}}}]}
+    assert not validator.is_valid(bad_uri)
     assert not validator.is_valid({"version": "2.1.0"})
     assert not validator.is_valid({"version": "2.1.0", "runs": [{"tool": {"driver": {}}}]})
     bad_level = {"version": "2.1.0", "runs": [{"tool": {"driver": {"name": "x"}},
@@ -56,8 +82,6 @@ def test_sarif_is_schema_valid_with_findings_from_several_models(zoo, validator,
 
 def test_every_result_is_located_for_github(zoo, validator, isolated_cwd):
     local = isolated_cwd / "models" / "llama-nan"
-    import shutil
-
     shutil.copytree(zoo["llama-nan"], local)
     code, log = sarif("models/llama-nan", zoo["gpt2"], "--fail-on", "note")
     assert code == 1 and validator.is_valid(log)

@@ -16,6 +16,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import quote
 
 from ..errors import IdinspectError, UnsupportedLayerError
 from . import checks
@@ -189,7 +190,7 @@ def _uri(path: Path, cwd: Path) -> str:
     """A SARIF artifact URI: relative to the working directory (the repository root in CI) when
     inside it, else an absolute ``file://`` URI."""
     rel = _relative(path, cwd)
-    return Path(os.path.abspath(path)).as_uri() if rel.startswith("/") else rel
+    return Path(os.path.abspath(path)).as_uri() if rel.startswith("/") else quote(rel)
 
 
 class Auditor:
