@@ -88,9 +88,12 @@ def _unmatched_shards(folder: Path) -> list[str]:
 
 
 def _call(repo_id: str, revision: str | None, patterns: list[str], *, token, cache_dir, local_files_only) -> str:
+    from .progress import current_hub_tqdm
+
+    extra = {"tqdm_class": current_hub_tqdm()} if current_hub_tqdm() is not None else {}
     try:
         return snapshot_download(repo_id, revision=revision, token=token, allow_patterns=patterns,
-                                 cache_dir=cache_dir, local_files_only=local_files_only)
+                                 cache_dir=cache_dir, local_files_only=local_files_only, **extra)
     except Exception as exc:  # noqa: BLE001 - mapped to one line below, anything else re-raised
         error = hub_error(exc, repo_id, revision, offline=is_offline(local_files_only), cache_dir=cache_dir)
         if error is None:

@@ -331,3 +331,11 @@ def test_unreachable_hub_falls_back_to_the_cache(hf_cache, no_network, monkeypat
     assert r.code == 0, r.stderr
     assert json.loads(r.stdout)["model"]["revision"] == SHA
     assert any("/api/models/org/tiny-llama" in url for url in no_network), no_network
+
+
+def test_download_progress_is_fed_when_progress_is_shown(fake_hub, snapshot):
+    fake = fake_hub(snapshot)
+    assert run_cli(REPO, "--progress", "always").code == 0
+    assert run_cli(REPO, "--progress", "never").code == 0
+    assert fake.calls[0].get("tqdm_class") is not None      # the reporter's bar class
+    assert "tqdm_class" not in fake.calls[1]
