@@ -212,3 +212,20 @@ def test_the_real_minilm_bert(minilm_dir):
     assert audit_obj["identity"] == source
     assert audit_obj["counts"] == {"error": 0, "warning": 6, "note": 6}  # one key and one value bias per layer
     assert {f["file"] for f in audit_obj["findings"]} == {"model.safetensors"}
+
+
+def test_an_internal_error_on_one_model_is_exit_2_and_the_rest_still_run(zoo, monkeypatch):
+    import idinspect.inspection
+
+    real = idinspect.inspection.inspect
+
+    def flaky(model, **kwargs):
+        if model.provenance.path == zoo["llama"]:
+            raise RuntimeError("kaboom")
+        return real(model, **kwargs)
+
+    monkeypatch.setattr(idinspect.inspection, "inspect", flaky)
+    code, doc = audit_json(zoo["llama"], zoo["llama-nan"])
+    assert code == 2
+    assert "kaboom" in doc["models"][0]["audit"]["error"]
+    assert doc["models"][1]["audit"]["verdict"] == "fail"

@@ -89,6 +89,19 @@ def _emit(result: AuditResult, fmt: str, output: str | None, show_all: bool, err
             err.print(f"warning: cannot append to $GITHUB_STEP_SUMMARY ({escape(str(exc))})", highlight=False)
 
 
+def _debug_logging() -> None:
+    """With ``--debug``, show the tracebacks of per-model failures (logged, not raised) on stderr."""
+    from .. import cli
+
+    if cli._DEBUG["on"]:
+        import logging
+
+        logger = logging.getLogger("idinspect.audit")
+        if not logger.handlers:
+            logger.addHandler(logging.StreamHandler())
+        logger.setLevel(logging.DEBUG)
+
+
 @click.command("audit", epilog="Exit status: 0 pass; 1 a finding at or above --fail-on; 2 an error (missing, empty or "
                                 "unreadable model, bad policy or baseline, unknown rule), whatever --format.")
 @click.argument("models", nargs=-1, required=True, metavar="MODEL [MODEL ...]")
@@ -131,6 +144,7 @@ def audit_command(ctx: click.Context, models: tuple[str, ...], fail_on: str | No
     safetensors files), a hub id org/name[@revision], or pkg:PACKAGE/SUBDIR.
     """
     err = Console(stderr=True, highlight=False)
+    _debug_logging()
     try:
         policy = load_policy(Path(config) if config else None, isolated=no_config)
         policy = policy.with_cli(cli_settings(severity, disable, require_gauge_fixed, gauge_rtol, max_unidentified_ratio),
