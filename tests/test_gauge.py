@@ -1,0 +1,292 @@
+"""The balanced gauge on canonical layers: invariants, function, orbit invariance, idempotence,
+the defining conditions, non-uniqueness reports and refusals. Float64, tiny, no files needed
+beyond the tiny checkpoints.
+
+``random_gauge`` and ``synthetic_layer`` are reused by the export and verify tests.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import idinspect
+from idinspect.canonical import AttentionLayer, Positional, RotarySpec
+from idinspect.errors import UnsupportedLayerError
+from idinspect.gauge import canonicalize, gauge_residuals, invariant_errors, is_gauge_fixed
+from idinspect.reference import reference_attention
+from idinspect.structure import unrotated_columns, value_bias_absorbable
+from tests import tiny
+
+VARIANTS = ["bert", "gpt2", "llama-gqa", "llama-mqa", "llama-bias", "llama3-rope", "llama-head-dim", "qwen2",
+            "mistral"]
+
+
+# helpers ---------------------------------------------------------------------------------------
+
+def _well_conditioned(n: int, g: torch.Generator) -> torch.Tensor:
+    """A random GL(n) element with condition number of a few."""
+    return torch.eye(n, dtype=torch.float64) + 0.4 * torch.randn(n, n, generator=g, dtype=torch.float64) / n ** 0.5
+
+
+def qk_gauge_matrix(layer: AttentionLayer, g: torch.Generator) -> torch.Tensor:
+    """A random element of the QK gauge group of one kv group: GL(d_k) without RoPE; with RoPE a
+    complex scalar (scale times rotation) on each plane plus GL on the unrotated dims."""
+    dk = layer.d_k
+    A = torch.zeros(dk, dk, dtype=torch.float64)
+    cols = list(unrotated_columns(layer))
+    if cols:
+        A[cols[0]:, cols[0]:] = _well_conditioned(len(cols), g)
+    if layer.positional.kind == "rope":
+        for i, j in layer.positional.rotary.plane_columns():
+            s = 0.5 + torch.rand((), generator=g, dtype=torch.float64) * 1.5
+            t = torch.rand((), generator=g, dtype=torch.float64) * 6.283
+            A[i, i], A[i, j], A[j, i], A[j, j] = s * t.cos(), s * t.sin(), -s * t.sin(), s * t.cos()
+    return A
+
+
+def random_gauge(layer: AttentionLayer, seed: int = 0, generic_qk: bool = False) -> AttentionLayer:
+    """``layer`` (float64) moved along its gauge orbit: a QK gauge A_g and a VO gauge B_g per kv group,
+    plus the no-op key-bias and absorbable value-bias directions. ``generic_qk`` uses a generic
+    GL(d_k) for QK instead, which is NOT a gauge under RoPE (the negative control)."""
+    g = torch.Generator().manual_seed(seed)
+    L = layer.to(torch.float64)
+    G, r = L.n_kv_heads, L.group_size
+    W_Q, W_K, W_V, W_O = L.W_Q.clone(), L.W_K.clone(), L.W_V.clone(), L.W_O.clone()
+    b_Q = None if L.b_Q is None else L.b_Q.clone()
+    b_K = None if L.b_K is None else L.b_K.clone()
+    b_V = None if L.b_V is None else L.b_V.clone()
+    b_O = None if L.b_O is None else L.b_O.clone()
+    for k in range(G):
+        A = _well_conditioned(L.d_k, g) if generic_qk else qk_gauge_matrix(L, g)
+        A_inv_T = torch.linalg.inv(A).T
+        B = _well_conditioned(L.d_v, g)
+        B_inv = torch.linalg.inv(B)
+        heads = range(k * r, (k + 1) * r)
+        for h in heads:
+            W_Q[h] = W_Q[h] @ A
+            if b_Q is not None:
+                b_Q[h] = b_Q[h] @ A
+            W_O[h] = B_inv @ W_O[h]
+        W_K[k] = W_K[k] @ A_inv_T
+        W_V[k] = W_V[k] @ B
+        if b_K is not None:
+            b_K[k] = b_K[k] @ A_inv_T
+        if b_V is not None:
+            b_V[k] = b_V[k] @ B
+    cols = list(unrotated_columns(L))
+    if b_K is not None and cols and not generic_qk:
+        b_K[:, cols] += torch.randn(G, len(cols), generator=g, dtype=torch.float64)
+    if value_bias_absorbable(L):
+        delta = torch.randn(G, L.d_v, generator=g, dtype=torch.float64)
+        kv = torch.arange(L.n_heads) // r
+        b_V = b_V + delta
+        b_O = b_O - torch.einsum("hv,hvd->d", delta[kv], W_O)
+    return L.replace(W_Q=W_Q, W_K=W_K, W_V=W_V, W_O=W_O, b_Q=b_Q, b_K=b_K, b_V=b_V, b_O=b_O)
+
+
+def synthetic_layer(d: int = 12, H: int = 4, G: int = 2, dk: int = 6, rotary_dim: int = 0, pairing: str = "half",
+                    biases: str = "qkvo", seed: int = 0) -> AttentionLayer:
+    """A random canonical layer, optionally with (partial) RoPE of the given pairing."""
+    g = torch.Generator().manual_seed(seed)
+    rnd = lambda *s: torch.randn(*s, generator=g, dtype=torch.float64)  # noqa: E731
+    pos = Positional("none")
+    if rotary_dim:
+        inv = 1.0 / (10000.0 ** (torch.arange(0, rotary_dim, 2, dtype=torch.float32) / rotary_dim))
+        pos = Positional("rope", rotary=RotarySpec(pairing=pairing, rotary_dim=rotary_dim, inv_freq=inv))
+    return AttentionLayer(index=0, W_Q=rnd(H, d, dk), W_K=rnd(G, d, dk), W_V=rnd(G, d, dk), W_O=rnd(H, dk, d),
+                          b_Q=rnd(H, dk) if "q" in biases else None, b_K=rnd(G, dk) if "k" in biases else None,
+                          b_V=rnd(G, dk) if "v" in biases else None, b_O=rnd(d) if "o" in biases else None,
+                          scale=dk ** -0.5, causal=True, positional=pos)
+
+
+SYNTHETIC = {
+    "no-rope-gqa": dict(),
+    "partial-rope-half": dict(rotary_dim=2, d=12, H=2, G=2, dk=6),
+    "partial-rope-interleaved": dict(rotary_dim=4, pairing="interleaved"),
+    "full-rope-interleaved": dict(rotary_dim=6, pairing="interleaved", biases="qkv"),
+    "full-rope-half-qwen2-biases": dict(rotary_dim=6, biases="qkv"),
+    "mqa-no-bias": dict(G=1, biases=""),
+}
+
+
+def _layers():
+    """(name, layer) for the synthetic layers and the first layer of every tiny HF variant."""
+    out = [(name, synthetic_layer(**kw)) for name, kw in SYNTHETIC.items()]
+    for v in VARIANTS:
+        out.append((v, idinspect.load(tiny.build(v)).layer(1)))
+    return out
+
+
+LAYERS = _layers()
+IDS = [name for name, _ in LAYERS]
+
+
+def _max_rel(a: AttentionLayer, b: AttentionLayer) -> float:
+    worst = 0.0
+    for role, t in a.tensors().items():
+        u = getattr(b, role)
+        scale = max(float(t.norm()), float(u.norm()))
+        worst = max(worst, float((t - u).norm()) / scale if scale else 0.0)
+    return worst
+
+
+def _x(layer: AttentionLayer, seed: int = 3) -> torch.Tensor:
+    return torch.randn(2, 7, layer.d_model, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+
+
+# properties ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name,layer", LAYERS, ids=IDS)
+def test_function_and_invariants_unchanged(name, layer):
+    fixed, _ = canonicalize(layer)
+    assert fixed.dtype == torch.float64
+    errors = invariant_errors(layer, fixed)
+    assert max(e.error for e in errors.values()) <= 1e-12, errors
+    y0, y1 = reference_attention(layer, _x(layer)), reference_attention(fixed, _x(layer))
+    assert float((y0 - y1).norm() / y0.norm()) <= 1e-12
+
+
+@pytest.mark.parametrize("name,layer", LAYERS, ids=IDS)
+def test_the_form_changes_the_weights(name, layer):
+    """Not a no-op: canonicalising random weights moves them (so the other tests can fail)."""
+    fixed, _ = canonicalize(layer)
+    assert _max_rel(layer.to(torch.float64), fixed) > 1e-2
+
+
+@pytest.mark.parametrize("name,layer", LAYERS, ids=IDS)
+def test_orbit_invariance(name, layer):
+    """Any gauge transform of the input gives the same gauge-fixed form."""
+    fixed, _ = canonicalize(layer)
+    for seed in (1, 2):
+        moved = random_gauge(layer, seed)
+        assert _max_rel(layer.to(torch.float64), moved) > 1e-2           # really moved
+        assert max(e.error for e in invariant_errors(layer, moved).values()) <= 1e-12
+        moved_fixed, _ = canonicalize(moved)
+        assert _max_rel(fixed, moved_fixed) <= 1e-9, f"{name} seed {seed}: {_max_rel(fixed, moved_fixed):.2e}"
+
+
+@pytest.mark.parametrize("name,layer", LAYERS, ids=IDS)
+def test_idempotent(name, layer):
+    once, _ = canonicalize(layer)
+    twice, _ = canonicalize(once)
+    assert _max_rel(once, twice) <= 1e-12
+
+
+@pytest.mark.parametrize("name,layer", LAYERS, ids=IDS)
+def test_defining_conditions_hold(name, layer):
+    fixed, report = canonicalize(layer)
+    assert report.unique
+    assert max(v for v, _ in gauge_residuals(fixed)) <= 1e-12
+    ok, worst, where = is_gauge_fixed(fixed)
+    assert ok and worst <= 1e-12
+    ok, worst, where = is_gauge_fixed(layer)
+    assert not ok and worst > 0.1 and where.startswith("layer ")
+
+
+def test_balanced_factors_by_hand():
+    """Step 2 without RoPE: equal diagonal Gram matrices, descending, key columns lead positive."""
+    fixed, _ = canonicalize(synthetic_layer())
+    r = fixed.group_size
+    for g in range(fixed.n_kv_heads):
+        Q = torch.cat([torch.cat([fixed.W_Q[h], fixed.b_Q[h][None]]) for h in range(g * r, (g + 1) * r)])
+        K = fixed.W_K[g]
+        Gq, Gk = Q.T @ Q, K.T @ K
+        assert torch.allclose(Gq, Gk, atol=1e-10) and torch.allclose(Gq, torch.diag(torch.diagonal(Gq)), atol=1e-10)
+        assert bool((torch.diagonal(Gq)[:-1] >= torch.diagonal(Gq)[1:]).all())
+        lead = K[K.abs().argmax(dim=0), torch.arange(K.shape[1])]
+        assert bool((lead > 0).all())
+    assert torch.count_nonzero(fixed.b_K) == 0 and torch.count_nonzero(fixed.b_V) == 0
+
+
+def test_plane_step_by_hand():
+    """Step 3: equal plane norms, diagonal M with the larger entry first, proper rotation only."""
+    layer = synthetic_layer(rotary_dim=6, biases="qkv")
+    fixed, _ = canonicalize(layer)
+    r = fixed.group_size
+    for g in range(fixed.n_kv_heads):
+        Q = torch.cat([torch.cat([fixed.W_Q[h], fixed.b_Q[h][None]]) for h in range(g * r, (g + 1) * r)])
+        K = torch.cat([fixed.W_K[g], fixed.b_K[g][None]])
+        for i, j in fixed.positional.rotary.plane_columns():
+            Qp, Kp = Q[:, [i, j]], K[:, [i, j]]
+            assert abs(float(Qp.norm() - Kp.norm())) <= 1e-12 * float(Qp.norm())
+            M = Qp.T @ Qp + Kp.T @ Kp
+            assert abs(float(M[0, 1])) <= 1e-12 * float(M.trace()) and float(M[0, 0]) >= float(M[1, 1])
+            assert float(Kp[Kp[:, 0].abs().argmax(), 0]) > 0
+    # the key bias is live under full RoPE: kept (moved by the gauge), not zeroed
+    assert torch.count_nonzero(fixed.b_K) == fixed.b_K.numel()
+
+
+def test_no_op_key_bias_zeroed_only_on_unrotated_dims():
+    layer = synthetic_layer(rotary_dim=2, d=12, H=2, G=2, dk=6)
+    fixed, report = canonicalize(layer)
+    assert torch.count_nonzero(fixed.b_K[:, 2:]) == 0 and torch.count_nonzero(fixed.b_K[:, :2]) == 4
+    assert report.zeroed_key_bias_dims == 2 * 4 and report.folded_value_bias
+
+
+def test_value_bias_kept_without_output_bias():
+    layer = synthetic_layer(rotary_dim=6, biases="qkv")
+    fixed, report = canonicalize(layer)
+    assert not report.folded_value_bias and fixed.b_O is None
+    assert torch.count_nonzero(fixed.b_V) == fixed.b_V.numel()
+
+
+def test_generic_qk_transform_under_rope_changes_invariants():
+    """The negative control at layer level: GL(d_k) outside the RoPE commutant is caught."""
+    layer = synthetic_layer(rotary_dim=6, biases="qkv")
+    moved = random_gauge(layer, seed=5, generic_qk=True)
+    errors = invariant_errors(layer, moved)
+    assert errors["plane_QK"].error > 1e-2 and errors["W_OV"].error <= 1e-12
+    y0, y1 = reference_attention(layer, _x(layer)), reference_attention(moved, _x(layer))
+    assert float((y0 - y1).norm() / y0.norm()) > 1e-3
+
+
+def test_no_op_key_bias_is_ignored_by_invariants():
+    layer = synthetic_layer()
+    shifted = layer.replace(b_K=layer.b_K + 5.0)
+    assert max(e.error for e in invariant_errors(layer, shifted).values()) <= 1e-14
+    changed = layer.replace(b_Q=layer.b_Q + 0.5)
+    assert invariant_errors(layer, changed)["W_QK"].error > 1e-2
+
+
+def test_tied_singular_values_are_reported():
+    """Orthonormal, equal-norm factors: every QK and VO singular value ties, and the planes too."""
+    d, dk = 8, 4
+    basis = torch.linalg.qr(torch.randn(d, dk, generator=torch.Generator().manual_seed(0), dtype=torch.float64))[0]
+    W = basis[None]
+    layer = AttentionLayer(index=3, W_Q=W.clone(), W_K=W.clone(), W_V=W.clone(), W_O=W.transpose(1, 2).clone(),
+                           scale=0.5)
+    fixed, report = canonicalize(layer)
+    blocks = {(dg.block, dg.index) for dg in report.degeneracies}
+    assert {("qk", 0), ("qk", 1), ("qk", 2), ("vo", 0), ("vo", 2)} <= blocks
+    assert all(dg.layer == 3 and dg.heads == (0,) and dg.relative_gap < 1e-6 for dg in report.degeneracies)
+    assert "not unique" in report.degeneracies[0].describe()
+    rope = layer.replace(positional=Positional("rope", rotary=RotarySpec("half", dk, torch.tensor([1.0, 0.1]))))
+    _, report = canonicalize(rope)
+    assert {dg.index for dg in report.degeneracies if dg.block == "plane"} == {0, 1}
+
+
+def test_distinct_values_are_not_reported():
+    _, report = canonicalize(synthetic_layer(rotary_dim=6))
+    assert report.degeneracies == []
+
+
+@pytest.mark.parametrize("flag", ["qk_norm", "logit_softcap", "attention_sinks", "qkv_clip"])
+def test_unmodelled_layers_are_refused(flag):
+    layer = synthetic_layer().replace(flags=frozenset({flag}))
+    with pytest.raises(UnsupportedLayerError, match=flag):
+        canonicalize(layer)
+
+
+def test_rounded_gauge_fixed_form_still_counts_as_fixed():
+    """is_gauge_fixed judges by the defining conditions, which survive rounding to bf16/fp32."""
+    fixed, _ = canonicalize(idinspect.load(tiny.build("llama-gqa")).layer(0))
+    for dtype in (torch.float32, torch.bfloat16, torch.float16):
+        ok, worst, _ = is_gauge_fixed(fixed.to(dtype))
+        assert ok, (dtype, worst)
+        assert not is_gauge_fixed(random_gauge(fixed, 1).to(dtype))[0]
+
+
+def test_invariant_errors_refuse_different_shapes():
+    with pytest.raises(ValueError, match="shapes differ"):
+        invariant_errors(synthetic_layer(), synthetic_layer(dk=4))
