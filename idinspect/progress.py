@@ -173,7 +173,11 @@ def hub_tqdm_class(reporter: ProgressReporter) -> type:
     huggingface_hub's ``snapshot_download(tqdm_class=...)`` uses it for the file count and the
     byte counts; anything tqdm-shaped calling ``update``/``__iter__`` works.
     """
+    import itertools
+
     from tqdm.auto import tqdm as base
+
+    serial = itertools.count()
 
     class ReporterTqdm(base):  # type: ignore[misc, valid-type]
         def __init__(self, *args, **kwargs):
@@ -183,7 +187,7 @@ def hub_tqdm_class(reporter: ProgressReporter) -> type:
             self._desc = kwargs.get("desc") or (args[1] if len(args) > 1 and isinstance(args[1], str) else None)
             self._unit = kwargs.get("unit", "it")
             super().__init__(*args, **kwargs)
-            self._key = f"hub-{id(self)}"
+            self._key = f"hub-{next(serial)}"  # not id(): a freed bar's id is reused
             self._count = float(kwargs.get("initial") or 0)
             self._report()
 
