@@ -38,6 +38,7 @@ class ChildResult:
     returncode: int
     stdout: str
     stderr: str
+    load_1min: float = 0.0   # 1-minute load average when the child started (noise indicator)
 
     @property
     def ok(self) -> bool:
@@ -53,6 +54,7 @@ class ChildResult:
 
 def run_child(argv: list[str], *, timeout_s: float | None = None, env: dict | None = None) -> ChildResult:
     """Run ``argv`` from the repository root, stdout/stderr to temporary files, and reap it with wait4."""
+    load = os.getloadavg()[0]
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         t0 = time.perf_counter()
         proc = subprocess.Popen(argv, stdout=out, stderr=err, cwd=ROOT, env=env)
@@ -71,7 +73,8 @@ def run_child(argv: list[str], *, timeout_s: float | None = None, env: dict | No
         err.seek(0)
         return ChildResult(argv=list(argv), wall_s=wall, user_s=usage.ru_utime, sys_s=usage.ru_stime,
                            max_rss_bytes=usage.ru_maxrss * 1024, returncode=proc.returncode,
-                           stdout=out.read().decode(errors="replace"), stderr=err.read().decode(errors="replace"))
+                           stdout=out.read().decode(errors="replace"), stderr=err.read().decode(errors="replace"),
+                           load_1min=load)
 
 
 def _kill(pid: int) -> None:

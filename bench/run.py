@@ -1,0 +1,149 @@
+"""``python -m bench.run [--quick] [--repeats N] [--device cpu|cuda]``: the benchmark of issue 7.
+
+Builds (or reuses) the synthetic checkpoints, warms the page cache, then runs every measurement in
+its own child process, alternating them within each repeat (floor, inspect, copy, export,
+baseline for each model in turn) so that drifting machine load hits all of them alike. Prints the
+times, the ratios and the targets, and writes everything as JSON under ``bench/results/``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from . import report, workloads
+from .build import ensure_checkpoint
+from .machine import describe, load_average
+from .specs import FULL, QUICK, ModelSpec, by_role
+
+RESULTS = Path(__file__).resolve().parent / "results"
+MEASURES = ("floor", "inspect", "copy", "export", "baseline")
+
+
+def measures_for(spec: ModelSpec, skip: set[str]) -> list[str]:
+    """Which measurements a model gets: the large RSS model only floor and inspect."""
+    wanted = ("floor", "inspect") if spec.role == "rss-large" else MEASURES
+    return [m for m in wanted if m not in skip]
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.split("\n\n")[0])
+    p.add_argument("--quick", action="store_true",
+                   help="development mode: Llama-1B widths with 2 and 4 layers, GPT-2-small, BERT-base")
+    p.add_argument("--repeats", type=int, default=None, help="timed repeats per measurement (default 5, quick 3)")
+    p.add_argument("--device", default="cpu", choices=("cpu", "cuda"),
+                   help="passed to idinspect inspect --device and used by the baseline's SVDs")
+    p.add_argument("--models", nargs="*", default=None, help="subset of model names")
+    p.add_argument("--skip", nargs="*", default=[], choices=MEASURES, help="measurements to leave out")
+    p.add_argument("--no-write", action="store_true", help="do not write bench/results/*.json")
+    args = p.parse_args(argv)
+    if args.repeats is None:
+        args.repeats = 3 if args.quick else 5
+    if args.repeats < 1:
+        p.error("--repeats must be at least 1")
+    return args
+
+
+def _log(msg: str) -> None:
+    print(msg, flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    specs = QUICK if args.quick else FULL
+    if args.models:
+        specs = tuple(s for s in specs if s.name in args.models)
+        if not specs:
+            _log(f"no such models; choose from {[s.name for s in (QUICK if args.quick else FULL)]}")
+            return 2
+    machine = describe()
+    gpu_note = None
+    if args.device == "cuda" and not machine["gpu"]["available"]:
+        gpu_note = ("--device cuda requested but torch sees no GPU on this machine: the device is still passed "
+                    "through (exercising the CPU fallback), so every number below is a CPU number; GPU not measured")
+        _log("warning: " + gpu_note)
+    caps = workloads.probe_cli()
+    for note in caps.notes:
+        _log("note: " + note)
+    skip = set(args.skip) | ({"export"} if not caps.export else set()) | ({"inspect"} if not caps.inspect else set())
+
+    dirs = {s.name: ensure_checkpoint(s, log=_log) for s in specs}
+    scratch = Path(tempfile.mkdtemp(prefix="idinspect-bench-"))
+    names_files = {}
+    for s in specs:
+        names_files[s.name] = scratch / f"{s.name}.names.json"
+        names_files[s.name].write_text(json.dumps(workloads.attention_names(dirs[s.name])))
+    _log(f"warming the page cache ({sum(workloads.warm_page_cache(d) for d in dirs.values()) / 1e9:.1f} GB read)")
+    for s in specs:   # one untimed run each: fail early, and warm the imports' file cache
+        if "inspect" not in skip:
+            warm = workloads.inspect(dirs[s.name], args.device, caps)
+            if not warm["ok"]:
+                _log(f"warning: {s.name}: inspect failed in the warm-up: {warm['error']}")
+
+    samples: dict[str, dict[str, list[dict]]] = {s.name: {m: [] for m in measures_for(s, skip)} for s in specs}
+    t_start = time.perf_counter()
+    for rep in range(args.repeats):
+        for s in specs:
+            for m in measures_for(s, skip):
+                d = dirs[s.name]
+                if m == "floor":
+                    sample = workloads.floor(d, names_files[s.name])
+                elif m == "inspect":
+                    sample = workloads.inspect(d, args.device, caps)
+                elif m == "copy":
+                    sample = workloads.copy(s, d)
+                elif m == "export":
+                    sample = workloads.export(s, d)
+                else:
+                    sample = workloads.baseline(s, d, args.device)
+                samples[s.name][m].append(sample)
+                status = f"{sample['wall_s']:8.3f} s  {sample['max_rss_bytes'] / 1e9:6.3f} GB" if sample["ok"] else \
+                    f"FAILED: {(sample['error'] or '')[:200]}"
+                _log(f"[{rep + 1}/{args.repeats}] {s.name:<14} {m:<9} {status}")
+    elapsed = time.perf_counter() - t_start
+
+    stats = {name: {m: report.summarize(v) for m, v in per.items()} for name, per in samples.items()}
+    main_spec, large = by_role(specs, "main"), by_role(specs, "rss-large")
+    small = by_role(specs, "rss-small")
+    values = report.target_values(stats, main_spec.name if main_spec else None,
+                                  small.name if small else None, large.name if large else None)
+    verdicts = report.judge(values)
+    _log("\nmedian wall seconds per child process (baseline: extrapolated to all layers), peak RSS (max over repeats)")
+    _log(report.format_times(stats))
+    _log("\nratios per model (targets are judged on " + (main_spec.name if main_spec else "-") + ")")
+    _log(report.format_ratios(stats))
+    _log(f"\ntargets (RSS pair: {small.name if small else '-'} vs {large.name if large else '-'})")
+    _log(report.format_targets(verdicts))
+
+    machine["load_average_end"] = load_average()
+    result = {
+        "mode": "quick" if args.quick else "full", "device": args.device, "gpu_measured": bool(
+            args.device == "cuda" and machine["gpu"]["available"]), "gpu_note": gpu_note,
+        "repeats": args.repeats, "elapsed_s": round(elapsed, 1), "machine": machine,
+        "capabilities": {"inspect": caps.inspect, "inspect_device": caps.inspect_device, "export": caps.export,
+                         "notes": caps.notes},
+        "models": {s.name: {"dir": str(dirs[s.name]), "layers": s.layers, "dtype": s.dtype, "role": s.role,
+                            "config": s.config} for s in specs},
+        "targets_judged_on": {"time_ratios": main_spec.name if main_spec else None,
+                              "rss_small": small.name if small else None, "rss_large": large.name if large else None},
+        "targets": verdicts, "ratios": {name: report.model_ratios(stats, name) for name in stats},
+        "stats": stats, "samples": samples,
+    }
+    if not args.no_write:
+        RESULTS.mkdir(exist_ok=True)
+        stamp = machine["date_utc"].replace(":", "").replace("-", "")
+        path = RESULTS / f"{stamp}-{result['mode']}-{args.device}.json"
+        path.write_text(json.dumps(result, indent=2, sort_keys=False) + "\n")
+        _log(f"\nwrote {path.relative_to(RESULTS.parent.parent)}")
+    for f in scratch.iterdir():
+        f.unlink()
+    scratch.rmdir()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,144 @@
+"""The six measurements, each one child process, each returning a sample dict.
+
+A sample is ``{"ok", "wall_s", "user_s", "sys_s", "max_rss_bytes", "detail", "error"}``; wall time
+is the whole child process (interpreter start and imports included) as the user would see it.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .measure import ChildResult, idinspect_argv, run_child, task_argv
+from .specs import ModelSpec
+
+OUT = Path(__file__).resolve().parent / "cache" / "out"
+TIMEOUT_S = 3600.0
+
+
+@dataclass
+class Capabilities:
+    """What the installed idinspect CLI can do right now (others may still be building it)."""
+
+    inspect: bool = False
+    inspect_device: bool = False
+    export: bool = False
+    notes: list[str] = field(default_factory=list)
+
+
+def probe_cli() -> Capabilities:
+    """Ask ``idinspect inspect --help`` / ``idinspect export --help`` what exists."""
+    caps = Capabilities()
+    res = run_child(idinspect_argv("inspect", "--help"), timeout_s=120)
+    caps.inspect = res.ok
+    caps.inspect_device = res.ok and "--device" in res.stdout
+    if not caps.inspect_device:
+        caps.notes.append("idinspect inspect has no --device option: device not passed through")
+    res = run_child(idinspect_argv("export", "--help"), timeout_s=120)
+    # Without an export command the group routes "export" to inspect: look for export's own usage line.
+    caps.export = res.ok and "idinspect export" in res.stdout
+    if not caps.export:
+        caps.notes.append("idinspect export is not available: export not measured")
+    return caps
+
+
+def _sample(res: ChildResult, detail: dict | None = None, error: str | None = None) -> dict:
+    ok = res.ok and error is None
+    if not res.ok and error is None:
+        error = f"exit {res.returncode}: {res.stderr.strip()[-1500:]}"
+    return {"ok": ok, "wall_s": res.wall_s, "user_s": res.user_s, "sys_s": res.sys_s,
+            "max_rss_bytes": res.max_rss_bytes, "load_1min": res.load_1min, "detail": detail or {}, "error": error}
+
+
+def attention_names(directory: Path) -> list[str]:
+    """Every tensor idinspect reads for attention, in layer order (from its own adapter)."""
+    import idinspect
+
+    with idinspect.load(directory) as model:
+        return [k for i in range(model.num_layers) for k in model.adapter.attention_keys(i)]
+
+
+def floor(directory: Path, names_file: Path) -> dict:
+    """(a) read exactly the attention tensors with safetensors, cast to float32."""
+    res = run_child(task_argv("floor", str(directory), str(names_file)), timeout_s=TIMEOUT_S)
+    return _sample(res, res.task_result() if res.ok else None)
+
+
+def inspect(directory: Path, device: str, caps: Capabilities) -> dict:
+    """(b)/(c) ``idinspect MODEL --format json`` end to end; checks the JSON and its spectra."""
+    argv = idinspect_argv(str(directory), "--format", "json")
+    if caps.inspect_device:
+        argv += ["--device", device]
+    res = run_child(argv, timeout_s=TIMEOUT_S)
+    if not res.ok:
+        return _sample(res)
+    try:
+        report = json.loads(res.stdout)
+    except json.JSONDecodeError as exc:
+        return _sample(res, error=f"stdout is not JSON: {exc}")
+    layers = report.get("layers") or []
+    detail = {"json_bytes": len(res.stdout), "keys": sorted(report), "layers": len(layers),
+              "spectra": bool(layers) and all("spectra" in layer for layer in layers),
+              "findings": len(report.get("findings") or []), "stderr_tail": res.stderr.strip()[-300:]}
+    return _sample(res, detail)
+
+
+def _fresh(path: Path) -> Path:
+    if path.exists():
+        shutil.rmtree(path)
+    for pattern in (path.name + "*", "." + path.name + "*"):   # temporary names beside OUT
+        for stale in path.parent.glob(pattern):
+            shutil.rmtree(stale, ignore_errors=True)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _written_bytes(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) if path.exists() else 0
+
+
+def copy(spec: ModelSpec, directory: Path) -> dict:
+    """(d) plain copy of the whole checkpoint through safetensors."""
+    out = _fresh(OUT / f"{spec.name}-copy")
+    res = run_child(task_argv("copy", str(directory), str(out)), timeout_s=TIMEOUT_S)
+    detail = res.task_result() if res.ok else None
+    if detail is not None:
+        detail["written_bytes"] = _written_bytes(out)
+    shutil.rmtree(out, ignore_errors=True)
+    return _sample(res, detail)
+
+
+def export(spec: ModelSpec, directory: Path) -> dict:
+    """(e) ``idinspect export MODEL OUT``."""
+    out = _fresh(OUT / f"{spec.name}-export")
+    res = run_child(idinspect_argv("export", str(directory), str(out)), timeout_s=TIMEOUT_S)
+    detail = {"written_bytes": _written_bytes(out), "stderr_tail": res.stderr.strip()[-300:]}
+    error = None if not res.ok or out.is_dir() else "export exited 0 but wrote no OUT directory"
+    shutil.rmtree(out, ignore_errors=True)
+    return _sample(res, detail, error)
+
+
+def baseline(spec: ModelSpec, directory: Path, device: str) -> dict:
+    """(f) from_pretrained + float32 svdvals of every head's d x d W_QK, one layer, extrapolated.
+
+    Extrapolated time = whole process wall (start, imports, load, one layer) + (layers - 1) x that
+    layer's SVD time: loading is counted once.
+    """
+    res = run_child(task_argv("baseline", str(directory), spec.model_class, device), timeout_s=TIMEOUT_S)
+    if not res.ok:
+        return _sample(res)
+    detail = res.task_result()
+    detail["extrapolated_s"] = res.wall_s + (detail["layers"] - 1) * detail["layer_s"]
+    return _sample(res, detail)
+
+
+def warm_page_cache(directory: Path, chunk: int = 1 << 24) -> int:
+    """Read every file once so that all measurements start from a warm page cache."""
+    total = 0
+    for path in sorted(directory.iterdir()):
+        with open(path, "rb", buffering=0) as f:
+            while block := f.read(chunk):
+                total += len(block)
+    return total
