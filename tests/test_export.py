@@ -1,0 +1,233 @@
+"""``idinspect export``: stock transformers loads the result and computes the original function;
+the gauge-fixed tensors do not depend on where on the gauge orbit the input was; files, shards,
+index and metadata are kept; two exports are byte-identical; OUT is handled safely."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+import transformers as tf
+from safetensors import safe_open
+
+import idinspect
+from idinspect.shard_writer import write_safetensors
+from tests import tiny
+from tests.cli import run_cli
+from tests.test_gauge import random_gauge
+
+FAMILIES = ["bert", "gpt2", "llama3-rope", "qwen2", "llama-bias"]
+
+
+def tree_hashes(root: Path) -> dict[str, str]:
+    """sha256 of every file under ``root`` (relative path -> hex)."""
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def read_all(directory: Path) -> dict[str, torch.Tensor]:
+    out = {}
+    for f in sorted(directory.glob("*.safetensors")):
+        with safe_open(str(f), framework="pt") as h:
+            for k in h.keys():
+                out[k] = h.get_tensor(k)
+    return out
+
+
+def moved_checkpoint(src: Path, dst: Path, seed: int, generic_qk: bool = False) -> Path:
+    """A copy of ``src`` with every attention layer moved by a random gauge transform (``generic_qk``:
+    a generic GL on Q/K instead, which breaks RoPE models)."""
+    shutil.copytree(src, dst)
+    model = idinspect.load(src)
+    replaced = {}
+    for layer in model.layers():
+        replaced.update(model.adapter.write_layer(random_gauge(layer, seed + layer.index, generic_qk)))
+    for fname in model.reader.shard_files:
+        tensors = {k: replaced.get(k, model.reader.get(k)) for k in model.reader.keys_in(fname)}
+        write_safetensors(dst / fname, tensors, model.reader.metadata(fname))
+    return dst
+
+
+def auto_class(directory: Path):
+    arch = json.loads((directory / "config.json").read_text())["architectures"][0]
+    return getattr(tf, arch)
+
+
+def outputs(directory: Path, ids: torch.Tensor) -> torch.Tensor:
+    model = auto_class(directory).from_pretrained(directory, dtype=torch.float64, attn_implementation="sdpa").eval()
+    with torch.no_grad():
+        out = model(input_ids=ids)
+    return out.logits if getattr(out, "logits", None) is not None else out.last_hidden_state
+
+
+def rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float((a - b).abs().max() / a.abs().max())
+
+
+def export_ok(src: Path, out: Path, *extra: str):
+    result = run_cli("export", src, out, *extra)
+    assert result.code == 0, result.stderr
+    return result
+
+
+@pytest.mark.parametrize("variant", FAMILIES)
+def test_stock_transformers_computes_the_original_function(variant, tiny_dir, tmp_path):
+    src = tiny_dir(variant)
+    export_ok(src, tmp_path / "out")
+    ids = torch.randint(0, 64, (2, 11), generator=torch.Generator().manual_seed(0))
+    assert rel(outputs(src, ids), outputs(tmp_path / "out", ids)) <= 1e-6
+    # and the attention tensors really changed
+    a, b = read_all(src), read_all(tmp_path / "out")
+    attn = set(idinspect.load(src).adapter.attention_keys(0))
+    assert all(not torch.equal(a[k], b[k]) for k in attn if k.endswith("weight"))
+
+
+def test_real_minilm_export_keeps_its_embeddings(minilm_dir, tmp_path):
+    export_ok(minilm_dir, tmp_path / "out")
+    ids = torch.randint(0, 30522, (2, 12), generator=torch.Generator().manual_seed(0))
+    err = rel(outputs(minilm_dir, ids), outputs(tmp_path / "out", ids))
+    assert err <= 1e-6, err                      # float32 weights: one rounding of the gauge-fixed form
+    assert tree_hashes(minilm_dir)["tokenizer.json"] == tree_hashes(tmp_path / "out")["tokenizer.json"]
+    assert (tmp_path / "out" / "1_Pooling" / "config.json").read_bytes() == (minilm_dir / "1_Pooling" / "config.json").read_bytes()
+
+
+@pytest.mark.parametrize("variant", FAMILIES)
+def test_orbit_invariance_through_export(variant, tiny_dir, tmp_path):
+    """A random gauge transform of the weights, exported, gives the same gauge-fixed tensors."""
+    src = tiny_dir(variant)
+    moved = moved_checkpoint(src, tmp_path / "moved", seed=7)
+    export_ok(src, tmp_path / "a")
+    export_ok(moved, tmp_path / "b")
+    before, a, b = read_all(src), read_all(tmp_path / "a"), read_all(tmp_path / "b")
+    attn = {k for i in range(2) for k in idinspect.load(src).adapter.attention_keys(i)}
+    assert max(rel(before[k], read_all(moved)[k]) for k in attn if "weight" in k) > 1e-2
+    for k in a:
+        if k in attn:
+            scale = float(a[k].norm()) or 1.0
+            assert float((a[k] - b[k]).norm()) / scale <= 1e-9, k
+        else:
+            assert torch.equal(a[k], b[k]) and torch.equal(a[k], before[k]), k
+
+
+def test_export_of_an_export_changes_nothing(tiny_dir, tmp_path):
+    src = tiny_dir("qwen2")
+    export_ok(src, tmp_path / "a")
+    export_ok(tmp_path / "a", tmp_path / "b")
+    a, b = read_all(tmp_path / "a"), read_all(tmp_path / "b")
+    assert all(float((a[k] - b[k]).norm()) <= 1e-12 * max(float(a[k].norm()), 1.0) for k in a)
+    ok, worst, _ = idinspect.is_gauge_fixed(tmp_path / "a")
+    assert ok and not idinspect.is_gauge_fixed(src)[0]
+
+
+def test_sharded_input_keeps_shards_index_and_metadata(tiny_dir, tmp_path):
+    src = tiny_dir("llama3-rope", max_shard_size="20KB")
+    before = tree_hashes(src)
+    result = run_cli("export", src, tmp_path / "out", "--format", "json")
+    assert result.code == 0, result.stderr
+    record = json.loads(result.stdout)
+    out = tmp_path / "out"
+    shards = sorted(p.name for p in src.glob("*.safetensors"))
+    assert len(shards) >= 2 and sorted(p.name for p in out.glob("*.safetensors")) == shards
+    index_in = json.loads((src / "model.safetensors.index.json").read_text())
+    index_out = json.loads((out / "model.safetensors.index.json").read_text())
+    assert index_out["weight_map"] == index_in["weight_map"]
+    sizes = sum(t.numel() * t.element_size() for t in read_all(out).values())
+    assert index_out["metadata"]["total_size"] == sizes == record["total_size"]
+    for name in shards:
+        with safe_open(str(out / name), framework="pt") as h:
+            meta = h.metadata()
+        assert meta["format"] == "pt"
+        info = json.loads(meta["idinspect"])
+        assert info["gauge"] == {"name": "balanced", "version": 1} and info["source"] == str(src)
+        assert info["version"] == idinspect.__version__ and 0 <= info["max_invariant_error"] <= 1e-12
+    assert (out / "config.json").read_bytes() == (src / "config.json").read_bytes()
+    assert (out / "generation_config.json").read_bytes() == (src / "generation_config.json").read_bytes()
+    assert tree_hashes(src) == before                                   # input untouched
+    assert record["gauge_fixed_tensors"] == 8 and record["unique"] is True
+
+
+def test_exports_are_byte_identical(tiny_dir, tmp_path):
+    src = tiny_dir("gpt2", max_shard_size="30KB")
+    export_ok(src, tmp_path / "a")
+    export_ok(src, tmp_path / "b")
+    a, b = tree_hashes(tmp_path / "a"), tree_hashes(tmp_path / "b")
+    assert a == b and len(a) >= 4
+
+
+def test_every_non_weight_file_is_copied_and_other_weights_skipped(tiny_dir, tmp_path):
+    src = tmp_path / "src"
+    shutil.copytree(tiny_dir("bert"), src)
+    (src / "tokenizer.json").write_text('{"model": {}}')
+    (src / "chat_template.jinja").write_text("{{ messages }}")
+    (src / "1_Pooling").mkdir()
+    (src / "1_Pooling" / "config.json").write_text("{}")
+    (src / "pytorch_model.bin").write_bytes(b"not unpickled")
+    (src / "onnx").mkdir()
+    (src / "onnx" / "model.onnx").write_bytes(b"onnx")
+    result = export_ok(src, tmp_path / "out")
+    out = tree_hashes(tmp_path / "out")
+    for name in ("tokenizer.json", "chat_template.jinja", "1_Pooling/config.json", "config.json"):
+        assert out[name] == tree_hashes(src)[name]
+    assert "pytorch_model.bin" not in out and "onnx/model.onnx" not in out
+    assert "not copied: onnx/model.onnx" in result.stderr and "not copied: pytorch_model.bin" in result.stderr
+
+
+def test_dtype_cast_changes_only_the_config_dtype(tiny_dir, tmp_path):
+    src = tiny_dir("llama3-rope")
+    export_ok(src, tmp_path / "out", "--dtype", "bfloat16")
+    cfg_in = json.loads((src / "config.json").read_text())
+    cfg_out = json.loads((tmp_path / "out" / "config.json").read_text())
+    assert cfg_out["dtype"] == "bfloat16"
+    assert {k: v for k, v in cfg_out.items() if k != "dtype"} == {k: v for k, v in cfg_in.items() if k != "dtype"}
+    tensors = read_all(tmp_path / "out")
+    assert {t.dtype for t in tensors.values()} == {torch.bfloat16}
+    before = read_all(src)
+    attn = {k for i in range(2) for k in idinspect.load(src).adapter.attention_keys(i)}
+    assert all(torch.equal(t, before[k].to(torch.bfloat16)) for k, t in tensors.items() if k not in attn)
+
+
+def test_keep_leaves_the_config_bytes_alone_even_when_a_cast_is_a_no_op(tiny_dir, tmp_path):
+    src = tiny_dir("gpt2")
+    export_ok(src, tmp_path / "out", "--dtype", "float64")
+    assert (tmp_path / "out" / "config.json").read_bytes() == (src / "config.json").read_bytes()
+
+
+def test_existing_out_needs_force(tiny_dir, tmp_path):
+    src = tiny_dir("gpt2")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "old.txt").write_text("old")
+    result = run_cli("export", src, out)
+    assert result.code == 2 and "already exists" in result.stderr and "--force" in result.stderr
+    assert (out / "old.txt").exists()
+    export_ok(src, out, "--force")
+    assert not (out / "old.txt").exists() and (out / "model.safetensors").is_file()
+    assert [p.name for p in tmp_path.iterdir()] == ["out"]                # no temporary folders left
+
+
+@pytest.mark.parametrize("where", ["same", "inside"])
+def test_out_must_not_overlap_the_input(where, tiny_dir, tmp_path):
+    src = tmp_path / "src"
+    shutil.copytree(tiny_dir("gpt2"), src)
+    before = tree_hashes(src)
+    out = src if where == "same" else src / "exported"
+    result = run_cli("export", src, out, "--force")
+    assert result.code == 2 and "outside the input" in result.stderr
+    assert tree_hashes(src) == before and not (src / "exported").exists()
+
+
+def test_json_goes_to_stdout_and_nothing_else(tiny_dir, tmp_path):
+    result = run_cli("export", tiny_dir("bert"), tmp_path / "out", "--format", "json")
+    record = json.loads(result.stdout)
+    assert record["gauge"] == {"name": "balanced", "version": 1} and record["dtype"] == "keep"
+    assert result.stderr == ""                                             # no progress when not a terminal
+
+
+def test_bad_input_is_exit_2(tmp_path):
+    result = run_cli("export", tmp_path / "missing", tmp_path / "out")
+    assert result.code == 2 and "no such file" in result.stderr
+    assert not (tmp_path / "out").exists()
