@@ -14,6 +14,7 @@ twin's structural unidentified count (:func:`structure.unidentified_dims`).
 
 from __future__ import annotations
 
+import contextlib
 import math
 import warnings
 
@@ -144,15 +145,27 @@ def attention_jacobian(hf, family: str, batch: int, seed: int = 0) -> torch.Tens
             y = functional_call(out, {k[2:]: v for k, v in p.items() if k.startswith("o.")}, (y,))
         return y.reshape(-1)
 
-    with warnings.catch_warnings():   # torch has no vmap rule for CPU sdpa backward: slower, still exact
+    with warnings.catch_warnings(), _single_thread():   # no vmap rule for CPU sdpa backward: slower, exact
         warnings.filterwarnings("ignore", message=".*batching rule.*")
         J = jacrev(forward)(params)
     return torch.cat([J[k].reshape(J[k].shape[0], -1) for k in params], dim=1)
 
 
+@contextlib.contextmanager
+def _single_thread():
+    """One BLAS thread for these small matrices (threads only thrash on a busy machine); restored after."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
 def nullity(J: torch.Tensor, rtol: float = RTOL) -> tuple[int, float, float | None]:
     """(P - rank, smallest kept s / s_max, largest dropped s / s_max) of a Jacobian [rows, P]."""
-    s = torch.linalg.svdvals(J)
+    with _single_thread():
+        s = torch.linalg.svdvals(J)
     rank = int((s > rtol * s[0]).sum())
     kept = float(s[rank - 1] / s[0]) if rank else 0.0
     dropped = float(s[rank] / s[0]) if rank < s.numel() else None

@@ -1,0 +1,112 @@
+"""The oracle: nullity of d(attention output)/d(attention parameters) of a real HF module.
+
+Written independently of idinspect (it shares nothing with ``idinspect.prove``): the module's own
+call is captured with a forward pre-hook (masks, rotary cos/sin, positions as the model builds
+them), the hidden states are replaced by N(0, 1) samples (LayerNorm'd inputs lie on a hyperplane
+and would add spurious null directions), and torch.autograd.functional.jacobian differentiates
+the output projection's output with respect to every parameter of the attention. The rank cut is
+``RTOL`` times the largest singular value.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import warnings
+from dataclasses import dataclass
+
+import torch
+from torch.func import functional_call
+
+RTOL = 1e-9
+
+
+@dataclass
+class Nullity:
+    nullity: int
+    parameters: int
+    smallest_kept: float          # s_rank-1 / s_max: must sit far above RTOL
+    largest_dropped: float        # s_rank / s_max: must sit far below RTOL
+    rows: int
+
+
+@contextlib.contextmanager
+def single_thread():
+    """One BLAS thread: these matrices are small, and on a shared machine threads only thrash."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def capture_call(model, module, input_ids: torch.Tensor) -> tuple[tuple, dict]:
+    """(args, kwargs) with which ``model(input_ids)`` calls ``module``."""
+    seen = {}
+
+    def hook(mod, args, kwargs):
+        seen.setdefault("call", (args, dict(kwargs)))
+
+    handle = module.register_forward_pre_hook(hook, with_kwargs=True)
+    try:
+        with torch.no_grad():
+            model(input_ids=input_ids, use_cache=False)      # a cache would feed old keys back in
+    finally:
+        handle.remove()
+    return seen["call"]
+
+
+def _with_random_hidden(args: tuple, kwargs: dict, gen: torch.Generator) -> tuple[tuple, dict]:
+    if args:
+        x = args[0]
+        return (torch.randn(x.shape, generator=gen, dtype=x.dtype), *args[1:]), kwargs
+    x = kwargs["hidden_states"]
+    return args, {**kwargs, "hidden_states": torch.randn(x.shape, generator=gen, dtype=x.dtype)}
+
+
+def attention_nullity(model, src, dst=None, *, batches: int = 4, tokens: int = 8, seed: int = 0,
+                      edit_call=None) -> Nullity:
+    """Nullity over ``batches`` random batches of the map params -> dst(src(x)).
+
+    ``src`` is the module that takes the hidden states; ``dst`` an output projection applied after
+    it when it is a separate module (BERT's ``attention.output.dense``). ``edit_call(args, kwargs)``
+    may change the captured call (e.g. switch RoPE off).
+    """
+    names = [("s", k) for k, _ in src.named_parameters()]
+    if dst is not None and dst is not src:
+        names += [("d", k) for k, _ in dst.named_parameters()]
+    else:
+        dst = None
+    modules = {"s": src, "d": dst}
+    values = tuple(dict(modules[m].named_parameters())[k].detach() for m, k in names)
+    P = sum(v.numel() for v in values)
+    gen = torch.Generator().manual_seed(seed)
+    vocab = model.config.vocab_size
+    per_batch = max(1, math.ceil(2.0 * P / (batches * tokens * model.config.hidden_size)))
+    blocks = []
+    for _ in range(batches):
+        ids = torch.randint(2, vocab, (per_batch, tokens), generator=gen)
+        args, kwargs = _with_random_hidden(*capture_call(model, src, ids), gen)
+        if edit_call is not None:
+            args, kwargs = edit_call(args, kwargs)
+
+        def f(*theta, args=args, kwargs=kwargs):
+            p = {m: {} for m in modules}
+            for (m, k), t in zip(names, theta):
+                p[m][k] = t
+            y = functional_call(src, p["s"], args, kwargs)
+            y = y[0] if isinstance(y, tuple) else y
+            if dst is not None:
+                y = functional_call(dst, p["d"], (y,))
+            return y.reshape(-1)
+
+        with warnings.catch_warnings(), single_thread():
+            warnings.simplefilter("ignore")
+            J = torch.autograd.functional.jacobian(f, values, vectorize=True)
+        blocks.append(torch.cat([j.reshape(j.shape[0], -1) for j in J], dim=1))
+    with single_thread():
+        s = torch.linalg.svdvals(torch.cat(blocks))
+    rank = int((s > RTOL * s[0]).sum())
+    return Nullity(nullity=P - rank, parameters=P, smallest_kept=float(s[rank - 1] / s[0]),
+                   largest_dropped=float(s[rank] / s[0]) if rank < s.numel() else 0.0, rows=sum(b.shape[0] for b in blocks))

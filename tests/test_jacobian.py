@@ -1,0 +1,171 @@
+"""The counts are proven, not asserted: for every supported family and variant, the nullity of the
+Jacobian of the real Hugging Face attention module (float64, sdpa, several random batches) equals
+the unidentified count idinspect reports for that layer. The MATH.md table is checked the same way
+on modules built to its shapes."""
+
+import pytest
+import torch
+import transformers as tf
+
+import idinspect
+from idinspect import structure
+from idinspect.canonical import AttentionLayer, Positional, RotarySpec
+from tests import tiny
+from tests.jacobian import RTOL, attention_nullity
+
+
+def _clean_gap(n) -> None:
+    """The cut sits in a wide gap, so the count does not depend on RTOL."""
+    assert n.smallest_kept > 1e3 * RTOL, n
+    assert n.largest_dropped < 1e-3 * RTOL, n
+
+
+@pytest.mark.parametrize("variant", sorted(tiny.VARIANTS))
+def test_reported_unidentified_equals_jacobian_nullity(variant, tiny_dir):
+    hf = tiny.build(variant)
+    result = idinspect.inspect(tiny_dir(variant), spectra=False)
+    assert len(result["layers"]) == hf.config.num_hidden_layers
+    for i, layer in enumerate(result["layers"]):
+        src, dst = tiny.attention_modules(hf, i)
+        n = attention_nullity(hf, src, dst, seed=i)
+        _clean_gap(n)
+        assert n.parameters == layer["attention_parameters"], (variant, i)
+        assert n.nullity == layer["unidentified_parameters"], (variant, i, n)
+    assert result["totals"]["unidentified_parameters"] == sum(x["unidentified_parameters"] for x in result["layers"])
+
+
+# --- the MATH.md table, on modules built to its shapes ---------------------------------------------
+
+def _canonical(H: int, G: int, d: int, dk: int, biases: str = "", rotary_dim: int = 0) -> AttentionLayer:
+    """A zero canonical layer of the given shape (structural counts read only shapes and biases)."""
+    z = torch.zeros
+    pos = Positional("none")
+    if rotary_dim:
+        inv_freq = 1.0 / 10000.0 ** (torch.arange(0, rotary_dim, 2, dtype=torch.float32) / rotary_dim)
+        pos = Positional("rope", rotary=RotarySpec("half", rotary_dim, inv_freq))
+    return AttentionLayer(index=0, W_Q=z(H, d, dk), W_K=z(G, d, dk), W_V=z(G, d, dk), W_O=z(H, dk, d),
+                          b_Q=z(H, dk) if "q" in biases else None, b_K=z(G, dk) if "k" in biases else None,
+                          b_V=z(G, dk) if "v" in biases else None, b_O=z(d) if "o" in biases else None,
+                          positional=pos)
+
+
+def _randomised(model):
+    model._attn_implementation = "sdpa"
+    torch.manual_seed(0)
+    model = model.to(torch.float64).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(0.0, 0.5)
+    return model
+
+
+def _bert(d: int, H: int, drop_biases: str = ""):
+    cfg = tf.BertConfig(hidden_size=d, num_attention_heads=H, num_hidden_layers=1, intermediate_size=16,
+                        vocab_size=32, max_position_embeddings=32)
+    cfg._attn_implementation = "sdpa"
+    hf = _randomised(tf.BertModel(cfg, add_pooling_layer=False))
+    attn = hf.encoder.layer[0].attention
+    for role, lin in zip("qkvo", (attn.self.query, attn.self.key, attn.self.value, attn.output.dense)):
+        if role in drop_biases:
+            lin.bias = None
+    return hf, attn.self, attn.output.dense
+
+
+def _llama(cls, d: int, H: int, G: int, dk: int):
+    cfg = cls(hidden_size=d, num_attention_heads=H, num_key_value_heads=G, head_dim=dk, num_hidden_layers=1,
+              intermediate_size=16, vocab_size=32, max_position_embeddings=32)
+    cfg._attn_implementation = "sdpa"
+    hf = _randomised(tf.AutoModel.from_config(cfg))
+    return hf, hf.layers[0].self_attn
+
+
+def _rope_off(args, kwargs):
+    cos, sin = kwargs["position_embeddings"]
+    return args, {**kwargs, "position_embeddings": (torch.ones_like(cos), torch.zeros_like(sin))}
+
+
+def _table_case(case: str):
+    """(nullity result, canonical layer whose structural count must match) for one MATH.md row."""
+    if case == "mha-h2-nobias":
+        hf, src, dst = _bert(8, 2, drop_biases="qkvo")
+        return attention_nullity(hf, src, dst), _canonical(2, 2, 8, 4)
+    if case == "mha-h4-nobias":
+        hf, src, dst = _bert(8, 4, drop_biases="qkvo")
+        return attention_nullity(hf, src, dst), _canonical(4, 4, 8, 2)
+    if case == "mha-h2-qkvo":
+        hf, src, dst = _bert(8, 2)
+        return attention_nullity(hf, src, dst), _canonical(2, 2, 8, 4, "qkvo")
+    if case == "mha-h2-qkv":
+        hf, src, dst = _bert(8, 2, drop_biases="o")
+        return attention_nullity(hf, src, dst), _canonical(2, 2, 8, 4, "qkv")
+    if case == "gqa-h4-g2-norope":
+        hf, attn = _llama(tf.LlamaConfig, 8, 4, 2, 2)
+        return attention_nullity(hf, attn, edit_call=_rope_off), _canonical(4, 2, 8, 2)
+    if case == "rope-mha-h2-half":
+        hf, attn = _llama(tf.LlamaConfig, 8, 2, 2, 4)
+        return attention_nullity(hf, attn), idinspect.load(hf).layer(0)
+    if case == "rope-mha-h2-interleaved":
+        cfg = tf.GPTJConfig(n_embd=8, n_head=2, rotary_dim=4, n_layer=1, n_inner=16, vocab_size=32, n_positions=32)
+        cfg._attn_implementation = "sdpa"
+        hf = _randomised(tf.GPTJModel(cfg))
+        layer = _canonical(2, 2, 8, 4, rotary_dim=4)
+        layer = layer.replace(positional=Positional("rope", rotary=RotarySpec("interleaved", 4, layer.positional.rotary.inv_freq)))
+        return attention_nullity(hf, hf.h[0].attn), layer
+    if case == "rope-gqa-h4-g2-dk2":
+        hf, attn = _llama(tf.LlamaConfig, 8, 4, 2, 2)
+        return attention_nullity(hf, attn), idinspect.load(hf).layer(0)
+    if case == "rope-gqa-d12":
+        hf, attn = _llama(tf.LlamaConfig, 12, 4, 2, 4)
+        return attention_nullity(hf, attn), idinspect.load(hf).layer(0)
+    if case == "qwen2-d12":
+        hf, attn = _llama(tf.Qwen2Config, 12, 4, 2, 4)
+        return attention_nullity(hf, attn), idinspect.load(hf).layer(0)
+    if case == "partial-rope-neox":
+        cfg = tf.GPTNeoXConfig(hidden_size=12, num_attention_heads=2, num_hidden_layers=1, intermediate_size=16,
+                               vocab_size=32, max_position_embeddings=32, rotary_pct=1 / 3, attention_bias=True)
+        cfg._attn_implementation = "sdpa"
+        hf = _randomised(tf.GPTNeoXModel(cfg))
+        assert hf.rotary_emb.inv_freq.numel() == 1            # 2 of the 6 head dims rotate
+        return attention_nullity(hf, hf.layers[0].attention), _canonical(2, 2, 12, 6, "qkvo", rotary_dim=2)
+    raise KeyError(case)
+
+
+MATH_TABLE = {  # case: (params, unidentified), from ../shared/MATH.md
+    "mha-h2-nobias": (256, 64),
+    "mha-h4-nobias": (256, 32),
+    "mha-h2-qkvo": (288, 80),
+    "mha-h2-qkv": (280, 72),
+    "gqa-h4-g2-norope": (192, 16),
+    "rope-mha-h2-half": (256, 40),
+    "rope-mha-h2-interleaved": (256, 40),
+    "rope-gqa-h4-g2-dk2": (192, 12),
+    "rope-gqa-d12": (576, 40),
+    "qwen2-d12": (608, 40),
+    "partial-rope-neox": (624, 128),
+}
+
+
+@pytest.mark.parametrize("case", sorted(MATH_TABLE))
+def test_math_table(case):
+    params, unidentified = MATH_TABLE[case]
+    n, layer = _table_case(case)
+    _clean_gap(n)
+    assert (n.parameters, n.nullity) == (params, unidentified)
+    structure.require_modelled(layer)
+    assert layer.parameter_count() == params
+    assert structure.unidentified_dims(layer) == unidentified
+
+
+def test_math_table_hf_modules(tiny_dir):
+    """The last two rows are the tiny llama-bias and qwen2 checkpoints themselves."""
+    for variant, (params, unidentified) in {"llama-bias": (816, 48), "qwen2": (800, 40)}.items():
+        layer = idinspect.inspect(tiny_dir(variant), spectra=False)["layers"][0]
+        assert (layer["attention_parameters"], layer["unidentified_parameters"]) == (params, unidentified)
+
+
+def test_oracle_sees_a_real_difference():
+    """Guard against a vacuous oracle: with the RoPE switched off a RoPE module gains the full GL(d_k)."""
+    hf, attn = _llama(tf.LlamaConfig, 8, 4, 2, 2)
+    on = attention_nullity(hf, attn)
+    off = attention_nullity(hf, attn, edit_call=_rope_off)
+    assert (on.nullity, off.nullity) == (12, 16)
