@@ -1,0 +1,129 @@
+"""``idinspect verify A B``: exports verify (exit 0), tampered models do not (exit 1), errors exit 2;
+the negative control (a generic GL on a RoPE model's Q/K) is caught; bf16 exports are judged
+against the rounding baseline; big models go through accelerate's offload instead of failing."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+import torch
+
+import idinspect
+from idinspect.shard_writer import write_safetensors
+from tests.cli import run_cli
+from tests.test_export import export_ok, moved_checkpoint
+
+
+def _checks(stdout: str) -> dict[str, dict]:
+    return {c["name"]: c for c in json.loads(stdout)["checks"]}
+
+
+@pytest.mark.parametrize("variant", ["llama3-rope", "bert"])
+def test_an_export_verifies(variant, tiny_dir, tmp_path):
+    src = tiny_dir(variant)
+    export_ok(src, tmp_path / "out")
+    result = run_cli("verify", src, tmp_path / "out", "--format", "json")
+    assert result.code == 0, result.stdout + result.stderr
+    checks = _checks(result.stdout)
+    assert all(c["passed"] for c in checks.values())
+    assert checks["invariants"]["error"] <= 1e-12 and checks["invariants"]["tolerance"] == 1e-10
+    assert checks["functional"]["error"] <= 1e-6
+    if variant == "llama3-rope":
+        assert "identical" in checks["decode"]["detail"]
+        assert set(checks["invariants"]["extra"]["per_invariant"]) == {"plane_QK", "plane_QJK", "W_OV", "output_bias"}
+
+
+def test_text_output_states_tolerances(tiny_dir, tmp_path):
+    src = tiny_dir("gpt2")
+    export_ok(src, tmp_path / "out")
+    result = run_cli("verify", src, tmp_path / "out")
+    assert result.code == 0
+    assert "tolerance 1.0e-10" in result.stdout and "tolerance 1.0e-06" in result.stdout
+    assert result.stdout.rstrip().endswith("equivalent") and "Loading" not in result.stderr
+
+
+def test_gauge_moved_model_is_equivalent(tiny_dir, tmp_path):
+    """A model moved along its gauge orbit (not gauge-fixed) is still the same function."""
+    src = tiny_dir("qwen2")
+    moved = moved_checkpoint(src, tmp_path / "moved", seed=3)
+    result = run_cli("verify", src, moved, "--format", "json")
+    assert result.code == 0, result.stdout
+
+
+def test_negative_control_generic_gl_on_rope_qk_is_caught(tiny_dir, tmp_path):
+    """W_Q A, W_K A^-T keeps W_Q W_K^T but does not commute with RoPE: a different function."""
+    src = tiny_dir("llama3-rope")
+    broken = moved_checkpoint(src, tmp_path / "broken", seed=3, generic_qk=True)
+    result = run_cli("verify", src, broken, "--format", "json")
+    assert result.code == 1
+    checks = _checks(result.stdout)
+    assert checks["invariants"]["passed"] is False and checks["functional"]["passed"] is False
+    worst = checks["invariants"]["extra"]["per_invariant"]
+    assert worst["plane_QK"]["error"] > 1e-3 and worst["W_OV"]["error"] <= 1e-12
+    assert run_cli("verify", src, broken).stdout.rstrip().endswith("NOT equivalent")
+
+
+def test_changed_mlp_weight_is_caught(tiny_dir, tmp_path):
+    src = tiny_dir("gpt2")
+    changed = tmp_path / "changed"
+    shutil.copytree(src, changed)
+    model = idinspect.load(src)
+    tensors = {k: model.reader.get(k) for k in model.reader.keys()}
+    name = next(k for k in tensors if k.endswith("mlp.c_fc.weight"))
+    tensors[name] = tensors[name] * (1 + 1e-6)
+    write_safetensors(changed / "model.safetensors", tensors, {"format": "pt"})
+    result = run_cli("verify", src, changed, "--format", "json", "--no-functional")
+    assert result.code == 1
+    checks = _checks(result.stdout)
+    assert checks["tensors"]["passed"] is False and name in checks["tensors"]["detail"]
+    assert checks["invariants"]["passed"] is True and checks["functional"]["passed"] is None
+
+
+def test_different_architectures_are_not_equivalent(tiny_dir):
+    result = run_cli("verify", tiny_dir("gpt2"), tiny_dir("llama3-rope"))
+    assert result.code == 1 and "NOT equivalent" in result.stdout
+
+
+def test_bf16_export_is_judged_against_the_rounding_baseline(tiny_dir, tmp_path):
+    src = tiny_dir("llama-bias")
+    export_ok(src, tmp_path / "out", "--dtype", "bfloat16")
+    result = run_cli("verify", src, tmp_path / "out", "--format", "json")
+    assert result.code == 0, result.stdout
+    record = json.loads(result.stdout)
+    assert record["dtype"] == "bfloat16"
+    checks = _checks(result.stdout)
+    for name in ("invariants", "functional"):
+        c = checks[name]
+        assert 1e-4 < c["baseline"] < 0.1 and c["error"] <= c["tolerance"] == pytest.approx(4 * c["baseline"])
+    text = run_cli("verify", src, tmp_path / "out").stdout
+    assert "rounding baseline" in text
+
+
+def test_bf16_tampering_beyond_rounding_is_caught(tiny_dir, tmp_path):
+    """The baseline tolerance is not a blank cheque: 10% on one head's values fails."""
+    src = tiny_dir("llama-bias")
+    export_ok(src, tmp_path / "out", "--dtype", "bfloat16")
+    model = idinspect.load(tmp_path / "out")
+    tensors = {k: model.reader.get(k).clone() for k in model.reader.keys()}  # own memory: the file is rewritten
+    name = next(k for k in tensors if k.endswith("layers.0.self_attn.v_proj.weight"))
+    tensors[name] = (tensors[name].to(torch.float64) * 1.1).to(torch.bfloat16)
+    metadata = model.reader.metadata("model.safetensors")
+    model.close()
+    write_safetensors(tmp_path / "out" / "model.safetensors", tensors, metadata)
+    result = run_cli("verify", src, tmp_path / "out", "--format", "json", "--no-functional")
+    assert result.code == 1 and _checks(result.stdout)["invariants"]["passed"] is False
+
+
+def test_big_models_go_through_offload(tiny_dir, tmp_path):
+    src = tiny_dir("llama3-rope")
+    export_ok(src, tmp_path / "out")
+    result = idinspect.verify(src, tmp_path / "out", max_memory=20_000)
+    functional = next(c for c in result.checks if c.name == "functional")
+    assert result.equivalent and "offloaded" in functional.detail and functional.tolerance == 1e-4
+
+
+def test_missing_model_is_exit_2(tiny_dir, tmp_path):
+    result = run_cli("verify", tiny_dir("gpt2"), tmp_path / "missing")
+    assert result.code == 2 and "no such file" in result.stderr
