@@ -16,7 +16,7 @@ from . import svg_charts
 from .atomic import write_text_atomic
 from .html_style import CSS, SCRIPT
 from .json_report import ordered
-from .summary import (attention_shape, bias_free_ratio, closed_form_line, closed_form_text, effective_rank, finding_details, findings_by_rule,
+from .summary import (attention_shape, bias_free_ratio, closed_form_line, closed_form_text, finding_details, findings_by_rule,
                       fmt_float, fmt_int, fmt_ratio, head_rows, layer_groups, positional_text, revision_text,
                       severity_counts, severity_rank)
 from .svg_charts import esc
@@ -99,7 +99,8 @@ def _embedded(result: dict) -> dict:
 def _sev(severity: str, count: int | None = None) -> str:
     mark = SEVERITY_MARK.get(severity, "·")
     text = f"{count} {severity}" if count is not None else severity
-    return f'<span class="sev sev-{esc(severity)}"><span aria-hidden="true">{mark}</span> {esc(text)}</span>'
+    cls = "sev-zero" if count == 0 else f"sev-{esc(severity)}"
+    return f'<span class="sev {cls}"><span aria-hidden="true">{mark}</span> {esc(text)}</span>'
 
 
 def _kv_table(rows: list[tuple[str, str]], caption: str) -> str:
@@ -233,12 +234,10 @@ def _head_table(layers: list[dict]) -> str:
     head = "".join(f'<th scope="col"{" class=num" if i > 1 else ""}>{esc(c)}</th>' for i, c in enumerate(cols))
     body = []
     for layer in layers:
-        spectra = layer.get("spectra") or {}
         for r in head_rows(layer):
-            qk_eff = effective_rank((spectra.get("qk") or [[]] * (r.head + 1))[r.head])
-            ov_eff = effective_rank((spectra.get("ov") or [[]] * (r.head + 1))[r.head])
-            cells = [r.kv_head, _rank(r.qk_rank, layer.get("d_k")), fmt_float(qk_eff), fmt_float(r.qk_condition),
-                     " ".join(fmt_float(v) for v in r.qk_top), _rank(r.ov_rank, layer.get("d_v")), fmt_float(ov_eff),
+            cells = [r.kv_head, _rank(r.qk_rank, layer.get("d_k")), fmt_float(r.qk_effective_rank),
+                     fmt_float(r.qk_condition), " ".join(fmt_float(v) for v in r.qk_top),
+                     _rank(r.ov_rank, layer.get("d_v")), fmt_float(r.ov_effective_rank),
                      fmt_float(r.ov_condition), " ".join(fmt_float(v) for v in r.ov_top)]
             body.append(f'<tr><th scope="row">{esc(layer.get("index"))}</th><th scope="row">{r.head}</th>'
                         + "".join(f'<td class="num">{esc(c)}</td>' for c in cells) + "</tr>")

@@ -48,6 +48,7 @@ td.num, th.num { text-align: right; white-space: nowrap; }
 table.kv th { white-space: nowrap; }
 .scroll { overflow-x: auto; max-width: 100%; }
 .sev { font-weight: 600; white-space: nowrap; }
+.sev-zero { color: var(--muted); font-weight: 400; }
 .sev-error { color: var(--error); } .sev-warning { color: var(--warning); } .sev-note { color: var(--note); }
 .ok { color: var(--ok); font-weight: 600; }
 .spectra-grid { display: flex; flex-wrap: wrap; gap: 8px 40px; align-items: flex-start; }

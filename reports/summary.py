@@ -165,6 +165,8 @@ class HeadRow:
     ov_rank: int | None
     ov_condition: float | None
     ov_top: list[float]
+    qk_effective_rank: float | None = None
+    ov_effective_rank: float | None = None
 
 
 def head_rows(layer: dict, top: int = 3) -> list[HeadRow]:
@@ -179,8 +181,12 @@ def head_rows(layer: dict, top: int = 3) -> list[HeadRow]:
         values = spectra.get(key) or []
         return values[i] if i < len(values) else None
 
-    return [HeadRow(i, i // r, pick("qk_rank", i), pick("qk_condition", i), list((qk[i] if i < len(qk) else [])[:top]),
-                    pick("ov_rank", i), pick("ov_condition", i), list((ov[i] if i < len(ov) else [])[:top]))
+    def values(side: list, i: int) -> list[float]:
+        return list(side[i]) if i < len(side) and side[i] else []
+
+    return [HeadRow(i, i // r, pick("qk_rank", i), pick("qk_condition", i), values(qk, i)[:top],
+                    pick("ov_rank", i), pick("ov_condition", i), values(ov, i)[:top],
+                    effective_rank(values(qk, i)), effective_rank(values(ov, i)))
             for i in range(n)]
 
 

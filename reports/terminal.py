@@ -31,17 +31,20 @@ def render_report(result: dict, console: Console | None = None, *, layers: Layer
                   heads: bool = False) -> None:
     """Print the whole report for ``result`` (the JSON-contract dict) to ``console`` (stdout)."""
     console = console or Console()
-    console.print(summary_panel(result))
+    sections = [summary_panel(result)]
     if result.get("layers"):
-        console.print(layer_table(result, collapse=layers != "all", width=console.width))
+        sections.append(layer_table(result, collapse=layers != "all", width=console.width))
     findings = result.get("findings")
     if findings is not None:
-        console.print(findings_section(findings, width=console.width))
+        sections.append(findings_section(findings, width=console.width))
     if result.get("proof"):
-        console.print(proof_panel(result["proof"]))
+        sections.append(proof_panel(result["proof"]))
     if heads and result.get("layers"):
-        for table in head_tables(result, width=console.width):
-            console.print(table)
+        sections += head_tables(result, width=console.width)
+    for i, section in enumerate(sections):
+        if i:
+            console.line()
+        console.print(section)
 
 
 def proof_panel(proof: dict) -> Panel:
@@ -109,7 +112,7 @@ def summary_panel(result: dict) -> Panel:
 _LAYER_COLUMNS = (("params", "params"), ("QK gauge", "QK"), ("VO gauge", "VO"), ("no-op bias", "no-op"),
                   ("absorbable bias", "absorb"), ("unidentified", "U"), ("ratio", "ratio"))
 #: Below this width the per-head tables show only the largest singular value.
-NARROW = 100
+NARROW = 64
 
 
 _ROW_KEYS = ("attention_parameters", "qk_gauge", "vo_gauge", "noop_bias", "absorbable_bias",
@@ -184,7 +187,9 @@ def findings_section(findings: list[dict], width: int = 120) -> Group | Text:
     if not findings:
         return Text("No findings.", style="green")
     parts: list = [Text("Findings", style="bold")]
-    for rule, worst, items in findings_by_rule(findings):
+    for n, (rule, worst, items) in enumerate(findings_by_rule(findings)):
+        if n:
+            parts.append(Text(""))
         total = sum(f.get("parameters") or 0 for f in items)
         title = Text.assemble(_sev(worst), " ", (rule, "bold"), f": {len(items)} finding{'s' * (len(items) != 1)}, "
                               f"{fmt_int(total)} parameters")
@@ -204,7 +209,7 @@ def findings_section(findings: list[dict], width: int = 120) -> Group | Text:
         parts.append(table)
         message = str(items[0].get("message", ""))
         if message:
-            parts.append(Padding(Text(("e.g. " if len(items) > 1 else "") + message, style="dim"), (0, 0, 1, 2)))
+            parts.append(Padding(Text(("e.g. " if len(items) > 1 else "") + message, style="dim"), (0, 0, 0, 2)))
     return Group(*parts)
 
 
@@ -220,16 +225,15 @@ def head_tables(result: dict, width: int = 120) -> list[Table]:
         if not rows:
             continue
         d_k, d_v = layer.get("d_k"), layer.get("d_v")
-        table = Table(title=f"Layer {layer.get('index')} heads (rank of {d_k} / {d_v})", title_justify="left",
-                      box=box.SIMPLE_HEAD, header_style="bold")
-        for name in ("head", "kv"):
-            table.add_column(name, justify="right", no_wrap=True)
-        sigma = "σ1" if top == 1 else "top σ"
-        for name in ("QK rank", "QK cond", f"QK {sigma}", "OV rank", "OV cond", f"OV {sigma}"):
-            table.add_column(name, justify="right", overflow="fold")
+        table = Table(title=f"Layer {layer.get('index')} heads: W_QK and W_OV spectra (d_k={d_k}, d_v={d_v})",
+                      title_justify="left", box=box.SIMPLE_HEAD, header_style="bold",
+                      padding=(0, 1) if width >= 70 else (0, 0))
+        for name in ("head", "kv", "form", "rank", "eff. rank", "cond", "σ1" if top == 1 else "top σ"):
+            table.add_column(name, justify="left" if name == "form" else "right", no_wrap=name != "top σ")
         for r in rows:
-            table.add_row(str(r.head), str(r.kv_head), _rank(r.qk_rank, d_k), fmt_float(r.qk_condition),
-                          " ".join(fmt_float(v) for v in r.qk_top), _rank(r.ov_rank, d_v),
+            table.add_row(str(r.head), str(r.kv_head), "W_QK", _rank(r.qk_rank, d_k), fmt_float(r.qk_effective_rank),
+                          fmt_float(r.qk_condition), " ".join(fmt_float(v) for v in r.qk_top))
+            table.add_row("", "", "W_OV", _rank(r.ov_rank, d_v), fmt_float(r.ov_effective_rank),
                           fmt_float(r.ov_condition), " ".join(fmt_float(v) for v in r.ov_top))
         tables.append(table)
     return tables

@@ -78,7 +78,10 @@ def test_heads_adds_per_head_rank_condition_and_singular_values():
     plain = render(result)
     assert "Layer 2 heads" not in plain
     out = render(result, heads=True)
-    assert "Layer 2 heads" in out and "QK cond" in out and "OV top σ" in out
+    assert "Layer 2 heads: W_QK and W_OV spectra (d_k=4, d_v=4)" in out
+    assert "eff. rank" in out and "cond" in out and "top σ" in out
+    assert len(re.findall(r"^\s+\d+\s+\d+\s+W_QK\s", out, re.M)) == 3 * 4  # a row per head and form
+    assert len(re.findall(r"^\s+W_OV\s", out, re.M)) == 3 * 4
     top = result["layers"][0]["spectra"]["qk"][0][0]
     assert f"{top:.3g}" in out
     assert "3 ▲" in out  # the rank-deficient head of layer 2
@@ -159,3 +162,13 @@ def test_cli_real_minilm_summary(minilm_dir):
     assert "4.286% of attention" in res.stdout
     assert "1/(2H) = 4.167%" in res.stdout
     assert "noop-bias: 6 findings" in res.stdout
+
+
+def test_terminal_svg_has_no_external_font_or_url():
+    from idinspect.reports.terminal_svg import terminal_svg
+
+    svg = terminal_svg(bert_result(), width=100, title="t")
+    assert svg.startswith("<svg") and "layers 0-5 (6 identical)".replace(" ", "&#160;") in svg
+    assert "@font-face" not in svg and "cdnjs" not in svg
+    assert re.findall(r"https?://[^\"\s]+", svg) == ["http://www.w3.org/2000/svg"]  # the namespace only
+    assert all(u.startswith("url(#") for u in re.findall(r"url\([^)]*\)", svg))
