@@ -304,3 +304,16 @@ def test_inspection_never_instantiates_the_model(tiny_dir, monkeypatch):
         model = idinspect.load(tiny_dir(variant))
         assert idinspect.inspect(model)["model"]["layers"] == model.num_layers
         assert len(list(model.layers())) == model.num_layers
+
+
+def test_inspection_memory_does_not_grow_with_depth(tmp_path):
+    """The whole report (counts, spectra, findings) holds at most about one layer's tensors."""
+    directory, depth = _deep_llama(tmp_path, 6)
+    model = idinspect.load(directory)
+    tracker = _Tracker(model.reader)
+    report = idinspect.inspect(model)
+    assert report["model"]["layers"] == depth
+    per_layer = len(model.adapter.attention_keys(0))
+    assert set(tracker.names) == {k for i in range(depth) for k in model.adapter.attention_keys(i)}
+    assert tracker.peak <= 2 * per_layer < depth * per_layer
+    assert tracker.alive() == 0
