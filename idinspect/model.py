@@ -57,7 +57,8 @@ class Model:
         """
         a = self.adapter
         _check_config_numbers(a)
-        probe = copy.copy(a)  # shares the positional cache; reads through a shape-only view
+        a.positional()  # computed once, shared with the probe
+        probe = copy.copy(a)  # the same adapter, reading through a shape-only view
         probe.reader = ShapeOnlyReader(self.reader)
         for i in range(self.num_layers):
             _validated(probe.read_layer(i))
