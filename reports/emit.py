@@ -14,24 +14,31 @@ import click
 from rich.console import Console
 from rich.markup import escape
 
+from ..errors import IdinspectError
 from .terminal import LayersMode
 
 
 def emit(result: dict, *, fmt: Literal["text", "json"] = "text", json_path: str | Path | None = None,
          html_path: str | Path | None = None, heads: bool = False, layers: LayersMode = "collapsed",
          quiet: bool = False, console: Console | None = None) -> None:
-    """Write files first (so a broken pipe on stdout cannot lose them), then stdout."""
+    """Write files first (so a broken pipe on stdout cannot lose them), then stdout.
+
+    A file that cannot be written is an :class:`IdinspectError` (exit 2) naming the path.
+    """
     from .json_report import dumps, write_json
 
-    written = []
-    if json_path is not None:
-        write_json(result, json_path)
-        written.append(("JSON", json_path))
-    if html_path is not None:
-        from .html import write_html
+    from .html import write_html
 
-        write_html(result, html_path)
-        written.append(("HTML", html_path))
+    written = []
+    for kind, path, writer in (("JSON", json_path, write_json), ("HTML", html_path, write_html)):
+        if path is None:
+            continue
+        try:
+            writer(result, path)
+        except OSError as exc:
+            raise IdinspectError(f"cannot write the {kind} report to {path}: {exc.strerror or exc}; "
+                                 "check that the folder exists and is writable") from None
+        written.append((kind, path))
     if fmt == "json":
         click.echo(dumps(result), nl=False)
     else:

@@ -225,7 +225,7 @@ def head_tables(result: dict, width: int = 120) -> list[Table]:
         if not rows:
             continue
         d_k, d_v = layer.get("d_k"), layer.get("d_v")
-        table = Table(title=f"Layer {layer.get('index')} heads: W_QK and W_OV spectra (d_k={d_k}, d_v={d_v})",
+        table = Table(title=Text(f"Layer {layer.get('index')} heads: W_QK and W_OV spectra (d_k={d_k}, d_v={d_v})"),
                       title_justify="left", box=box.SIMPLE_HEAD, header_style="bold",
                       padding=(0, 1) if width >= 70 else (0, 0))
         for name in ("head", "kv", "form", "rank", "eff. rank", "cond", "σ1" if top == 1 else "top σ"):

@@ -161,3 +161,11 @@ def test_cli_html_of_a_tiny_gqa_llama(tiny_dir, tmp_path):
         assert doc.find("svg", id=chart), chart
     assert external_references(out.read_text()) == []
     assert res.stderr == ""
+
+
+def test_cli_unwritable_report_path_is_a_clean_error(tiny_dir, tmp_path):
+    target = tmp_path / "missing-folder" / "r.html"
+    res = run_cli(tiny_dir("llama-gqa"), "--html", target)
+    assert res.code == 2
+    assert "cannot write the HTML report" in res.stderr and "missing-folder" in res.stderr
+    assert "internal error" not in res.stderr and res.stdout == ""
