@@ -8,6 +8,7 @@ never on weight values (weight-level facts are findings, in the analyzer).
     VO gauge per kv group:  GL(d_v)                        -> d_v^2
     no-op key bias:         the unrotated dims of b_K (all of them without RoPE)
     absorbable value bias:  all of b_V when b_O exists (softmax rows sum to one)
+    redundant value bias:   max(0, G d_v - d) of a live b_V (no b_O): it acts only through one d-vector
 """
 
 from __future__ import annotations
@@ -108,6 +109,20 @@ def absorbable_value_bias_dims(layer: AttentionLayer) -> int:
     return layer.n_kv_heads * layer.d_v if value_bias_absorbable(layer) else 0
 
 
+def redundant_value_bias_dims(layer: AttentionLayer) -> int:
+    """Dims of a live b_V (no b_O) that change nothing: max(0, G d_v - d).
+
+    Softmax rows sum to one, so b_V reaches the output only through the constant
+    c = sum_g b_V^g S_g in R^d, with S_g = sum_{h in g} W_O^h [d_v, d]; the map b_V -> c has
+    rank min(G d_v, d) for generic weights (measured with the Jacobian: e.g. Qwen2 d=8, H=G=4,
+    d_k=4 has 8 more null directions than the gauge and bias counts above).
+    """
+    if layer.b_V is None or layer.b_O is not None:
+        return 0
+    return max(0, layer.n_kv_heads * layer.d_v - layer.d_model)
+
+
 def unidentified_dims(layer: AttentionLayer) -> int:
-    """U = QK gauge + VO gauge + no-op key-bias dims + absorbable value-bias dims."""
-    return qk_gauge_dim(layer) + vo_gauge_dim(layer) + noop_key_bias_dims(layer) + absorbable_value_bias_dims(layer)
+    """U = QK gauge + VO gauge + no-op key-bias dims + absorbable value-bias dims + redundant value-bias dims."""
+    return (qk_gauge_dim(layer) + vo_gauge_dim(layer) + noop_key_bias_dims(layer) + absorbable_value_bias_dims(layer)
+            + redundant_value_bias_dims(layer))

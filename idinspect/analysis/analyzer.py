@@ -13,6 +13,7 @@ import torch
 
 from .. import structure
 from ..canonical import AttentionLayer
+from .degeneracy import extra_unidentified
 from .counts import layer_counts, model_parameter_count, model_totals
 from .device import resolve_device
 from .findings import layer_findings
@@ -39,7 +40,11 @@ def analyze_layer(layer: AttentionLayer, *, device: str | torch.device | None = 
     L = to_compute(layer, dev)
     counts = layer_counts(L)
     s = head_spectra(L) if spectra else None
-    found = layer_findings(L, s)
+    extra = extra_unidentified(L, s) if s is not None else None
+    found = layer_findings(L, s, extra)
+    counts["extra_unidentified"] = None if extra is None else extra["total"]
+    counts["unidentified_with_weights"] = None if extra is None else counts["unidentified_parameters"] + extra["total"]
+    counts["dead_heads"] = None if extra is None else extra["dead_heads"]
     if s is not None:
         counts["spectra"] = spectra_dict(s)
     return counts, found
@@ -63,4 +68,8 @@ def analyze(model, *, device: str | torch.device | None = "cpu", spectra: bool =
         if on_layer is not None:
             on_layer(i, n)
     totals = model_totals(layers, model_parameter_count(model))
+    extras = [layer["extra_unidentified"] for layer in layers]
+    known = bool(extras) and all(e is not None for e in extras)
+    totals["extra_unidentified"] = sum(extras) if known else None
+    totals["unidentified_with_weights"] = totals["unidentified_parameters"] + sum(extras) if known else None
     return {"totals": totals, "layers": layers, "findings": findings}

@@ -2,7 +2,10 @@
 
 Per layer, with P the attention parameters and U the unidentified ones:
 
-    U = qk_gauge + vo_gauge + noop_bias + absorbable_bias          identification_ratio = U / P
+    U = qk_gauge + vo_gauge + noop_bias + absorbable_bias + redundant_value_bias      ratio = U / P
+
+(``redundant_value_bias`` = max(0, G d_v - d) for a value bias without an output bias; see
+:func:`structure.redundant_value_bias_dims`.)
 
 The closed form is the same ratio for the *bias-free* version of the layer, written the way the
 paper writes it (G query/key groups, H heads, d width, d_k = d_v head width, rd rotary dims):
@@ -58,7 +61,8 @@ def layer_counts(layer: AttentionLayer) -> dict:
     vo = structure.vo_gauge_dim(layer)
     noop = structure.noop_key_bias_dims(layer)
     absorbable = structure.absorbable_value_bias_dims(layer)
-    U = qk + vo + noop + absorbable
+    redundant = structure.redundant_value_bias_dims(layer)
+    U = qk + vo + noop + absorbable + redundant
     form, value = bias_free_closed_form(layer)
     pos = layer.positional
     return {
@@ -83,11 +87,12 @@ def layer_counts(layer: AttentionLayer) -> dict:
         "biases": [role for role in BIAS_ROLES if getattr(layer, role) is not None],
         "bias_free_parameters": bias_free_parameters(layer),
         "bias_free_unidentified": qk + vo,
+        "redundant_value_bias": redundant,
     }
 
 
 _SUMMED = ("attention_parameters", "unidentified_parameters", "qk_gauge", "vo_gauge", "noop_bias",
-           "absorbable_bias", "bias_free_parameters", "bias_free_unidentified")
+           "absorbable_bias", "redundant_value_bias", "bias_free_parameters", "bias_free_unidentified")
 
 
 def model_totals(layers: list[dict], model_parameters: int) -> dict:
@@ -113,6 +118,7 @@ def model_totals(layers: list[dict], model_parameters: int) -> dict:
         "vo_gauge": sums["vo_gauge"],
         "noop_bias": sums["noop_bias"],
         "absorbable_bias": sums["absorbable_bias"],
+        "redundant_value_bias": sums["redundant_value_bias"],
         "attention_share_of_model": P / model_parameters if model_parameters else 0.0,
         "layers": len(layers),
     }

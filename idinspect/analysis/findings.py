@@ -9,8 +9,10 @@ Every finding is a dict ``{"rule", "severity", "layer", "tensor", "parameters", 
   (softmax rows sum to one), which b_O can take; ``parameters`` = G d_v.
 - ``rank-deficient-head`` (warning): W_QK^h or W_OV^h has numerical rank below d_k (rule in
   :data:`spectra.RANK_RULE`); the structural count assumes full rank, so these factors have more
-  freedom than counted. One finding per head and kind (``"qk"``/``"ov"``); ``parameters`` = the
-  entries of the head's two factors (2 d d_k), whose freedom is larger than counted.
+  freedom than counted, unless a live bias row, RoPE or the group's other heads keep it identified;
+  ``group_extra_unidentified`` gives the exact gain of the head's kv group (:mod:`degeneracy`).
+  One finding per head and kind (``"qk"``/``"ov"``); ``parameters`` = the entries of the head's
+  two factors (2 d d_k).
 """
 
 from __future__ import annotations
@@ -96,8 +98,12 @@ def absorbable_bias_findings(layer: AttentionLayer) -> list[dict]:
                      max_abs=max_abs, into=into)]
 
 
-def rank_findings(layer: AttentionLayer, spectra: HeadSpectra) -> list[dict]:
-    """One ``rank-deficient-head`` per head whose W_QK (W_OV) has numerical rank below d_k (d_v)."""
+def rank_findings(layer: AttentionLayer, spectra: HeadSpectra, extra: dict | None = None) -> list[dict]:
+    """One ``rank-deficient-head`` per head whose W_QK (W_OV) has numerical rank below d_k (d_v).
+
+    ``extra`` (from :func:`degeneracy.extra_unidentified`) says how much freedom the head's kv group
+    really gains: a live bias row or RoPE can keep a rank-deficient W_QK identified.
+    """
     out = []
     d, dk, dv = layer.d_model, layer.d_k, layer.d_v
     for kind, values, ok, full, roles in (("qk", spectra.qk, spectra.qk_ok, dk, ("W_Q", "W_K")),
@@ -107,20 +113,46 @@ def rank_findings(layer: AttentionLayer, spectra: HeadSpectra) -> list[dict]:
         for h in (ok & (ranks < full)).nonzero().flatten().tolist():
             g, rank = layer.kv_head(h), int(ranks[h])
             tensor = f"{_name(layer, roles[0])}, {_name(layer, roles[1])}"
+            gained = None if extra is None else int(extra["qk" if kind == "qk" else "vo"][g])
+            dead = extra is not None and kind == "ov" and h in extra["dead_heads"]
+            effect = _rank_effect(kind, g, gained, extra, dead)
+            more = {}
+            if dead:
+                more = {"dead": True, "group_extra_unidentified_qk": int(extra["qk"][g])}
             out.append(_finding(
                 "rank-deficient-head", layer, tensor, 2 * d * full,
                 f"head {h} (kv head {g}): {form} has numerical rank {rank} < {full} (tolerance {RANK_RULE}, "
-                f"rtol = {spectra.rtol:.3g}, smallest singular value {float(values[h, -1]):.3g} of "
-                f"{float(values[h, 0]):.3g}); the structural count assumes full rank, so this head's factors "
-                "have more freedom than counted",
+                f"rtol = {spectra.rtol:.3g}; smallest singular value {float(values[h, -1]):.3g} of "
+                f"{float(values[h, 0]):.3g}); {effect}",
                 kind=kind, head=h, heads=[h], kv_head=g, rank=rank, full_rank=full,
-                tolerance=spectra.rtol, rank_rule=RANK_RULE, singular_values=values[h].tolist()))
+                tolerance=spectra.rtol, rank_rule=RANK_RULE, singular_values=values[h].tolist(),
+                group_extra_unidentified=gained,
+                layer_extra_unidentified=None if extra is None else int(extra["total"]), **more))
     return out
 
 
-def layer_findings(layer: AttentionLayer, spectra: HeadSpectra | None) -> list[dict]:
+def _rank_effect(kind: str, g: int, gained: int | None, extra: dict | None, dead: bool) -> str:
+    """What the deficiency does to the count, in words."""
+    if gained is None:
+        return "the structural count assumes full rank, so these factors may have more freedom than counted"
+    parts = []
+    if dead:
+        parts.append(f"the head passes nothing to the output, so its query factor is unidentified "
+                     f"(kv group {g}: {int(extra['qk'][g])} more QK parameters)")
+    if gained:
+        parts.append(f"kv group {g} has {gained} more unidentified {'QK' if kind == 'qk' else 'VO'} parameters "
+                     "than the structural count")
+    if not parts:
+        parts.append("this adds no freedom: the group's stacked factors keep full rank "
+                     "(a live bias row, RoPE planes or the group's other heads identify them)")
+    if extra["value_bias"]:
+        parts.append(f"the live value bias changes the layer's count by {extra['value_bias']:+d}")
+    return "; ".join(parts) + f" (layer total beyond the structure: {extra['total']})"
+
+
+def layer_findings(layer: AttentionLayer, spectra: HeadSpectra | None, extra: dict | None = None) -> list[dict]:
     """All findings of one float64 layer, in rule order (non-finite first)."""
     found = non_finite_findings(layer) + noop_bias_findings(layer) + absorbable_bias_findings(layer)
     if spectra is not None:
-        found += rank_findings(layer, spectra)
+        found += rank_findings(layer, spectra, extra)
     return found

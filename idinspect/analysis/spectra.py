@@ -47,6 +47,9 @@ class HeadSpectra:
     qk_ok: torch.Tensor
     ov_ok: torch.Tensor
     rtol: float
+    #: R factors of the thin QR (on the compute device): R_Q [H, d_k, d_k], R_K [G, d_k, d_k],
+    #: R_V [G, d_v, d_v], R_O [H, d_v, d_v] (of W_O^hT), reused by :mod:`degeneracy`.
+    factors: dict | None = None
 
     def ranks(self, values: torch.Tensor) -> torch.Tensor:
         """Numerical rank per head of a [H, k] block of singular values."""
@@ -108,7 +111,7 @@ def head_spectra(layer: AttentionLayer) -> HeadSpectra:
         planes = torch.linalg.svdvals(core).cpu()
 
     return HeadSpectra(qk=qk.cpu(), ov=ov.cpu(), qk_planes=planes, qk_ok=qk_ok.cpu(), ov_ok=ov_ok.cpu(),
-                       rtol=rank_rtol(d, dk))
+                       rtol=rank_rtol(d, dk), factors={"R_Q": R_Q, "R_K": R_K, "R_V": R_V, "R_O": R_O})
 
 
 def _condition(values: torch.Tensor) -> list[float | None]:
