@@ -34,10 +34,29 @@ class DefaultToInspect(click.Group):
     ``--version`` stay with the group.
     """
 
+    #: Group-level flags that may stand before MODEL (``idinspect --debug MODEL``).
+    leading_flags = ("--debug",)
+
     def parse_args(self, ctx, args):
-        if args and not args[0].startswith("-") and args[0] not in self.commands:
-            args = ["inspect", *args]
+        i = 0
+        while i < len(args) and args[i] in self.leading_flags:
+            i += 1
+        if i < len(args) and not args[i].startswith("-") and args[i] not in self.commands:
+            self._refuse_typo(args[i])
+            args = [*args[:i], "inspect", *args[i:]]
         return super().parse_args(ctx, args)
+
+    def _refuse_typo(self, word: str) -> None:
+        """``idinspect exprot x``: a near-miss of a command name that is no path or hub id."""
+        import difflib
+        from pathlib import Path
+
+        if "/" in word or ":" in word or Path(word).expanduser().exists():
+            return
+        close = difflib.get_close_matches(word, list(self.commands), n=1, cutoff=0.75)
+        if close:
+            raise IdinspectError(f"no command {word!r}; did you mean {close[0]!r}? "
+                                   f"(to inspect a directory named {word!r}, write ./{word})")
 
     def format_usage(self, ctx, formatter):
         formatter.write_usage(ctx.command_path, "[OPTIONS] MODEL | COMMAND [ARGS]...")
@@ -66,6 +85,7 @@ _register()
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry point: one-line errors with exit status 2 (``--debug`` for tracebacks)."""
     err = Console(stderr=True, highlight=False)
+    _DEBUG["on"] = False
     try:
         code = cli.main(args=argv, prog_name="idinspect", standalone_mode=False)
     except click.exceptions.Exit as exc:

@@ -248,11 +248,7 @@ def test_tensor_stored_in_two_shards(tiny_dir, tmp_path):
 
 # --debug ----------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("where", [
-    pytest.param("group", marks=pytest.mark.xfail(strict=True, reason="cli.DefaultToInspect routes only a first "
-                                                  "argument that is not an option: 'idinspect --debug MODEL' says "
-                                                  "'No such command'")),
-    "command"])
+@pytest.mark.parametrize("where", ["group", "command"])
 def test_debug_shows_the_traceback(where, tiny_dir, tmp_path):
     d = copy_of(tiny_dir, tmp_path)
     (d / "config.json").write_text("{")
@@ -262,6 +258,20 @@ def test_debug_shows_the_traceback(where, tiny_dir, tmp_path):
     assert "Traceback (most recent call last)" in r.stderr
     assert "IdinspectError" in r.stderr
     assert r.stderr.strip().splitlines()[-1].startswith("error: ")
+
+
+def test_debug_does_not_leak_into_the_next_run(tiny_dir, tmp_path):
+    d = copy_of(tiny_dir, tmp_path)
+    (d / "config.json").write_text("{")
+    run_cli("--debug", str(d))
+    r = run_cli(str(d))
+    assert r.code == 2 and "Traceback" not in r.stderr
+
+
+def test_typo_of_a_command_suggests_it():
+    r = run_cli("exprot", "x")
+    assert r.code == 2
+    assert "did you mean 'export'" in r.stderr
 
 
 # the CLI basics ---------------------------------------------------------------------------------
@@ -298,8 +308,9 @@ def test_json_is_the_only_thing_on_stdout(variant, tiny_dir):
 
 def test_typo_of_a_subcommand_is_not_a_hub_call(hub_calls, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    fails("exprot", match=r"exprot: not an existing path and not a hub id .*idinspect --help")
-    fails("inpsect", match=r"inpsect: not an existing path and not a hub id")
+    fails("exprot", match=r"no command 'exprot'; did you mean 'export'")
+    fails("inpsect", match=r"no command 'inpsect'; did you mean 'inspect'")
+    fails("frobnicate", match=r"frobnicate: not an existing path and not a hub id .*idinspect --help")
     r = run_cli("exprot", "some-model")
     assert r.code == 2 and "Traceback" not in r.stderr
     assert hub_calls == []
