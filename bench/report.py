@@ -103,14 +103,13 @@ def _fmt(v: float | None, digits: int = 2) -> str:
 
 def format_times(stats: dict) -> str:
     """Per model: median seconds of every measure and the peak RSS of inspect/export."""
-    cols = ("floor", "inspect", "copy", "export", "baseline")
-    head = f"{'model':<16}" + "".join(f"{c + ' s':>12}" for c in cols) + f"{'insp RSS GB':>13}{'exp RSS GB':>12}"
+    cols = (("floor", "median_s", "floor s"), ("floor", "median_read_s", "(read s)"), ("inspect", "median_s", "inspect s"),
+            ("copy", "median_s", "copy s"), ("export", "median_s", "export s"),
+            ("baseline", "median_extrapolated_s", "baseline s"))
+    head = f"{'model':<16}" + "".join(f"{c[2]:>12}" for c in cols) + f"{'insp RSS GB':>13}{'exp RSS GB':>12}"
     lines = [head, "-" * len(head)]
     for model, measures in stats.items():
-        cells = []
-        for c in cols:
-            key = "median_extrapolated_s" if c == "baseline" else "median_s"
-            cells.append(f"{_fmt(measures.get(c, {}).get(key), 3):>12}")
+        cells = [f"{_fmt(measures.get(m, {}).get(key), 3):>12}" for m, key, _ in cols]
         r = model_ratios(stats, model)
         lines.append(f"{model:<16}" + "".join(cells) + f"{_fmt(r['inspect_rss_gb'], 3):>13}{_fmt(r['export_rss_gb'], 3):>12}")
     return "\n".join(lines)

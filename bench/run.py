@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import tempfile
 import time
@@ -39,6 +40,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="passed to idinspect inspect --device and used by the baseline's SVDs")
     p.add_argument("--models", nargs="*", default=None, help="subset of model names")
     p.add_argument("--skip", nargs="*", default=[], choices=MEASURES, help="measurements to leave out")
+    p.add_argument("--threads", type=int, default=None,
+                   help="set OMP_NUM_THREADS/MKL_NUM_THREADS for every child (default: torch's own choice)")
     p.add_argument("--no-write", action="store_true", help="do not write bench/results/*.json")
     args = p.parse_args(argv)
     if args.repeats is None:
@@ -60,7 +63,10 @@ def main(argv: list[str] | None = None) -> int:
         if not specs:
             _log(f"no such models; choose from {[s.name for s in (QUICK if args.quick else FULL)]}")
             return 2
+    if args.threads is not None:   # children inherit it; torch reads it at import
+        os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = str(args.threads)
     machine = describe()
+    machine["omp_num_threads_env"] = os.environ.get("OMP_NUM_THREADS")
     gpu_note = None
     if args.device == "cuda" and not machine["gpu"]["available"]:
         gpu_note = ("--device cuda requested but torch sees no GPU on this machine: the device is still passed "
@@ -136,7 +142,8 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_write:
         RESULTS.mkdir(exist_ok=True)
         stamp = machine["date_utc"].replace(":", "").replace("-", "")
-        path = RESULTS / f"{stamp}-{result['mode']}-{args.device}.json"
+        threads = f"-t{args.threads}" if args.threads is not None else ""
+        path = RESULTS / f"{stamp}-{result['mode']}-{args.device}{threads}.json"
         path.write_text(json.dumps(result, indent=2, sort_keys=False) + "\n")
         _log(f"\nwrote {path.relative_to(RESULTS.parent.parent)}")
     for f in scratch.iterdir():
