@@ -8,6 +8,7 @@ import torch
 import transformers as tf
 
 import idinspect
+import idinspect.analysis
 from idinspect import structure
 from idinspect.canonical import AttentionLayer, Positional, RotarySpec
 from tests import tiny
@@ -169,3 +170,96 @@ def test_oracle_sees_a_real_difference():
     on = attention_nullity(hf, attn)
     off = attention_nullity(hf, attn, edit_call=_rope_off)
     assert (on.nullity, off.nullity) == (12, 16)
+
+
+# --- what the weights add: degenerate factors, checked against the oracle -------------------------
+
+def _projections(hf, variant):
+    src, dst = tiny.attention_modules(hf, 0)
+    if variant.startswith("bert"):
+        return {"q": src.query, "k": src.key, "v": src.value, "o": dst}
+    return {"q": src.q_proj, "k": src.k_proj, "v": src.v_proj, "o": src.o_proj}
+
+
+def _low_rank_rows(role, head, rank=None, bias=None):
+    """Rows of head ``head`` in projection ``role`` with rank ``rank`` (default d_k - 1);
+    ``bias``: "zero" zeroes the head's bias, "rows" puts it in the row space of the new rows."""
+    def edit(lin, d, dk, g):
+        L, k = lin[role], dk - 1 if rank is None else rank
+        A = torch.randn(dk, k, generator=g, dtype=torch.float64)
+        L.weight[head * dk:(head + 1) * dk, :] = A @ torch.randn(k, d, generator=g, dtype=torch.float64)
+        if bias == "zero":
+            L.bias[head * dk:(head + 1) * dk] = 0
+        elif bias == "rows":
+            L.bias[head * dk:(head + 1) * dk] = A @ torch.randn(k, generator=g, dtype=torch.float64)
+    return edit
+
+
+def _low_rank_out(head, rank):
+    def edit(lin, d, dk, g):
+        lin["o"].weight[:, head * dk:(head + 1) * dk] = (torch.randn(d, rank, generator=g, dtype=torch.float64)
+                                                        @ torch.randn(rank, dk, generator=g, dtype=torch.float64))
+    return edit
+
+
+def _zero_plane(role, head, plane):
+    def edit(lin, d, dk, g):
+        rows = [head * dk + plane, head * dk + plane + dk // 2]
+        lin[role].weight[rows, :] = 0
+        if lin[role].bias is not None:
+            lin[role].bias[rows] = 0
+    return edit
+
+
+def _output_sum_rank_one(lin, d, dk, g):
+    """S_0 = W_O^0 + W_O^1 of rank 1 (Qwen2, kv group 0), all heads still full rank."""
+    A = torch.randn(d, dk, generator=g, dtype=torch.float64)
+    lin["o"].weight[:, 0:dk] = A
+    lin["o"].weight[:, dk:2 * dk] = -A + torch.randn(d, 1, generator=g, dtype=torch.float64) @ torch.randn(1, dk, generator=g, dtype=torch.float64)
+
+
+DEGENERATE = {  # case: (variant, edit, extra unidentified dims the oracle must see)
+    "bert-WQ-rank3-live-bQ": ("bert", _low_rank_rows("q", 1), 0),
+    "bert-WQ-rank3-bQ0": ("bert", _low_rank_rows("q", 1, bias="zero"), 12),
+    "bert-WK-rank3": ("bert", _low_rank_rows("k", 1), 13),
+    "bert-WV-rank3": ("bert", _low_rank_rows("v", 1), 12),
+    "llama-WQ-rank3": ("llama-mha", _low_rank_rows("q", 1), 0),
+    "llama-Q-plane-zero": ("llama-mha", _zero_plane("q", 1, 0), 30),
+    "llama-K-plane-zero": ("llama-mha", _zero_plane("k", 1, 1), 30),
+    "llama-dead-head": ("llama-mha", _low_rank_out(2, 0), 172),
+    "gqa-dead-head": ("llama-gqa", _low_rank_out(0, 0), 64),
+    "gqa-WV-rank3": ("llama-gqa", _low_rank_rows("v", 0), 28),
+    "qwen2-WV-rank3-live-bV": ("qwen2", _low_rank_rows("v", 0), 20),
+    "qwen2-WV-rank3-bV-in-rows": ("qwen2", _low_rank_rows("v", 0, bias="rows"), 28),
+    "qwen2-K-plane-zero": ("qwen2", _zero_plane("k", 0, 0), 66),
+    "qwen2-output-sum-rank1": ("qwen2", _output_sum_rank_one, 3),
+}
+
+
+@pytest.mark.parametrize("case", sorted(DEGENERATE))
+def test_extra_freedom_of_degenerate_weights_equals_jacobian_nullity(case):
+    variant, edit, extra = DEGENERATE[case]
+    hf = tiny.build(variant)
+    d = hf.config.hidden_size
+    dk = getattr(hf.config, "head_dim", None) or d // hf.config.num_attention_heads
+    with torch.no_grad():
+        edit(_projections(hf, variant), d, dk, torch.Generator().manual_seed(3))
+    counts, findings = idinspect.analysis.analyze_layer(idinspect.load(hf).layer(0))
+    n = attention_nullity(hf, *tiny.attention_modules(hf, 0))
+    _clean_gap(n)
+    assert counts["extra_unidentified"] == extra
+    assert n.nullity == counts["unidentified_parameters"] + extra == counts["unidentified_with_weights"]
+    flagged = any(f["rule"] == "rank-deficient-head" for f in findings)
+    # every gain from a head's factors is flagged; the sum of a group's output maps (reached only
+    # through a live value bias) is no head's rank, so that gain shows only in extra_unidentified
+    assert flagged == (case != "qwen2-output-sum-rank1")
+
+
+def test_structural_redundant_value_bias_equals_jacobian_nullity():
+    """Qwen2 with G d_v = 16 > d = 8: a live value bias acts through one d-vector (MATH.md has no row)."""
+    hf, attn = _llama(tf.Qwen2Config, 8, 4, 4, 4)
+    layer = idinspect.load(hf).layer(0)
+    assert structure.redundant_value_bias_dims(layer) == 8
+    n = attention_nullity(hf, attn)
+    _clean_gap(n)
+    assert n.nullity == structure.unidentified_dims(layer) == 4 * (4 + 16) + 8

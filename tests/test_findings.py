@@ -1,0 +1,176 @@
+"""Weight-level findings on real tensors: no-op and absorbable biases, rank-deficient heads (made
+by editing a saved checkpoint), NaN/Inf, and the exact extra freedom they cause."""
+
+import json
+import shutil
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+import idinspect
+from tests import tiny
+from tests.cli import run_cli
+from tests.jacobian import attention_nullity
+
+
+def _by_rule(result, rule):
+    return [f for f in result["findings"] if f["rule"] == rule]
+
+
+def _edit_checkpoint(src, dst, edit):
+    """Copy a saved checkpoint and rewrite model.safetensors after ``edit(tensors)``."""
+    shutil.copytree(src, dst)
+    tensors = load_file(dst / "model.safetensors")
+    edit(tensors)
+    save_file(tensors, dst / "model.safetensors", metadata={"format": "pt"})
+    return dst
+
+
+def test_bert_key_bias_is_a_noop_and_value_bias_absorbable(tiny_dir):
+    path = tiny_dir("bert")
+    result = idinspect.inspect(path)
+    stored = load_file(path / "model.safetensors")
+    noop, absorb = _by_rule(result, "noop-bias"), _by_rule(result, "absorbable-bias")
+    assert [f["layer"] for f in noop] == [0, 1] and [f["layer"] for f in absorb] == [0, 1]
+    for f in noop:
+        name = f"bert.encoder.layer.{f['layer']}.attention.self.key.bias"
+        assert f["tensor"] == name and f["severity"] == "warning"
+        assert f["parameters"] == 16 == result["layers"][f["layer"]]["noop_bias"]
+        assert f["max_abs"] == stored[name].abs().max().item()
+        assert "no-op" in f["message"] and name in f["message"]
+    for f in absorb:
+        name = f"bert.encoder.layer.{f['layer']}.attention.self.value.bias"
+        assert f["tensor"] == name and f["severity"] == "note" and f["parameters"] == 16
+        assert f["into"] == f"bert.encoder.layer.{f['layer']}.attention.output.dense.bias"
+        assert f["max_abs"] == stored[name].abs().max().item()
+
+
+def test_gpt2_findings_name_the_slice_of_the_fused_tensor(tiny_dir):
+    result = idinspect.inspect(tiny_dir("gpt2"))
+    noop = _by_rule(result, "noop-bias")
+    assert [f["tensor"] for f in noop] == [f"transformer.h.{i}.attn.c_attn.bias[16:32]" for i in range(2)]
+
+
+@pytest.mark.parametrize("variant, noop, absorbable", [
+    ("llama-gqa", False, False),     # no biases at all
+    ("llama-bias", False, True),     # rotated key bias is live; o_proj bias takes the value bias
+    ("qwen2", False, False),         # no o_proj bias: the value bias is live
+])
+def test_rope_bias_findings(variant, noop, absorbable, tiny_dir):
+    result = idinspect.inspect(tiny_dir(variant))
+    assert bool(_by_rule(result, "noop-bias")) == noop
+    assert bool(_by_rule(result, "absorbable-bias")) == absorbable
+    assert not _by_rule(result, "rank-deficient-head")
+
+
+# --- rank deficiency made in a checkpoint ------------------------------------------------------------
+
+def _low_rank(rows: int, cols: int, rank: int, seed: int) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(rows, rank, generator=g, dtype=torch.float64) @ torch.randn(rank, cols, generator=g, dtype=torch.float64)
+
+
+def test_full_rank_checkpoint_has_no_rank_finding(tiny_dir):
+    result = idinspect.inspect(tiny_dir("llama-mha"))
+    assert not _by_rule(result, "rank-deficient-head")
+    for layer in result["layers"]:
+        assert layer["spectra"]["qk_rank"] == [4] * 4 and layer["spectra"]["ov_rank"] == [4] * 4
+        assert all(c is not None and c >= 1 for c in layer["spectra"]["qk_condition"])
+        assert layer["extra_unidentified"] == 0
+
+
+def test_rank_deficient_query_head_is_found(tiny_dir, tmp_path):
+    """W_Q^1 of layer 0 with rank 3 < d_k = 4: W_QK^1 is rank 3; under RoPE it gains no freedom."""
+    name = "model.layers.0.self_attn.q_proj.weight"
+
+    def edit(t):
+        t[name][4:8, :] = _low_rank(4, 16, 3, seed=1)
+
+    path = _edit_checkpoint(tiny_dir("llama-mha"), tmp_path / "ckpt", edit)
+    result = idinspect.inspect(path)
+    found = _by_rule(result, "rank-deficient-head")
+    assert [(f["layer"], f["head"], f["kind"], f["rank"]) for f in found] == [(0, 1, "qk", 3)]
+    f = found[0]
+    assert f["severity"] == "warning" and name in f["tensor"]
+    assert f["tolerance"] == result["layers"][0]["spectra"]["rank_rtol"] > 0
+    assert "tolerance" in f["message"] and "rank 3 < 4" in f["message"]
+    assert f["singular_values"][-1] < f["tolerance"] * f["singular_values"][0]
+    assert result["layers"][0]["spectra"]["qk_rank"] == [4, 3, 4, 4]
+    assert result["layers"][0]["spectra"]["qk_condition"][1] is None or result["layers"][0]["spectra"]["qk_condition"][1] > 1e13
+    assert f["group_extra_unidentified"] == 0 and "adds no freedom" in f["message"]
+    # the claim "no extra freedom" is checked on the edited checkpoint itself
+    hf = _reload(path)
+    assert attention_nullity(hf, *tiny.attention_modules(hf, 0)).nullity == result["layers"][0]["unidentified_with_weights"] == 80
+
+
+def test_rank_deficient_output_head_adds_freedom(tiny_dir, tmp_path):
+    """W_O^2 of layer 1 with rank 3: the VO factors gain d - d_k = 12 directions, seen by the Jacobian."""
+    name = "model.layers.1.self_attn.o_proj.weight"
+
+    def edit(t):
+        t[name][:, 8:12] = _low_rank(16, 4, 3, seed=2)
+
+    path = _edit_checkpoint(tiny_dir("llama-mha"), tmp_path / "ckpt", edit)
+    result = idinspect.inspect(path)
+    found = _by_rule(result, "rank-deficient-head")
+    assert [(f["layer"], f["head"], f["kind"], f["rank"]) for f in found] == [(1, 2, "ov", 3)]
+    assert found[0]["group_extra_unidentified"] == 12
+    layer = result["layers"][1]
+    assert layer["unidentified_parameters"] == 80 and layer["unidentified_with_weights"] == 92
+    assert result["totals"]["extra_unidentified"] == 12
+    hf = _reload(path)
+    assert attention_nullity(hf, *tiny.attention_modules(hf, 1)).nullity == 92
+
+
+def test_dead_head_frees_its_query_factor(tiny_dir, tmp_path):
+    """W_O^0 = 0 in a BERT: the head's W_OV is 0, so its whole QK side is unidentified too."""
+    def edit(t):
+        t["bert.encoder.layer.0.attention.output.dense.weight"][:, 0:4] = 0
+
+    path = _edit_checkpoint(tiny_dir("bert"), tmp_path / "ckpt", edit)
+    result = idinspect.inspect(path)
+    (f,) = _by_rule(result, "rank-deficient-head")
+    assert (f["head"], f["kind"], f["rank"], f["dead"]) == (0, "ov", 0, True)
+    assert f["group_extra_unidentified_qk"] == (17 * 4 + 16 * 4) - 16      # [W_Q; b_Q], W_K free, minus the gauge
+    hf = _reload(path)
+    nullity = attention_nullity(hf, *tiny.attention_modules(hf, 0)).nullity
+    assert nullity == result["layers"][0]["unidentified_with_weights"] == 160 + 116 + 48
+
+
+def _reload(path):
+    from transformers import AutoModelForMaskedLM, AutoModelForCausalLM, AutoConfig
+
+    cfg = AutoConfig.from_pretrained(path)
+    cls = AutoModelForMaskedLM if cfg.model_type == "bert" else AutoModelForCausalLM
+    return cls.from_pretrained(path, attn_implementation="sdpa", dtype=torch.float64).eval()
+
+
+# --- NaN / Inf -----------------------------------------------------------------------------------------
+
+def test_nan_and_inf_are_findings_not_crashes(tiny_dir, tmp_path):
+    k_name = "model.layers.1.self_attn.k_proj.weight"
+    b_name = "model.layers.0.self_attn.v_proj.bias"
+
+    def edit(t):
+        t[k_name][5, 3] = float("nan")           # kv head 1 (rows 4..7)
+        t[k_name][6, 0] = float("inf")
+        t[b_name][0] = float("-inf")
+
+    path = _edit_checkpoint(tiny_dir("llama-bias"), tmp_path / "ckpt", edit)
+    res = run_cli(path, "--format", "json")
+    assert res.code == 0, res.stderr
+    result = json.loads(res.stdout)                              # strict JSON: no NaN tokens
+    json.dumps(result, allow_nan=False)
+    bad = _by_rule(result, "non-finite")
+    assert [(f["layer"], f["tensor"], f["parameters"], f["nan"], f["inf"]) for f in bad] == [
+        (0, b_name, 1, 0, 1), (1, k_name, 2, 1, 1)]
+    assert all(f["severity"] == "error" for f in bad)
+    assert bad[1]["heads"] == [1] and bad[1]["head_kind"] == "kv"
+    spectra = result["layers"][1]["spectra"]
+    assert spectra["qk"][:2] != [None, None] and spectra["qk"][2:] == [None, None]   # heads 2, 3 read kv head 1
+    assert spectra["qk_rank"][2:] == [None, None] and spectra["ov"][2] is not None
+    assert result["layers"][1]["extra_unidentified"] is None
+    assert result["totals"]["extra_unidentified"] is None
+    absorb = [f for f in _by_rule(result, "absorbable-bias") if f["layer"] == 0]
+    assert absorb and absorb[0]["max_abs"] is None                # not a number to report
