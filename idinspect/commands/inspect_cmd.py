@@ -62,3 +62,8 @@ def inspect_command(model: str, revision: str | None, token: str | None, cache_d
     if timestamp:
         result["generated_at"] = timestamp_now()
     emit(result, fmt=fmt, json_path=json_path, html_path=html_path, heads=heads, layers=layers, quiet=quiet)
+    if prove and not result["proof"]["agree"]:
+        p = result["proof"]
+        click.echo(f"idinspect: --prove failed: the twin's Jacobian nullity {p['jacobian_nullity']} differs from its "
+                   f"structural count {p['structural_unidentified']}; please report this", err=True)
+        raise click.exceptions.Exit(1)
