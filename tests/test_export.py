@@ -231,3 +231,46 @@ def test_bad_input_is_exit_2(tmp_path):
     result = run_cli("export", tmp_path / "missing", tmp_path / "out")
     assert result.code == 2 and "no such file" in result.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_hub_source_fetches_export_files_and_records_the_commit(tiny_dir, tmp_path, monkeypatch):
+    """A hub id goes through snapshot_download with EXPORT_PATTERNS; provenance names id and commit."""
+    import idinspect.model as model_module
+    from idinspect.hub import EXPORT_PATTERNS
+
+    sha = "0123456789abcdef0123456789abcdef01234567"
+    snapshot = tmp_path / "models--org--tiny" / "snapshots" / sha
+    shutil.copytree(tiny_dir("gpt2"), snapshot)
+    seen = {}
+
+    def fake_download(repo_id, revision=None, token=None, allow_patterns=None, **kwargs):
+        seen.update(repo_id=repo_id, patterns=allow_patterns)
+        return snapshot, sha
+
+    monkeypatch.setattr(model_module, "download_snapshot", fake_download)
+    result = run_cli("export", "org/tiny", tmp_path / "out", "--format", "json")
+    assert result.code == 0, result.stderr
+    assert seen == {"repo_id": "org/tiny", "patterns": EXPORT_PATTERNS}
+    with safe_open(str(tmp_path / "out" / "model.safetensors"), framework="pt") as h:
+        info = json.loads(h.metadata()["idinspect"])
+    assert info["source"] == "org/tiny" and info["revision"] == sha
+
+
+def test_non_unique_form_is_reported(tiny_dir, tmp_path):
+    """Orthonormal, equal query and key factors tie every singular value: the export says so."""
+    src = tmp_path / "src"
+    shutil.copytree(tiny_dir("bert"), src)
+    model = idinspect.load(src)
+    layer = model.layer(0).to(torch.float64)
+    basis = torch.linalg.qr(torch.randn(16, 4, generator=torch.Generator().manual_seed(0), dtype=torch.float64))[0]
+    tied = layer.replace(W_Q=basis.expand(4, 16, 4).clone(), W_K=basis.expand(4, 16, 4).clone(),
+                         b_Q=torch.zeros(4, 4, dtype=torch.float64))
+    tensors = {k: model.reader.get(k).clone() for k in model.reader.keys()}
+    tensors.update({k: v.clone() for k, v in model.adapter.write_layer(tied).items()})
+    model.close()
+    write_safetensors(src / "model.safetensors", tensors, {"format": "pt"})
+    result = run_cli("export", src, tmp_path / "out", "--format", "json")
+    assert result.code == 0, result.stderr
+    record = json.loads(result.stdout)
+    assert record["unique"] is False and any("layer 0 QK" in d for d in record["degeneracies"])
+    assert "not unique" in result.stderr

@@ -10,7 +10,7 @@ For each query head h (kv group g = g(h)), with Q~^h = [W_Q^h; b_Q^h] the bias-a
 - ``output_bias``: b_O + sum_h b_V^{g(h)} W_O^h.
 
 Each is compared as ||X_a - X_b||_F / max(||X_a||_F, ||X_b||_F) through thin-QR cores of the
-factors (:func:`~idinspect.gauge.linalg.product_difference_norm`), never forming a d x d product.
+factors (:func:`~idinspect.gauge.linalg.product_norms`), never forming a d x d product.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from ..canonical import AttentionLayer
 from ..structure import unrotated_columns
 from .biases import effective_output_bias
 from .factors import augment
-from .linalg import product_difference_norm, product_norm, relative
+from .linalg import product_norms, relative
 
 INVARIANTS = ("W_QK", "plane_QK", "plane_QJK", "W_OV", "output_bias")
 _J = torch.tensor([[0.0, 1.0], [-1.0, 0.0]], dtype=torch.float64)
@@ -100,7 +100,8 @@ def _zero_if_none(b: torch.Tensor | None, other: torch.Tensor | None) -> torch.T
 
 
 def _rel(A: torch.Tensor, B: torch.Tensor, C: torch.Tensor, D: torch.Tensor) -> torch.Tensor:
-    return relative(product_difference_norm(A, B, C, D), product_norm(A, B), product_norm(C, D))
+    ab, cd, diff = product_norms(A, B, C, D)
+    return relative(diff, ab, cd)
 
 
 def _worst(name: str, err: torch.Tensor) -> InvariantError:

@@ -48,23 +48,28 @@ def key_side_signs(B: torch.Tensor) -> torch.Tensor:
     return torch.where(lead < 0, -torch.ones_like(lead), torch.ones_like(lead))
 
 
-def product_norm(A: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
-    """||A B^T||_F [...] for A [..., m, k], B [..., n, k], as ||R_a R_b^T||_F."""
-    _, Ra = thin_qr(A)
-    _, Rb = thin_qr(B)
-    return torch.linalg.matrix_norm(Ra @ Rb.transpose(-1, -2))
+def r_factor(A: torch.Tensor) -> torch.Tensor:
+    """R [..., min(m, k), k] of the thin QR of A [..., m, k] (Q is never formed)."""
+    return torch.linalg.qr(A, mode="r")[1]
 
 
-def product_difference_norm(A: torch.Tensor, B: torch.Tensor, C: torch.Tensor, D: torch.Tensor) -> torch.Tensor:
-    """||A B^T - C D^T||_F [...] without forming either product.
+def product_norms(A: torch.Tensor, B: torch.Tensor, C: torch.Tensor, D: torch.Tensor
+                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(||A B^T||_F, ||C D^T||_F, ||A B^T - C D^T||_F) [...] without forming any product.
 
-    A B^T - C D^T = [A, C] [B, -D]^T = Q_1 R_1 R_2^T Q_2^T, so the norm is ||R_1 R_2^T||_F: the
-    Gram-matrix identity ||X||_F^2 = tr(G_1 G_2) done through QR, which avoids the cancellation
-    of subtracting two large traces (the error stays at rounding of the factors).
+    A, C [..., m, k], B, D [..., n, k]. With [A, C] = Q_1 R_1 and [B, -D] = Q_2 R_2 (thin QR),
+    A B^T - C D^T = Q_1 R_1 R_2^T Q_2^T, so the difference norm is ||R_1 R_2^T||_F; the column
+    blocks of R_1, R_2 are R factors of A, C and B, -D, which give the other two norms. This is the
+    Gram-matrix identity ||X||_F^2 = tr(G_1 G_2) done through QR, avoiding the cancellation of
+    subtracting two large traces: the error stays at the rounding of the factors.
     """
-    _, R1 = thin_qr(torch.cat([A, C], dim=-1))
-    _, R2 = thin_qr(torch.cat([B, -D], dim=-1))
-    return torch.linalg.matrix_norm(R1 @ R2.transpose(-1, -2))
+    k = A.shape[-1]
+    R1 = r_factor(torch.cat([A, C], dim=-1))
+    R2 = r_factor(torch.cat([B, -D], dim=-1))
+    norm = torch.linalg.matrix_norm
+    ab = norm(R1[..., :, :k] @ R2[..., :, :k].transpose(-1, -2))
+    cd = norm(R1[..., :, k:] @ R2[..., :, k:].transpose(-1, -2))
+    return ab, cd, norm(R1 @ R2.transpose(-1, -2))
 
 
 def relative(diff: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
