@@ -6,6 +6,7 @@ Library entry points::
     model = idinspect.load("path/or/org-name")      # or a transformers PreTrainedModel
     layer = model.layer(0)                           # canonical AttentionLayer
     report = idinspect.inspect(model)                # the JSON-contract dict
+    counts = idinspect.analyze(model)                # just {"totals", "layers", "findings"}
 """
 
 from __future__ import annotations
@@ -20,12 +21,13 @@ except PackageNotFoundError:  # running from a source tree without installing
 from .canonical import AttentionLayer, Positional, RotarySpec
 from .errors import IdinspectError
 from .inspection import inspect
+from .analysis import analyze
 from .model import Model, load
 from .reference import reference_attention
 from .gauge import canonicalize, invariant_errors, is_gauge_fixed
 from .export import export  # note: binds idinspect.export to the function (the module stays importable by name)
 from .verify import verify
 
-__all__ = ["AttentionLayer", "IdinspectError", "Model", "Positional", "RotarySpec", "__version__",
+__all__ = ["AttentionLayer", "IdinspectError", "Model", "Positional", "RotarySpec", "__version__", "analyze",
            "canonicalize", "export", "inspect", "invariant_errors", "is_gauge_fixed", "load", "reference_attention",
            "verify"]
