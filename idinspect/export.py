@@ -113,7 +113,7 @@ def _export(model: Model, out: Path, dtype_name: str, target: torch.dtype | None
         rewritten = set(reader.shard_files) | {INDEX_FILE}
         skipped = [f for f in skipped if f not in rewritten]
         copy_files(Path(src), tmp, copies)
-        info = _provenance(model, dtype_name, worst[0])
+        info = _provenance(model, dtype_name, worst[0], unique=not degeneracies)
         layers = _LayerTensors(model, target)
         total, count, changed = 0, 0, False
         n_tensors = len(reader.keys())
@@ -194,12 +194,12 @@ def _measure(model: Model, target: torch.dtype | None, progress: Progress) -> tu
     return (worst, where), degeneracies
 
 
-def _provenance(model: Model, dtype_name: str, worst: float) -> str:
+def _provenance(model: Model, dtype_name: str, worst: float, unique: bool) -> str:
     from . import __version__
 
     info = {"tool": "idinspect", "version": __version__, "gauge": {"name": GAUGE_NAME, "version": GAUGE_VERSION},
             "source": model.provenance.source, "revision": model.provenance.revision, "dtype": dtype_name,
-            "max_invariant_error": worst}
+            "max_invariant_error": worst, "unique": unique}
     return json.dumps(info, sort_keys=True, separators=(",", ":"))
 
 

@@ -137,6 +137,7 @@ def test_sharded_input_keeps_shards_index_and_metadata(tiny_dir, tmp_path):
     assert index_out["weight_map"] == index_in["weight_map"]
     sizes = sum(t.numel() * t.element_size() for t in read_all(out).values())
     assert index_out["metadata"]["total_size"] == sizes == record["total_size"]
+    assert (out / "model.safetensors.index.json").read_bytes() == (src / "model.safetensors.index.json").read_bytes()
     for name in shards:
         with safe_open(str(out / name), framework="pt") as h:
             meta = h.metadata()
@@ -188,6 +189,16 @@ def test_dtype_cast_changes_only_the_config_dtype(tiny_dir, tmp_path):
     before = read_all(src)
     attn = {k for i in range(2) for k in idinspect.load(src).adapter.attention_keys(i)}
     assert all(torch.equal(t, before[k].to(torch.bfloat16)) for k, t in tensors.items() if k not in attn)
+
+
+def test_cast_of_a_sharded_model_updates_total_size(tiny_dir, tmp_path):
+    src = tiny_dir("llama3-rope", max_shard_size="20KB")
+    export_ok(src, tmp_path / "out", "--dtype", "float32")
+    index_in = json.loads((src / "model.safetensors.index.json").read_text())
+    index_out = json.loads((tmp_path / "out" / "model.safetensors.index.json").read_text())
+    assert index_out["metadata"]["total_size"] * 2 == index_in["metadata"]["total_size"]
+    assert index_out["weight_map"] == index_in["weight_map"]
+    assert json.loads((tmp_path / "out" / "config.json").read_text())["dtype"] == "float32"
 
 
 def test_keep_leaves_the_config_bytes_alone_even_when_a_cast_is_a_no_op(tiny_dir, tmp_path):
