@@ -79,7 +79,9 @@ def test_stock_transformers_computes_the_original_function(variant, tiny_dir, tm
     src = tiny_dir(variant)
     export_ok(src, tmp_path / "out")
     ids = torch.randint(0, 64, (2, 11), generator=torch.Generator().manual_seed(0))
-    assert rel(outputs(src, ids), outputs(tmp_path / "out", ids)) <= 1e-6
+    # float64 end to end for BERT/GPT-2; Llama-family RMSNorm rounds to float32 inside transformers
+    bound = 1e-12 if variant in ("bert", "gpt2") else 1e-6
+    assert rel(outputs(src, ids), outputs(tmp_path / "out", ids)) <= bound
     # and the attention tensors really changed
     a, b = read_all(src), read_all(tmp_path / "out")
     attn = set(idinspect.load(src).adapter.attention_keys(0))
