@@ -178,7 +178,8 @@ def _attention_owners(model: Model) -> dict[str, int]:
     return owner
 
 
-def _measure(model: Model, target: torch.dtype | None, progress: Progress) -> tuple[tuple[float, str], list[Degeneracy]]:
+def _measure(model: Model, target: torch.dtype | None,
+             progress: Progress) -> tuple[tuple[float, str], list[Degeneracy]]:
     """Pass 1: largest invariant error of the cast gauge-fixed form, and every non-uniqueness."""
     worst, where, degeneracies = 0.0, "", []
     for i in range(model.num_layers):

@@ -123,7 +123,8 @@ class ShardWriter:
             self.abort()
 
 
-def write_safetensors(path: str | Path, tensors: dict[str, torch.Tensor], metadata: dict[str, str] | None = None) -> None:
+def write_safetensors(path: str | Path, tensors: dict[str, torch.Tensor],
+                      metadata: dict[str, str] | None = None) -> None:
     """Write ``tensors`` at once (a small file); same bytes as the streaming path."""
     specs = {n: TensorSpec(t.dtype, tuple(t.shape)) for n, t in tensors.items()}
     with ShardWriter(path, specs, metadata) as writer:

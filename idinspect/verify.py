@@ -25,7 +25,6 @@ from dataclasses import asdict, dataclass, field
 import torch
 
 from .canonical import AttentionLayer
-from .errors import IdinspectError
 from .gauge import INVARIANTS, invariant_errors
 from .model import Model, load
 from . import verify_functional as fn
@@ -154,16 +153,19 @@ def _tensor_check(A: Model, B: Model) -> Check:
         if ta.dtype == tb.dtype and torch.equal(ta, tb):
             continue
         if ta.dtype == tb.dtype or not (ta.is_floating_point() and tb.is_floating_point()):
-            return Check("tensors", False, error=_rel(ta, tb), tolerance=0.0, detail=f"{name} differs (same dtype: must be bit-exact)")
+            return Check("tensors", False, error=_rel(ta, tb), tolerance=0.0,
+                         detail=f"{name} differs (same dtype: must be bit-exact)")
         coarse = ta.dtype if torch.finfo(ta.dtype).eps > torch.finfo(tb.dtype).eps else tb.dtype
         tol = torch.finfo(coarse).eps  # one rounding is at most eps / 2 relative, elementwise
         diff = (ta.to(torch.float64) - tb.to(torch.float64)).abs()
         bound = tol * ta.to(torch.float64).abs() + torch.finfo(coarse).tiny
         if bool((diff > bound).any()):
-            return Check("tensors", False, error=_rel(ta, tb), tolerance=tol, detail=f"{name} differs beyond one {coarse} rounding")
+            return Check("tensors", False, error=_rel(ta, tb), tolerance=tol,
+                         detail=f"{name} differs beyond one {coarse} rounding")
         if _rel(ta, tb) >= worst:
             worst, where = _rel(ta, tb), name
-    detail = f"{count} non-attention tensors equal" + (f" within rounding (largest {worst:.1e} at {where})" if worst else " bit for bit")
+    how = f" within rounding (largest {worst:.1e} at {where})" if worst else " bit for bit"
+    detail = f"{count} non-attention tensors equal{how}"
     return Check("tensors", True, error=worst, detail=detail)
 
 
@@ -190,7 +192,8 @@ def _invariant_check(A: Model, B: Model, dtype: torch.dtype) -> Check:
         passed &= worst[k][0] <= tol
     top = max(present, key=lambda k: worst[k][0] / per_kind[k]["tolerance"])
     return Check("invariants", passed, error=worst[top][0], tolerance=per_kind[top]["tolerance"], baseline=base[top],
-                 detail=f"{A.num_layers} layers; worst relative to tolerance: {worst[top][1]}", extra={"per_invariant": per_kind})
+                 detail=f"{A.num_layers} layers; worst relative to tolerance: {worst[top][1]}",
+                 extra={"per_invariant": per_kind})
 
 
 def _functional_checks(A: Model, B: Model, dtype: torch.dtype, tokens: int, decode: int, seed: int,

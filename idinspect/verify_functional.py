@@ -106,7 +106,8 @@ def run_model(path: Path, ids: torch.Tensor, decode: int, plan: LoadPlan,
         try:
             model = cls.from_pretrained(str(path), **kwargs)
         except (OSError, ValueError, RuntimeError, KeyError) as exc:
-            raise IdinspectError(f"{path}: transformers cannot load it ({str(exc).splitlines()[0] if str(exc) else exc})") from None
+            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise IdinspectError(f"{path}: transformers cannot load it ({first})") from None
         model.eval()
         if edit is not None:
             edit(model)

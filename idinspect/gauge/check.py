@@ -46,7 +46,8 @@ def gauge_residuals(layer: AttentionLayer) -> list[tuple[float, str]]:
     if L.b_K is not None and cols:
         out.append((_ratio(L.b_K[:, cols].norm(), L.b_K.norm()), f"{at} b_K: no-op (unrotated) part not zero"))
     if value_bias_absorbable(L):
-        out.append((_ratio(L.b_V.norm(), torch.maximum(L.b_V.norm(), L.b_O.norm())), f"{at} b_V: absorbable value bias not folded"))
+        residual = _ratio(L.b_V.norm(), torch.maximum(L.b_V.norm(), L.b_O.norm()))
+        out.append((residual, f"{at} b_V: absorbable value bias not folded"))
 
     Q = stack_groups(augment(L.W_Q, L.b_Q), G)
     K = augment(L.W_K, L.b_K)
@@ -105,7 +106,8 @@ def _sign_residual(Y: torch.Tensor) -> float:
     """Largest over columns of (|most negative| - most positive)^+ / max |entry|."""
     top = Y.abs().amax(dim=0)
     bad = (-Y.amin(dim=0) - Y.amax(dim=0)).clamp(min=0)
-    return float(torch.where(top > 0, bad / torch.where(top > 0, top, torch.ones_like(top)), torch.zeros_like(top)).max())
+    ratio = bad / torch.where(top > 0, top, torch.ones_like(top))
+    return float(torch.where(top > 0, ratio, torch.zeros_like(top)).max())
 
 
 def _pair_residuals(X: torch.Tensor, Y: torch.Tensor, at: str) -> list[tuple[float, str]]:

@@ -121,9 +121,11 @@ def _check_comparable(a: AttentionLayer, b: AttentionLayer) -> None:
     pa, pb = a.positional, b.positional
     if pa.kind != pb.kind or pa.rotary_dim != pb.rotary_dim or (
             pa.rotary is not None and pb.rotary is not None and pa.rotary.pairing != pb.rotary.pairing):
-        raise ValueError(f"layer {a.index}: positional schemes differ ({pa.kind}/{pa.rotary_dim} vs {pb.kind}/{pb.rotary_dim})")
+        raise ValueError(f"layer {a.index}: positional schemes differ "
+                         f"({pa.kind}/{pa.rotary_dim} vs {pb.kind}/{pb.rotary_dim})")
     if pa.rotary is not None and pb.rotary is not None and (
-            not torch.equal(pa.rotary.inv_freq, pb.rotary.inv_freq) or pa.rotary.attention_factor != pb.rotary.attention_factor):
+            not torch.equal(pa.rotary.inv_freq, pb.rotary.inv_freq)
+            or pa.rotary.attention_factor != pb.rotary.attention_factor):
         raise ValueError(f"layer {a.index}: RoPE frequencies differ")
     if abs(a.scale - b.scale) > 1e-12 * abs(a.scale) or a.causal != b.causal or a.sliding_window != b.sliding_window:
         raise ValueError(f"layer {a.index}: score scale, causal mask or sliding window differ")
