@@ -86,17 +86,21 @@ def test_different_architectures_are_not_equivalent(tiny_dir):
     assert result.code == 1 and "NOT equivalent" in result.stdout
 
 
-def test_bf16_export_is_judged_against_the_rounding_baseline(tiny_dir, tmp_path):
-    src = tiny_dir("llama-bias")
-    export_ok(src, tmp_path / "out", "--dtype", "bfloat16")
+@pytest.mark.parametrize("case", ["same-dtype bf16", "float64 cast to bf16", "same-dtype fp16"])
+def test_half_precision_exports_are_judged_against_the_rounding_baseline(case, tiny_dir, tmp_path):
+    if case == "float64 cast to bf16":
+        src, extra = tiny_dir("llama-bias"), ["--dtype", "bfloat16"]
+    else:
+        dtype = torch.bfloat16 if "bf16" in case else torch.float16
+        src, extra = tiny_dir("qwen2", dtype=dtype), []
+    export_ok(src, tmp_path / "out", *extra)
     result = run_cli("verify", src, tmp_path / "out", "--format", "json")
     assert result.code == 0, result.stdout
-    record = json.loads(result.stdout)
-    assert record["dtype"] == "bfloat16"
+    assert json.loads(result.stdout)["dtype"] == ("float16" if "fp16" in case else "bfloat16")
     checks = _checks(result.stdout)
     for name in ("invariants", "functional"):
         c = checks[name]
-        assert 1e-4 < c["baseline"] < 0.1 and c["error"] <= c["tolerance"] == pytest.approx(4 * c["baseline"])
+        assert 1e-5 < c["baseline"] < 0.1 and c["error"] <= c["tolerance"] == pytest.approx(4 * c["baseline"])
     text = run_cli("verify", src, tmp_path / "out").stdout
     assert "rounding baseline" in text
 
