@@ -174,3 +174,29 @@ def test_nan_and_inf_are_findings_not_crashes(tiny_dir, tmp_path):
     assert result["totals"]["extra_unidentified"] is None
     absorb = [f for f in _by_rule(result, "absorbable-bias") if f["layer"] == 0]
     assert absorb and absorb[0]["max_abs"] is None                # not a number to report
+
+
+# --- spectra against the explicit d x d products (formed here, in the test, only) ------------------
+
+@pytest.mark.parametrize("variant", ["bert", "llama-gqa", "llama-head-dim"])
+def test_spectra_are_the_singular_values_of_the_explicit_products(variant, tiny_dir, tmp_path):
+    """Gram/Cholesky heads and QR-fallback heads (one made ill-conditioned) both match torch's SVD."""
+    from idinspect.analysis.analyzer import to_compute
+    from idinspect.analysis.spectra import GRAM_MAX_CONDITION_SQUARED, head_spectra
+
+    layer = to_compute(idinspect.load(tiny_dir(variant)).layer(0), torch.device("cpu"))
+    W_Q = layer.W_Q.clone()
+    W_Q[0, :, 0] *= 1e4                          # cond(W_Q^0) ~ 1e4 > sqrt(1e6): takes the QR path
+    assert torch.linalg.cond(W_Q[0]) ** 2 > GRAM_MAX_CONDITION_SQUARED
+    layer = layer.replace(W_Q=W_Q)
+    s = head_spectra(layer)
+    for h in range(layer.n_heads):
+        g = layer.kv_head(h)
+        qk = torch.linalg.svdvals(layer.W_Q[h] @ layer.W_K[g].T)[:layer.d_k]
+        ov = torch.linalg.svdvals(layer.W_V[g] @ layer.W_O[h])[:layer.d_v]
+        assert torch.allclose(s.qk[h], qk, rtol=1e-9, atol=1e-12 * qk[0])
+        assert torch.allclose(s.ov[h], ov, rtol=1e-9, atol=1e-12 * ov[0])
+        if layer.positional.kind == "rope":
+            for p, (a, b) in enumerate(layer.positional.rotary.plane_columns()):
+                plane = torch.linalg.svdvals(layer.W_Q[h][:, [a, b]] @ layer.W_K[g][:, [a, b]].T)[:2]
+                assert torch.allclose(s.qk_planes[h, p], plane, rtol=1e-9, atol=1e-12 * plane[0])

@@ -17,15 +17,16 @@ from .degeneracy import extra_unidentified
 from .counts import layer_counts, model_parameter_count, model_totals
 from .device import resolve_device
 from .findings import layer_findings
-from .spectra import head_spectra, spectra_dict
+from .spectra import head_spectra, layer_finite, spectra_dict
 
 #: ``on_layer(i, n)`` is called after layer ``i`` (0-based) of ``n`` has been analysed.
 LayerCallback = Callable[[int, int], None]
 
 
 def to_compute(layer: AttentionLayer, device: torch.device) -> AttentionLayer:
-    """The layer with every tensor cast to float64 on ``device`` (one copy per tensor)."""
-    return dataclasses.replace(layer, **{role: t.to(device=device, dtype=torch.float64)
+    """The layer with every tensor cast to float64 on ``device`` (moved in its stored dtype, then
+    cast there: one copy per tensor on the CPU, half the transfer to a GPU)."""
+    return dataclasses.replace(layer, **{role: t.to(device).to(torch.float64)
                                          for role, t in layer.tensors().items()})
 
 
@@ -39,9 +40,10 @@ def analyze_layer(layer: AttentionLayer, *, device: str | torch.device | None = 
     dev = device if isinstance(device, torch.device) else resolve_device(device)
     L = to_compute(layer, dev)
     counts = layer_counts(L)
-    s = head_spectra(L) if spectra else None
+    finite = layer_finite(L)
+    s = head_spectra(L, finite) if spectra else None
     extra = extra_unidentified(L, s) if s is not None else None
-    found = layer_findings(L, s, extra)
+    found = layer_findings(L, s, extra, finite)
     counts["extra_unidentified"] = None if extra is None else extra["total"]
     counts["unidentified_with_weights"] = None if extra is None else counts["unidentified_parameters"] + extra["total"]
     counts["dead_heads"] = None if extra is None else extra["dead_heads"]

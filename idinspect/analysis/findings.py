@@ -21,7 +21,7 @@ import torch
 
 from .. import structure
 from ..canonical import ROLES, AttentionLayer
-from .spectra import RANK_RULE, HeadSpectra
+from .spectra import RANK_RULE, HeadSpectra, finite_slices
 
 SEVERITY = {"non-finite": "error", "noop-bias": "warning", "absorbable-bias": "note",
             "rank-deficient-head": "warning"}
@@ -40,17 +40,20 @@ def _max_abs(t: torch.Tensor) -> float | None:
     """Largest |entry|, or None if any entry is NaN/Inf (reported by ``non-finite`` instead)."""
     if t.numel() == 0:
         return 0.0
-    if not torch.isfinite(t).all():
+    if not bool(finite_slices(t).all()):
         return None
     return float(t.abs().max())
 
 
-def non_finite_findings(layer: AttentionLayer) -> list[dict]:
+def non_finite_findings(layer: AttentionLayer, finite_by_role: dict[str, torch.Tensor] | None = None) -> list[dict]:
     """One ``non-finite`` finding per attention tensor holding NaN or Inf."""
     out = []
     for role in ROLES:
         t = getattr(layer, role)
         if t is None:
+            continue
+        ok = finite_by_role[role] if finite_by_role is not None else finite_slices(t)
+        if bool(ok.all()):
             continue
         bad = ~torch.isfinite(t)
         n_bad = int(bad.sum())
@@ -150,9 +153,11 @@ def _rank_effect(kind: str, g: int, gained: int | None, extra: dict | None, dead
     return "; ".join(parts) + f" (layer total beyond the structure: {extra['total']})"
 
 
-def layer_findings(layer: AttentionLayer, spectra: HeadSpectra | None, extra: dict | None = None) -> list[dict]:
+def layer_findings(layer: AttentionLayer, spectra: HeadSpectra | None, extra: dict | None = None,
+                   finite_by_role: dict[str, torch.Tensor] | None = None) -> list[dict]:
     """All findings of one float64 layer, in rule order (non-finite first)."""
-    found = non_finite_findings(layer) + noop_bias_findings(layer) + absorbable_bias_findings(layer)
+    found = (non_finite_findings(layer, finite_by_role) + noop_bias_findings(layer)
+             + absorbable_bias_findings(layer))
     if spectra is not None:
         found += rank_findings(layer, spectra, extra)
     return found

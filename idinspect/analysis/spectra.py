@@ -2,10 +2,11 @@
 
     W_QK^h = W_Q^h W_K^g(h)T        W_OV^h = W_V^g(h) W_O^h          (both d x d, rank <= d_k)
 
-With thin QR of the tall factors, W_Q^h = Q_1 R_Q^h and W_K^g = Q_2 R_K^g (Q orthonormal columns,
-R [d_k, d_k]), so W_QK^h = Q_1 (R_Q^h R_K^gT) Q_2^T and its singular values are those of the small
-core R_Q^h R_K^gT. Likewise W_OV^h = Q_3 (R_V^g R_O^hT) Q_4^T with W_O^hT = Q_4 R_O^h. Cost
-O(d d_k^2) per head, batched over heads and groups in torch.linalg (only R is computed).
+With W_Q^h = Q_1 R_Q^h and W_K^g = Q_2 R_K^g (Q orthonormal columns, R [d_k, d_k]),
+W_QK^h = Q_1 (R_Q^h R_K^gT) Q_2^T and its singular values are those of the small core
+R_Q^h R_K^gT. Likewise W_OV^h = Q_3 (R_V^g R_O^hT) Q_4^T with W_O^hT = Q_4 R_O^h. R comes from the
+Cholesky factor of the Gram matrix W^T W for well-conditioned factors and from a thin QR for the
+others (:func:`_r_factor`); cost O(d d_k^2) per head, batched over heads and groups, Q never formed.
 
 RoPE: plane p of head h pairs columns (a_p, b_p); the plane's form Q_p K_p^T (Q_p = W_Q^h[:, (a_p, b_p)])
 is invariant under the plane's gauge (scale times rotation) and has two singular values, again
@@ -65,14 +66,49 @@ class HeadSpectra:
         return self.ranks(self.ov)
 
 
+#: Gram/Cholesky is used for a factor only when cond(W)^2 = lambda_max / lambda_min of its Gram
+#: matrix is below this (cond(W) < 1e3): then R is accurate to ~cond(W)^2 eps ||R|| <= 1e-10 ||R||.
+#: Worse-conditioned (and rank-deficient) factors get a Householder QR, accurate to ~eps ||R||.
+GRAM_MAX_CONDITION_SQUARED = 1e6
+
+
 def _r_factor(tall: torch.Tensor) -> torch.Tensor:
-    """R of the thin QR of a batch of tall matrices [..., m, k] -> [..., min(m, k), k]."""
+    """Upper-triangular R [..., k, k] with W = Q R, Q orthonormal, for a batch W [..., m, k], m >= k.
+
+    Well-conditioned factors: R = chol(W^T W) (one batched matmul, O(m k^2)); the others: R of a
+    thin QR, so small singular values (numerical rank) stay exact to float64 rounding.
+    """
+    gram = tall.transpose(-1, -2) @ tall
+    finite = torch.isfinite(gram).flatten(-2).all(dim=-1)
+    eye = torch.eye(gram.shape[-1], dtype=gram.dtype, device=gram.device)
+    lam = torch.linalg.eigvalsh(torch.where(finite[..., None, None], gram, eye))     # ascending
+    ok = finite & (lam[..., 0] * GRAM_MAX_CONDITION_SQUARED > lam[..., -1])
+    R, info = torch.linalg.cholesky_ex(torch.where(ok[..., None, None], gram, eye), upper=True)
+    ok = ok & (info == 0)
+    if not bool(ok.all()):
+        bad = ~ok
+        R[bad] = torch.linalg.qr(tall[bad], mode="r").R
+    return R
+
+
+def _qr_r(tall: torch.Tensor) -> torch.Tensor:
     return torch.linalg.qr(tall, mode="r").R
 
 
-def _finite_rows(t: torch.Tensor) -> torch.Tensor:
-    """[n, ...] -> [n] bool: every entry of slice i is finite."""
-    return torch.isfinite(t).reshape(t.shape[0], -1).all(dim=1)
+def finite_slices(t: torch.Tensor) -> torch.Tensor:
+    """[n, ...] -> [n] bool: every entry of slice i is finite (a 1-d tensor is one slice).
+
+    One summing pass (a NaN or Inf makes the sum non-finite); the elementwise test runs only on
+    slices whose sum is not finite (NaN/Inf, or an overflowing sum of finite values).
+    """
+    if t.dim() == 1:
+        t = t[None]
+    dims = tuple(range(1, t.dim()))
+    ok = torch.isfinite(t.sum(dim=dims))          # no reshape: the adapters' views are strided
+    if not bool(ok.all()):
+        suspect = (~ok).nonzero().flatten()
+        ok[suspect] = torch.isfinite(t[suspect]).flatten(1).all(dim=1)
+    return ok
 
 
 def _clean(t: torch.Tensor) -> torch.Tensor:
@@ -80,15 +116,22 @@ def _clean(t: torch.Tensor) -> torch.Tensor:
     return torch.nan_to_num(t, nan=0.0, posinf=0.0, neginf=0.0)
 
 
-def head_spectra(layer: AttentionLayer) -> HeadSpectra:
+def layer_finite(layer: AttentionLayer) -> dict[str, torch.Tensor]:
+    """Role -> [n] bool (slice i of that tensor is finite), for every present tensor."""
+    return {role: finite_slices(t) for role, t in layer.tensors().items()}
+
+
+def head_spectra(layer: AttentionLayer, finite_by_role: dict[str, torch.Tensor] | None = None) -> HeadSpectra:
     """Singular values of every head's W_QK and W_OV (and RoPE planes) of a float64 layer.
 
     ``layer`` must hold float64 tensors (on any device); results come back on the CPU.
+    ``finite_by_role`` (from :func:`layer_finite`) saves recomputing the finiteness masks.
     """
     H, d, dk = layer.W_Q.shape
     kv = torch.arange(H, device=layer.W_Q.device) // layer.group_size   # g(h)
 
-    finite = [_finite_rows(t) for t in (layer.W_Q, layer.W_K, layer.W_V, layer.W_O)]
+    fin = finite_by_role or layer_finite(layer)
+    finite = [fin[r] for r in ("W_Q", "W_K", "W_V", "W_O")]
     qk_ok = finite[0] & finite[1][kv]
     ov_ok = finite[2][kv] & finite[3]
     W_Q, W_K, W_V, W_O = (t if ok.all() else _clean(t)
@@ -104,10 +147,12 @@ def head_spectra(layer: AttentionLayer) -> HeadSpectra:
     planes = None
     pos = layer.positional
     if pos.kind == "rope":
+        # W[:, cols] = Q R[:, cols] with Q orthonormal, so plane p's form Q_p K_p^T has the singular
+        # values of R_Q[:, cols] R_K[:, cols]^T: QR of the small [d_k, 2] column pairs only.
         cols = torch.tensor(pos.rotary.plane_columns(), device=W_Q.device)    # [planes, 2]
-        Qp = W_Q[:, :, cols].permute(0, 2, 1, 3)                              # [H, planes, d, 2]
-        Kp = W_K[:, :, cols].permute(0, 2, 1, 3)                              # [G, planes, d, 2]
-        core = _r_factor(Qp) @ _r_factor(Kp)[kv].transpose(-1, -2)            # [H, planes, 2, 2]
+        Qp = R_Q[:, :, cols].permute(0, 2, 1, 3)                              # [H, planes, d_k, 2]
+        Kp = R_K[:, :, cols].permute(0, 2, 1, 3)                              # [G, planes, d_k, 2]
+        core = _qr_r(Qp) @ _qr_r(Kp)[kv].transpose(-1, -2)                    # [H, planes, 2, 2]
         planes = torch.linalg.svdvals(core).cpu()
 
     return HeadSpectra(qk=qk.cpu(), ov=ov.cpu(), qk_planes=planes, qk_ok=qk_ok.cpu(), ov_ok=ov_ok.cpu(),
