@@ -27,11 +27,16 @@ def inspect(source, *, revision: str | None = None, token: str | None = None, de
     """
     from .analysis import analyze
 
-    model = source if isinstance(source, Model) else load(source, revision=revision, token=token)
-    result = {"schema_version": SCHEMA_VERSION, "tool": tool_info(), "model": model.summary()}
-    result.update(analyze(model, device=device, spectra=spectra, on_layer=on_layer))
-    if prove:
-        from .prove import prove as run_proof
+    opened = not isinstance(source, Model)
+    model = load(source, revision=revision, token=token) if opened else source
+    try:
+        result = {"schema_version": SCHEMA_VERSION, "tool": tool_info(), "model": model.summary()}
+        result.update(analyze(model, device=device, spectra=spectra, on_layer=on_layer))
+        if prove:
+            from .prove import prove as run_proof
 
-        result["proof"] = run_proof(model)
+            result["proof"] = run_proof(model)
+    finally:
+        if opened:
+            model.close()
     return result

@@ -47,23 +47,23 @@ def twin_shape(model) -> dict:
 def _twin_config(model, shape: dict):
     cfg = model.config
     family = model.adapter.family
-    common = dict(num_hidden_layers=1, vocab_size=32, intermediate_size=16, bos_token_id=None,
-                  eos_token_id=None, pad_token_id=None)
+    common = {"num_hidden_layers": 1, "vocab_size": 32, "intermediate_size": 16, "bos_token_id": None,
+              "eos_token_id": None, "pad_token_id": None}
     if family == "bert":
-        kw = dict(hidden_size=shape["hidden_size"], num_attention_heads=shape["heads"],
-                  is_decoder=bool(getattr(cfg, "is_decoder", False)), max_position_embeddings=TOKENS + 4)
+        kw = {"hidden_size": shape["hidden_size"], "num_attention_heads": shape["heads"],
+              "is_decoder": bool(getattr(cfg, "is_decoder", False)), "max_position_embeddings": TOKENS + 4}
         if cfg.model_type == "roberta":
             kw["pad_token_id"] = 1
     elif family == "gpt2":
-        kw = dict(n_embd=shape["hidden_size"], n_head=shape["heads"], n_inner=16, n_positions=TOKENS,
-                  scale_attn_weights=getattr(cfg, "scale_attn_weights", True),
-                  scale_attn_by_inverse_layer_idx=getattr(cfg, "scale_attn_by_inverse_layer_idx", False),
-                  reorder_and_upcast_attn=getattr(cfg, "reorder_and_upcast_attn", False))
+        kw = {"n_embd": shape["hidden_size"], "n_head": shape["heads"], "n_inner": 16, "n_positions": TOKENS,
+              "scale_attn_weights": getattr(cfg, "scale_attn_weights", True),
+              "scale_attn_by_inverse_layer_idx": getattr(cfg, "scale_attn_by_inverse_layer_idx", False),
+              "reorder_and_upcast_attn": getattr(cfg, "reorder_and_upcast_attn", False)}
         common.pop("intermediate_size")
     elif family == "llama":
-        kw = dict(hidden_size=shape["hidden_size"], num_attention_heads=shape["heads"],
-                  num_key_value_heads=shape["kv_heads"], head_dim=shape["head_dim"],
-                  max_position_embeddings=getattr(cfg, "max_position_embeddings", 2048))
+        kw = {"hidden_size": shape["hidden_size"], "num_attention_heads": shape["heads"],
+              "num_key_value_heads": shape["kv_heads"], "head_dim": shape["head_dim"],
+              "max_position_embeddings": getattr(cfg, "max_position_embeddings", 2048)}
         rope = getattr(cfg, "rope_parameters", None)
         if rope:
             kw["rope_parameters"] = dict(rope)

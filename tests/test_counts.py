@@ -52,7 +52,7 @@ def test_minilm_counts_match_the_closed_form(minilm_dir):
     t = result["totals"]
     with safe_open(str(minilm_dir / "model.safetensors"), framework="pt") as f:
         stored = sum(f.get_slice(k).get_shape()[0] * (f.get_slice(k).get_shape()[1] if len(f.get_slice(k).get_shape()) > 1 else 1)
-                     for k in f.keys() if f.get_slice(k).get_dtype().startswith(("F", "BF")))
+                     for k in f.keys() if f.get_slice(k).get_dtype().startswith(("F", "BF")))  # noqa: SIM118
     assert t["model_parameters"] == stored == 22_713_216
     assert t["attention_parameters"] == n_layers * P and t["unidentified_parameters"] == n_layers * U
     assert t["identification_ratio"] == pytest.approx(3 / 70, rel=1e-15)

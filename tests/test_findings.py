@@ -139,7 +139,7 @@ def test_dead_head_frees_its_query_factor(tiny_dir, tmp_path):
 
 
 def _reload(path):
-    from transformers import AutoModelForMaskedLM, AutoModelForCausalLM, AutoConfig
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForMaskedLM
 
     cfg = AutoConfig.from_pretrained(path)
     cls = AutoModelForMaskedLM if cfg.model_type == "bert" else AutoModelForCausalLM

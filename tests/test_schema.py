@@ -7,7 +7,6 @@ from importlib.resources import files
 
 import jsonschema
 import pytest
-
 from safetensors.torch import load_file, save_file
 
 from tests.cli import run_cli

@@ -13,8 +13,8 @@ import torch
 
 from .. import structure
 from ..canonical import AttentionLayer
-from .degeneracy import extra_unidentified
 from .counts import layer_counts, model_parameter_count, model_totals
+from .degeneracy import extra_unidentified
 from .device import resolve_device
 from .findings import layer_findings
 from .spectra import head_spectra, layer_finite, spectra_dict
@@ -58,7 +58,8 @@ def analyze(model, *, device: str | torch.device | None = "cpu", spectra: bool =
     from ..model import Model, load
 
     if not isinstance(model, Model):
-        model = load(model)
+        with load(model) as opened:
+            return analyze(opened, device=device, spectra=spectra, on_layer=on_layer)
     dev = resolve_device(device)
     layers: list[dict] = []
     findings: list[dict] = []

@@ -60,7 +60,7 @@ def extra_unidentified(layer: AttentionLayer, s: HeadSpectra) -> dict | None:
     if s.factors is None or not (bool(s.qk_ok.all()) and bool(s.ov_ok.all())):
         return None
     R_Q, R_K, R_V, R_O = (s.factors[n] for n in ("R_Q", "R_K", "R_V", "R_O"))
-    H, G, r, d, dk, dv = layer.n_heads, layer.n_kv_heads, layer.group_size, layer.d_model, layer.d_k, layer.d_v
+    G, r, d, dk, dv = layer.n_kv_heads, layer.group_size, layer.d_model, layer.d_k, layer.d_v
     dev, rtol = R_Q.device, s.rtol
 
     dead = (s.ov_rank == 0).to(dev)                                   # [H]
