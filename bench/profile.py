@@ -27,7 +27,7 @@ def profile(argv_tail: list[str], label: str) -> Path:
     """Run ``python -m pyinstrument -m idinspect ARGS`` and save its text report."""
     PROFILES.mkdir(parents=True, exist_ok=True)
     path = PROFILES / f"{label}.txt"
-    res = run_child([sys.executable, "-m", "pyinstrument", "--show-all", "-o", str(path), "-m", "idinspect",
+    res = run_child([sys.executable, "-m", "pyinstrument", "-o", str(path), "-m", "idinspect",
                      *argv_tail], timeout_s=3600)
     if not res.ok:
         raise RuntimeError(f"profiling {label} failed (exit {res.returncode}):\n{res.stderr[-2000:]}")
