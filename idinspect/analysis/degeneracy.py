@@ -18,7 +18,8 @@ gauge. Applied to
 
 A head whose W_OV is exactly zero ("dead") passes nothing to the output, so its whole query factor
 is free and it is left out of its group's QK stack. Ranks use the rule of :data:`spectra.RANK_RULE`,
-on the small R factors of the thin QR ([W; b] has the singular values of [R; b]).
+on the small R factors of :func:`spectra.head_spectra` (W = Q R, so [W; b] has the singular
+values of [R; b]).
 
 Assumptions, stated in the report: generic inputs, and heads not duplicating each other (two heads
 with equal W_QK would only identify the sum of their W_OV); those are not detected.
@@ -79,11 +80,10 @@ def extra_unidentified(layer: AttentionLayer, s: HeadSpectra) -> dict | None:
     if rd:
         Kt = R_K if layer.b_K is None else torch.cat([R_K, layer.b_K[:, None, :]], dim=1)
         m_k = d + (layer.b_K is not None)
-        for a, b in layer.positional.rotary.plane_columns():
-            cols = [a, b]
-            a_p = _nonzero(Qg[:, :, cols], Qg, rtol)
-            b_p = _nonzero(Kt[:, :, cols], Kt, rtol)
-            qk_kernel += 2 * _bilinear_kernel(r_live, m_q, m_k, 1, a_p, b_p)
+        cols = torch.tensor(layer.positional.rotary.plane_columns(), device=dev)       # [planes, 2]
+        a_p = _nonzero(Qg[:, :, cols].movedim(1, -2), Qg[:, None], rtol)             # [G, planes]
+        b_p = _nonzero(Kt[:, :, cols].movedim(1, -2), Kt[:, None], rtol)
+        qk_kernel += 2 * _bilinear_kernel(r_live[:, None], m_q, m_k, 1, a_p, b_p).sum(dim=1)
     qk_kernel += (r - r_live) * m_q * dk                              # dead heads' query factors
     qk_extra = qk_kernel - structure.qk_gauge_dim_per_group(layer)
 
