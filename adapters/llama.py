@@ -6,31 +6,24 @@ Layer i (prefix '' for LlamaModel saves, 'model.' for *ForCausalLM):
     layers.i.self_attn.v_proj.weight [G*hd, d]     bias [G*hd] (same)
     layers.i.self_attn.o_proj.weight [d, H*hd]     bias [d]    (Llama: attention_bias; Qwen2: never)
 hd is config.head_dim when set (not always d / H). Query head h reads kv head h // (H / G).
-RoPE inverse frequencies come from the model's own rotary-embedding module for the config.
+RoPE inverse frequencies come from transformers' rope-init functions for the config (idinspect.rope).
 """
 
 from __future__ import annotations
 
-import importlib
-
 import torch
 
 from ..canonical import AttentionLayer, Positional
-from ..rope import rotary_spec_from_module
+from ..rope import rotary_spec_from_config
 from .base import (Adapter, heads_from_bias, heads_from_linear_cols, heads_from_linear_rows,
                    linear_cols_from_heads, linear_rows_from_heads)
 
 _ATTN = "self_attn"
-_ROTARY_CLASSES = {
-    "llama": ("transformers.models.llama.modeling_llama", "LlamaRotaryEmbedding"),
-    "mistral": ("transformers.models.mistral.modeling_mistral", "MistralRotaryEmbedding"),
-    "qwen2": ("transformers.models.qwen2.modeling_qwen2", "Qwen2RotaryEmbedding"),
-}
 
 
 class LlamaAdapter(Adapter):
     family = "llama"
-    model_types = tuple(_ROTARY_CLASSES)
+    model_types = ("llama", "mistral", "qwen2")
     layer_container = "layers"
     probe_suffix = f"{_ATTN}.q_proj.weight"
     buffer_suffixes = (".rotary_emb.inv_freq",)
@@ -63,10 +56,7 @@ class LlamaAdapter(Adapter):
         return list(self._names(i).values())
 
     def _make_positional(self) -> Positional:
-        module_name, cls_name = _ROTARY_CLASSES[self.config.model_type]
-        rotary_cls = getattr(importlib.import_module(module_name), cls_name)
-        rope_type = (getattr(self.config, "rope_parameters", None) or {}).get("rope_type", "default")
-        return Positional("rope", rotary=rotary_spec_from_module(rotary_cls(self.config), "half", rope_type))
+        return Positional("rope", rotary=rotary_spec_from_config(self.config, "half"))
 
     def _sliding_window(self, i: int) -> int | None:
         window = getattr(self.config, "sliding_window", None)

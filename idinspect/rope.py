@@ -1,8 +1,11 @@
 """RoPE frequencies from transformers' own machinery, and the rotation they define.
 
-The inverse frequencies and attention factor are whatever the model's own rotary-embedding module
-computes for the config (``XRotaryEmbedding(config)``, which dispatches to transformers'
-``ROPE_INIT_FUNCTIONS`` for llama3 / yarn / linear / ... scaling), so they match exactly.
+Scaled RoPE (llama3, yarn, linear, dynamic, longrope, ...) comes from transformers'
+``ROPE_INIT_FUNCTIONS`` for the config, exactly as the model's rotary-embedding module calls it.
+The unscaled "default" type is the formula every rotate_half family shares
+(``LlamaRotaryEmbedding.compute_default_rope_parameters``; Mistral's and Qwen2's are identical),
+written here so that inspecting does not import the modeling code; a test pins both paths to the
+models' own ``inv_freq`` buffers bit for bit.
 """
 
 from __future__ import annotations
@@ -12,12 +15,21 @@ import torch
 from .canonical import RotaryPairing, RotarySpec
 
 
-def rotary_spec_from_module(rotary_module: torch.nn.Module, pairing: RotaryPairing, rope_type: str) -> RotarySpec:
-    """Read ``inv_freq`` [rotary_dim/2] and ``attention_scaling`` off an instantiated rotary module."""
-    inv_freq = rotary_module.inv_freq.detach().to("cpu").clone()
-    factor = float(getattr(rotary_module, "attention_scaling", 1.0))
-    return RotarySpec(pairing=pairing, rotary_dim=2 * inv_freq.numel(), inv_freq=inv_freq,
-                      attention_factor=factor, rope_type=rope_type)
+def rotary_spec_from_config(config, pairing: RotaryPairing) -> RotarySpec:
+    """RoPE of a Llama-style ``config``: inv_freq [rotary_dim/2] (float32) and attention factor."""
+    params = getattr(config, "rope_parameters", None) or {}
+    rope_type = params.get("rope_type", "default")
+    if rope_type == "default":
+        base = params["rope_theta"]
+        dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+        inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.float) / dim))
+        factor = 1.0
+    else:
+        from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+        inv_freq, factor = ROPE_INIT_FUNCTIONS[rope_type](config)
+    return RotarySpec(pairing=pairing, rotary_dim=2 * inv_freq.numel(), inv_freq=inv_freq.to("cpu"),
+                      attention_factor=float(factor), rope_type=rope_type)
 
 
 def rotary_cos_sin(spec: RotarySpec, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:

@@ -47,3 +47,19 @@ def test_live_model_reads_like_its_checkpoint(tiny_dir):
         for role, t in a.tensors().items():
             assert torch.equal(t, getattr(b, role)), role
     assert from_memory.provenance.kind == "memory"
+
+
+ROPE_VARIANTS = sorted(v for v in tiny.VARIANTS if tiny.VARIANTS[v][1].__module__.split(".")[-1].split("_")[-1]
+                       in ("llama", "mistral", "qwen2"))
+
+
+@pytest.mark.parametrize("variant", ROPE_VARIANTS)
+def test_rope_frequencies_are_the_models_own(variant, tmp_path):
+    hf = tiny.build(variant, dtype=torch.float32)
+    tiny.save(hf, tmp_path)
+    rotary = idinspect.load(tmp_path).layer(0).positional.rotary
+    module = hf.base_model.rotary_emb
+    assert rotary.inv_freq.dtype == module.inv_freq.dtype == torch.float32
+    assert torch.equal(rotary.inv_freq, module.inv_freq)
+    assert rotary.attention_factor == module.attention_scaling
+    assert rotary.rope_type == module.rope_type
