@@ -187,18 +187,18 @@ def _ratio_section(result: dict, layers: list[dict]) -> str:
     meas, closed = totals.get("identification_ratio"), totals.get("closed_form_ratio")
     free = bias_free_ratio(result)
     sentences = [f"Measured U / P = {fmt_ratio(meas)} over all attention parameters; the closed form for this "
-                 f"configuration is {closed_form_text(result)}, counting weights only."]
+                 f"configuration is {closed_form_text(result)}, counting no biases."]
     if free is not None and closed is not None:
         same = math.isclose(free, closed, rel_tol=1e-9)
-        sentences.append(f"Counting the weights alone, the measured ratio is {fmt_ratio(free)}: "
+        sentences.append(f"Counting this model without its biases, the measured ratio is {fmt_ratio(free)}: "
                          + ("equal to the closed form." if same else "it differs from the closed form."))
     if isinstance(meas, (int, float)) and isinstance(closed, (int, float)) and not math.isclose(meas, closed, rel_tol=1e-9):
         sentences.append("Biases account for the difference: they add parameters, and no-op or absorbable "
                          "biases add unidentified ones.")
     return ('<section id="ratio" aria-labelledby="h-ratio"><h2 id="h-ratio">Closed form against measured '
             f"ratio</h2><p>{esc(' '.join(sentences))}</p><figure>{svg_charts.ratio_chart(layers)}<figcaption>"
-            "Bars: measured unidentified share U / P of each layer (biases included). Diamonds: the same on the "
-            "weights alone. Dashed lines: the closed form for the layer's configuration (weights only)."
+            "Bars: measured unidentified share U / P of each layer (biases included). Diamonds: the same counted "
+            "without biases. Dashed lines: the closed form for the layer's bias-free configuration."
             "</figcaption></figure></section>")
 
 

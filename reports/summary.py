@@ -240,7 +240,7 @@ def closed_form_text(result: dict) -> str:
 
 
 def bias_free_ratio(result: dict) -> float | None:
-    """U / P of the weights alone (the analyzer's ``bias_free_*`` per layer): what the closed form predicts."""
+    """U / P counted without biases (the analyzer's ``bias_free_*`` per layer): what the closed form predicts."""
     layers = result.get("layers") or []
     if not layers or any(layer.get("bias_free_parameters") is None for layer in layers):
         return None
@@ -250,14 +250,14 @@ def bias_free_ratio(result: dict) -> float | None:
 
 
 def closed_form_line(result: dict) -> str:
-    """``1/(2H) = 4.167% (weights only; measured on the weights alone: 4.167%, equal)``."""
+    """``1/(2H) = 4.167% (bias-free configuration; this model counted without its biases: 4.167%, equal)``."""
     text = closed_form_text(result)
     closed = (result.get("totals") or {}).get("closed_form_ratio")
     free = bias_free_ratio(result)
     if free is None or closed is None:
-        return f"{text} (weights only, no biases)"
+        return f"{text} (bias-free configuration)"
     verdict = "equal" if math.isclose(free, closed, rel_tol=1e-9) else "differs"
-    return f"{text} (weights only; measured on the weights alone: {fmt_ratio(free)}, {verdict})"
+    return f"{text} (bias-free configuration; this model counted without its biases: {fmt_ratio(free)}, {verdict})"
 
 
 def effective_rank(values: Iterable[float] | None) -> float | None:

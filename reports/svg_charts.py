@@ -125,9 +125,9 @@ def ratio_chart(layers: list[dict], chart_id: str = "chart-ratio") -> str:
     out.append(f'<rect class="c-meas" x="{left}" y="8" width="12" height="12"/>'
                f'<text class="lbl" x="{left + 16}" y="18">measured U / P</text>'
                f'<line class="closed" x1="{left + 150}" y1="14" x2="{left + 176}" y2="14"/>'
-               f'<text class="lbl" x="{left + 182}" y="18">closed form (weights only)</text>'
+               f'<text class="lbl" x="{left + 182}" y="18">closed form (no biases)</text>'
                f'<path class="c-free" d="{_diamond(left + 362, 14, 5)}"/>'
-               f'<text class="lbl" x="{left + 372}" y="18">measured, weights only</text>')
+               f'<text class="lbl" x="{left + 372}" y="18">measured, no biases</text>')
     for k in range(5):
         v = vmax * k / 4
         y = top + plot_h - plot_h * k / 4
