@@ -65,21 +65,18 @@ class GaugeReport:
 def close_pairs(values: torch.Tensor, rtol: float = NONUNIQUE_RTOL) -> list[tuple[int, int, float]]:
     """(row, i, gap) for descending ``values`` [rows, k] where (v_i - v_{i+1}) / v_i < rtol.
 
-    Pairs that are both numerically zero (below ``ZERO_RTOL`` of the row's largest) are skipped:
-    their columns are zero, which is unique.
+    Pairs from the first numerically zero value on (at most ``ZERO_RTOL`` of the row's largest)
+    are skipped: their columns are zero, which is unique. Vectorised: one pass over [rows, k - 1].
     """
-    out = []
     v = values.to(torch.float64)
-    for row in range(v.shape[0]):
-        top = float(v[row, 0]) if v.shape[1] else 0.0
-        for i in range(v.shape[1] - 1):
-            a, b = float(v[row, i]), float(v[row, i + 1])
-            if a <= ZERO_RTOL * top or top == 0.0:
-                break
-            gap = (a - b) / a
-            if gap < rtol:
-                out.append((row, i, gap))
-    return out
+    if v.shape[-1] < 2:
+        return []
+    top = v[:, :1]
+    a, b = v[:, :-1], v[:, 1:]
+    live = torch.cumprod(((a > ZERO_RTOL * top) & (top != 0)).to(torch.int8), dim=1).bool()
+    gap = (a - b) / torch.where(live, a, torch.ones_like(a))
+    rows, cols = torch.nonzero(live & (gap < rtol), as_tuple=True)
+    return [(int(i), int(j), float(g)) for i, j, g in zip(rows.tolist(), cols.tolist(), gap[rows, cols].tolist())]
 
 
 def group_heads(group: int, group_size: int) -> tuple[int, ...]:

@@ -13,6 +13,27 @@ import torch
 from .linalg import key_side_signs
 
 
+def leading_signs(Xt: torch.Tensor, n_groups: int, row: torch.Tensor | None = None) -> torch.Tensor:
+    """±1 [G, k]: the sign of the largest-magnitude entry of each column of each group's stack.
+
+    Xt [G r, k, m] holds r blocks per group, each transposed (block b of group g is
+    X^{g r + b} [m, k]); the stack is X~_g = [X^{g r}; ...; X^{g r + r - 1}; row_g] with the optional
+    extra row [G, k] last. Ties go to the lowest stacked row (first block, then first row within
+    it); an all-zero column gets +1. One pass over Xt for |.|, one for the arg-max.
+    """
+    N, k, _ = Xt.shape
+    r = N // n_groups
+    mag = Xt.abs()
+    idx = mag.argmax(dim=-1, keepdim=True)                                   # first maximum per row
+    top = mag.gather(-1, idx).squeeze(-1).reshape(n_groups, r, k)
+    lead = Xt.gather(-1, idx).squeeze(-1).reshape(n_groups, r, k)
+    block = top.argmax(dim=1, keepdim=True)                                  # first block attaining it
+    top, lead = top.gather(1, block).squeeze(1), lead.gather(1, block).squeeze(1)
+    if row is not None:                                                      # last: wins only if larger
+        lead = torch.where(row.abs() > top, row, lead)
+    return torch.where(lead < 0, -torch.ones_like(lead), torch.ones_like(lead))
+
+
 def fix_column_signs(A: torch.Tensor, B: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Flip column pairs of A [..., m, k] and B [..., n, k] so each column of B leads positive."""
     s = key_side_signs(B)[..., None, :]
