@@ -5,11 +5,13 @@ Data flows one way: adapter.read_layer -> gauge.canonicalize (float64) -> adapte
 copied bit for bit (or cast, with ``dtype``); shard names, weight map and header metadata are
 kept, with an ``idinspect`` provenance entry added to every shard.
 
-Two streaming passes, each holding about one layer (plus the tensor being written):
-1. canonicalise every layer to measure the largest invariant error after the final cast (it goes
-   into every shard header, so it must be known before the first one is written);
-2. write each shard, header first, tensor by tensor, recomputing each layer's gauge-fixed tensors
-   when they are needed (deterministic, so identical to pass 1).
+One streaming pass, holding about one layer (plus the tensor being written): each shard is written
+header first, then tensor by tensor in file order; a layer is canonicalised, cast and checked
+(largest invariant change between the original and the cast result) when its first attention
+tensor comes up. The largest error over all layers and the uniqueness flag go into every shard
+header but are known only at the end: the header reserves fixed-width slots for them inside the
+``idinspect`` metadata string (JSON whitespace pads the values), patched in place once every
+shard is written, before config.json, the index and the rename.
 
 Safety: nothing under the input is written; output goes to ``.OUT.idinspect-tmp-XXXX`` beside
 ``OUT``, config.json last, and is renamed to ``OUT`` only when complete.
@@ -31,15 +33,19 @@ import torch
 from .checkpoint import INDEX_FILE, SafetensorsCheckpoint
 from .errors import IdinspectError
 from .export_files import CONFIG, config_text, copy_files, index_text, plan_copies
-from .gauge import GAUGE_NAME, GAUGE_VERSION, Degeneracy, canonicalize, largest_invariant_error
+from .gauge import GAUGE_NAME, GAUGE_VERSION, Degeneracy, InvariantError, canonicalize, largest_invariant_error
 from .hub import EXPORT_PATTERNS
 from .model import Model, load
-from .shard_writer import ShardWriter, TensorSpec
+from .shard_writer import ShardWriter, Slot, TensorSpec, patch_slots
 
 DTYPES: dict[str, torch.dtype | None] = {"keep": None, "float32": torch.float32, "float64": torch.float64,
                                           "bfloat16": torch.bfloat16, "float16": torch.float16}
 _CASTABLE = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 TEMP_MARK = ".idinspect-tmp-"
+#: Header slots patched after the data: the widest JSON a float can need (repr of a negative
+#: subnormal is 24 characters) and true/false.
+SLOT_WIDTHS = {"max_invariant_error": 24, "unique": 5}
+PROVENANCE_KEY = "idinspect"
 
 #: progress(stage, done, total): stage "gauge" counts layers, "write" counts tensors.
 Progress = Callable[[str, int, int], None]
@@ -104,7 +110,6 @@ def _export(model: Model, out: Path, dtype_name: str, target: torch.dtype | None
                              "save_pretrained it first")
     _refuse_overlap(Path(src), out)
     owner = _attention_owners(model)
-    worst, degeneracies = _measure(model, target, progress)
 
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = _make_temp_dir(out)
@@ -113,10 +118,11 @@ def _export(model: Model, out: Path, dtype_name: str, target: torch.dtype | None
         rewritten = set(reader.shard_files) | {INDEX_FILE}
         skipped = [f for f in skipped if f not in rewritten]
         copy_files(Path(src), tmp, copies)
-        info = _provenance(model, dtype_name, worst[0], unique=not degeneracies)
-        layers = _LayerTensors(model, target)
+        info, slots = _provenance(model, dtype_name)
+        layers = _LayerTensors(model, target, progress)
         total, count, changed = 0, 0, False
         n_tensors = len(reader.keys())
+        patches: dict[str, dict[str, tuple[int, int]]] = {}
         for fname in reader.shard_files:
             specs: dict[str, TensorSpec] = {}
             for name in reader.keys_in(fname):
@@ -124,8 +130,8 @@ def _export(model: Model, out: Path, dtype_name: str, target: torch.dtype | None
                 out_dtype = target if target is not None and stored in _CASTABLE else stored
                 changed |= out_dtype != stored
                 specs[name] = TensorSpec(out_dtype, tuple(reader.shape(name)))
-            metadata = {**reader.metadata(fname), "format": "pt", "idinspect": info}
-            with ShardWriter(tmp / fname, specs, metadata) as writer:
+            metadata = {**reader.metadata(fname), "format": "pt", PROVENANCE_KEY: info}
+            with ShardWriter(tmp / fname, specs, metadata, slots) as writer:
                 for name in writer.order:
                     if name in owner:
                         tensor = layers.get(owner[name], name)
@@ -134,9 +140,16 @@ def _export(model: Model, out: Path, dtype_name: str, target: torch.dtype | None
                         if tensor.dtype != specs[name].dtype:
                             tensor = tensor.to(specs[name].dtype)
                     writer.write(name, tensor)
+                    del tensor
                     count += 1
                     progress("write", count, n_tensors)
+            patches[fname] = writer.slots
             total += sum(s.nbytes for s in specs.values())
+        layers.release()
+        worst, where, degeneracies = layers.summary()
+        values = _slot_values(worst, unique=not degeneracies)
+        for fname, at in patches.items():
+            patch_slots(tmp / fname, at, values)
         if reader.index_path is not None:
             (tmp / INDEX_FILE).write_text(index_text(reader.index_path, total), encoding="utf-8")
         (tmp / CONFIG).write_text(config_text(Path(src), _config_dtype(target) if changed else None), encoding="utf-8")
@@ -147,24 +160,61 @@ def _export(model: Model, out: Path, dtype_name: str, target: torch.dtype | None
     return ExportResult(out=out, source=model.provenance.source, revision=model.provenance.revision, dtype=dtype_name,
                         shards=list(reader.shard_files), total_size=total, tensors=count,
                         gauge_fixed_tensors=len(owner), copied_files=[CONFIG, *copies], skipped_files=skipped,
-                        max_invariant_error=worst[0], worst_invariant=worst[1], degeneracies=degeneracies)
+                        max_invariant_error=worst, worst_invariant=where, degeneracies=degeneracies)
 
 
 class _LayerTensors:
-    """The gauge-fixed checkpoint tensors of one layer at a time (recomputed on demand)."""
+    """The gauge-fixed checkpoint tensors of one layer at a time, and what each layer's check found.
 
-    def __init__(self, model: Model, target: torch.dtype | None):
-        self.model, self.target = model, target
+    A layer is computed when first asked for (canonicalise in float64, cast once to the output
+    dtype, compare the invariants of the original and the cast result, write through the adapter)
+    and kept until another layer is asked for. Recomputing an evicted layer (only for a sharding
+    that splits a layer around another) gives the same tensors; its check is recorded once.
+    """
+
+    def __init__(self, model: Model, target: torch.dtype | None, progress: Progress):
+        self.model, self.target, self.progress = model, target, progress
         self.index: int | None = None
         self.tensors: dict[str, torch.Tensor] = {}
+        self.errors: dict[int, InvariantError] = {}
+        self.degeneracies: dict[int, list[Degeneracy]] = {}
 
     def get(self, layer: int, name: str) -> torch.Tensor:
         if self.index != layer:
-            self.tensors = {}
-            fixed, _ = canonicalize(self.model.layer(layer))
-            self.tensors = self.model.adapter.write_layer(fixed, dtype=self.target)
+            self.release()
+            self.tensors = self._compute(layer)
             self.index = layer
         return self.tensors[name]
+
+    def release(self) -> None:
+        self.tensors, self.index = {}, None
+
+    def summary(self) -> tuple[float, str, list[Degeneracy]]:
+        """(largest error, where, every non-uniqueness) over all layers, in layer order (last max wins)."""
+        for i in range(self.model.num_layers):
+            if i not in self.errors:      # every layer's tensors are written, so none is missing; be sure
+                self._compute(i)
+        worst, where, degeneracies = 0.0, "", []
+        for i in range(self.model.num_layers):
+            if self.errors[i].error >= worst:
+                worst, where = self.errors[i].error, self.errors[i].where(i)
+            degeneracies += self.degeneracies[i]
+        return worst, where, degeneracies
+
+    def _compute(self, i: int) -> dict[str, torch.Tensor]:
+        layer = self.model.layer(i)
+        original = layer.to(torch.float64)                      # the one widening cast, shared below
+        fixed, report = canonicalize(original)
+        cast = fixed.replace(**{role: t.to(self.target or getattr(layer, role).dtype)
+                                for role, t in fixed.tensors().items()})
+        if i not in self.errors:
+            for role, t in fixed.tensors().items():             # round in place: the cast values in float64,
+                t.copy_(getattr(cast, role))                    # without new float64 buffers
+            self.errors[i] = largest_invariant_error(original, fixed)
+            self.degeneracies[i] = report.degeneracies
+            self.progress("gauge", len(self.errors), self.model.num_layers)
+        del fixed, original
+        return self.model.adapter.write_layer(cast, dtype=self.target)
 
 
 def _attention_owners(model: Model) -> dict[str, int]:
@@ -178,30 +228,36 @@ def _attention_owners(model: Model) -> dict[str, int]:
     return owner
 
 
-def _measure(model: Model, target: torch.dtype | None,
-             progress: Progress) -> tuple[tuple[float, str], list[Degeneracy]]:
-    """Pass 1: largest invariant error of the cast gauge-fixed form, and every non-uniqueness."""
-    worst, where, degeneracies = 0.0, "", []
-    for i in range(model.num_layers):
-        layer = model.layer(i)
-        fixed, report = canonicalize(layer)
-        degeneracies += report.degeneracies
-        rounded = fixed.replace(**{role: t.to(target or getattr(layer, role).dtype).to(torch.float64)
-                                   for role, t in fixed.tensors().items()})
-        err = largest_invariant_error(layer, rounded)
-        if err.error >= worst:
-            worst, where = err.error, err.where(i)
-        progress("gauge", i + 1, model.num_layers)
-    return (worst, where), degeneracies
+def _provenance(model: Model, dtype_name: str) -> tuple[str, dict[str, Slot]]:
+    """The ``idinspect`` metadata string (compact JSON, sorted keys) with placeholder slots.
 
-
-def _provenance(model: Model, dtype_name: str, worst: float, unique: bool) -> str:
+    ``max_invariant_error`` and ``unique`` are known only after every layer: their values are
+    ``null`` padded with spaces to :data:`SLOT_WIDTHS` (valid JSON, so every header parses at
+    every moment), overwritten by :func:`_slot_values`.
+    """
     from . import __version__
 
     info = {"tool": "idinspect", "version": __version__, "gauge": {"name": GAUGE_NAME, "version": GAUGE_VERSION},
             "source": model.provenance.source, "revision": model.provenance.revision, "dtype": dtype_name,
-            "max_invariant_error": worst, "unique": unique}
-    return json.dumps(info, sort_keys=True, separators=(",", ":"))
+            **{key: None for key in SLOT_WIDTHS}}
+    text, slots = "{", {}
+    for n, key in enumerate(sorted(info)):
+        text += ("," if n else "") + json.dumps(key) + ":"
+        if key in SLOT_WIDTHS:
+            slots[key] = Slot(PROVENANCE_KEY, len(text), SLOT_WIDTHS[key])
+            text += "null".ljust(SLOT_WIDTHS[key])
+        else:
+            text += json.dumps(info[key], sort_keys=True, separators=(",", ":"))
+    return text + "}", slots
+
+
+def _slot_values(worst: float, unique: bool) -> dict[str, str]:
+    """The final slot texts: JSON values left-aligned in their fixed widths."""
+    values = {"max_invariant_error": json.dumps(worst), "unique": json.dumps(unique)}
+    for key, text in values.items():
+        if len(text) > SLOT_WIDTHS[key]:
+            raise IdinspectError(f"internal: {key} {text} is wider than its header slot")
+    return {key: text.ljust(SLOT_WIDTHS[key]) for key, text in values.items()}
 
 
 def _config_dtype(target: torch.dtype | None) -> str | None:

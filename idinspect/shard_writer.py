@@ -5,6 +5,11 @@ alignment, then name; compact JSON header padded with spaces to 8 bytes), with t
 that export needs: the header is computed from names, dtypes and shapes alone, so a shard of any
 size is written while holding one tensor; and ``__metadata__`` keys are sorted, where save_file
 emits them in a per-process random order (Rust HashMap), which would make exports differ.
+
+Slots: a value known only after the data is written (export's largest invariant error, over all
+shards) gets a fixed-width stretch of one metadata string (:class:`Slot`), written first as a
+placeholder and overwritten in place later (:func:`patch_slots`). The header's length never
+changes, so the file stays valid safetensors throughout and no tensor moves.
 """
 
 from __future__ import annotations
@@ -28,6 +33,20 @@ DTYPE_CODES: dict[torch.dtype, str] = {
     torch.float64: "F64", torch.int64: "I64", torch.uint64: "U64",
 }
 _RANK = {dtype: i for i, dtype in enumerate(DTYPE_CODES)}
+
+
+@dataclass(frozen=True)
+class Slot:
+    """``width`` characters of ``metadata[key]`` from character ``start``, to be rewritten in place.
+
+    The placeholder there, and every later value, must be ``width`` printable ASCII characters
+    that JSON does not escape (no quote, backslash or control character), so they are the same
+    bytes in the header as in the string.
+    """
+
+    key: str
+    start: int
+    width: int
 
 
 @dataclass(frozen=True)
@@ -66,13 +85,47 @@ def header_bytes(specs: dict[str, TensorSpec], metadata: dict[str, str] | None) 
     return struct.pack("<Q", len(text)) + text
 
 
+def slot_offset(metadata: dict[str, str], slot: Slot) -> int:
+    """Byte offset in the file of ``slot``'s first character (header layout of :func:`header_bytes`).
+
+    The header is ``{"__metadata__":{...sorted entries...},...}``; JSON escaping is per character,
+    so the bytes before the slot are exactly the encoding of the metadata cut at the slot, minus
+    the closing ``"}}`` that encoding adds.
+    """
+    keys = sorted(metadata)
+    cut = {k: metadata[k] for k in keys[:keys.index(slot.key)]}
+    cut[slot.key] = metadata[slot.key][:slot.start]
+    text = json.dumps({"__metadata__": cut}, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    return 8 + len(text) - len(b'"}}')
+
+
+def _check_slot_text(name: str, text: str, width: int) -> bytes:
+    if len(text) != width or not all(" " <= c <= "~" and c not in '"\\' for c in text):
+        raise ValueError(f"slot {name}: {text!r} is not {width} printable ASCII characters JSON leaves alone")
+    return text.encode("ascii")
+
+
+def patch_slots(path: str | Path, slots: dict[str, tuple[int, int]], values: dict[str, str]) -> None:
+    """Overwrite slots (name -> (byte offset, width), :attr:`ShardWriter.slots`) with ``values`` and fsync."""
+    with open(path, "r+b") as f:
+        for name, text in values.items():
+            offset, width = slots[name]
+            f.seek(offset)
+            f.write(_check_slot_text(name, text, width))
+        f.flush()
+        os.fsync(f.fileno())
+
+
 class ShardWriter:
     """Write one safetensors file: create it, then :meth:`write` each tensor in :attr:`order`.
 
     Data goes straight to disk; :meth:`close` checks every tensor was written, flushes and fsyncs.
+    ``slots`` (name -> :class:`Slot`) reserve metadata stretches for :func:`patch_slots`; their
+    byte offsets and widths are in :attr:`slots` once the header is written.
     """
 
-    def __init__(self, path: str | Path, specs: dict[str, TensorSpec], metadata: dict[str, str] | None = None):
+    def __init__(self, path: str | Path, specs: dict[str, TensorSpec], metadata: dict[str, str] | None = None,
+                 slots: dict[str, Slot] | None = None):
         if sys.byteorder != "little":
             raise IdinspectError("safetensors is little-endian; writing on a big-endian machine is not supported")
         for name, spec in specs.items():
@@ -82,8 +135,18 @@ class ShardWriter:
         self.specs = dict(specs)
         self.order = file_order(self.specs)
         self._next = 0
+        header = header_bytes(self.specs, metadata)
+        self.slots: dict[str, tuple[int, int]] = {}
+        for name, slot in (slots or {}).items():
+            if not metadata or slot.key not in metadata:
+                raise ValueError(f"slot {name}: no metadata entry {slot.key!r}")
+            offset = slot_offset(metadata, slot)
+            text = metadata[slot.key][slot.start:slot.start + slot.width]
+            if header[offset:offset + slot.width] != _check_slot_text(name, text, slot.width):
+                raise ValueError(f"slot {name}: not found at byte {offset} of the header")
+            self.slots[name] = (offset, slot.width)
         self._file = open(self.path, "wb")
-        self._file.write(header_bytes(self.specs, metadata))
+        self._file.write(header)
 
     def write(self, name: str, tensor: torch.Tensor) -> None:
         """Append ``tensor``'s bytes; it must be the next name in :attr:`order` with its spec."""

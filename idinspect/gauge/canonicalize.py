@@ -28,7 +28,8 @@ def canonicalize(layer: AttentionLayer, *, rtol: float = NONUNIQUE_RTOL) -> tupl
     Every invariant (each head's W_QK on the unrotated dims, each plane's Q_p K_p^T and
     Q_p J K_p^T, each head's W_OV, the effective output bias) is unchanged; the no-op key bias is
     zeroed and an absorbable value bias is folded into b_O. ``rtol`` is the relative gap below
-    which two singular values (or a plane's principal values) are reported as tied.
+    which two singular values (or a plane's principal values) are reported as tied. The result
+    shares no tensor with ``layer`` (a caller may overwrite it in place).
     Raises :class:`~idinspect.errors.UnsupportedLayerError` for layers the mathematics does not model.
     """
     layer.validate()
@@ -50,8 +51,9 @@ def canonicalize(layer: AttentionLayer, *, rtol: float = NONUNIQUE_RTOL) -> tupl
               r)
     _note(report, "vo", close_pairs(b.s_vo, rtol), r)
 
+    kept = {role: None if t is None else t.clone() for role, t in (("b_V", L.b_V), ("b_O", L.b_O))}
     fixed = L.replace(W_Q=b.W_Q, W_K=b.W_K, W_V=b.W_V, W_O=b.W_O, b_Q=b.b_Q, b_K=b.b_K,
-                      b_V=b.b_V if v_live else L.b_V, b_O=L.b_O)
+                      b_V=b.b_V if v_live else kept["b_V"], b_O=kept["b_O"])
     return fixed, report
 
 

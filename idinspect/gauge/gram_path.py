@@ -14,8 +14,9 @@ So per layer (k = d_k or d_v):
    and V~ T_V.
 
 Cost O(d k^2) per group in a handful of batched matmuls over all heads and planes at once. The
-factors are handled transposed (W_Q^T [H, d_k, d] is the checkpoint's own row layout), so the
-results come out in the layout the adapters write without a copy. Returns None where a Gram
+factors are handled transposed (W_Q^T [H, d_k, d] is the checkpoint's own row layout) and W_O
+keeps its input's memory layout, so the results come out in the layout the adapters write,
+without a copy. Returns None where a Gram
 matrix is too ill-conditioned for this route; the caller then takes the QR route.
 """
 
@@ -72,7 +73,8 @@ def balance_by_grams(L: AttentionLayer, v_live: bool) -> Balanced | None:
     b_Q2 = None if L.b_Q is None else (L.b_Q[:, None, :] @ Tq[kv])[:, 0]
 
     # output side first: its leading signs fix each VO column pair
-    O2 = To[kv].transpose(1, 2) @ L.W_O                           # [H, d_v, d]
+    O2 = torch.empty_like(L.W_O)                                  # [H, d_v, d] in the input's layout
+    torch.bmm(To[kv].transpose(1, 2), L.W_O, out=O2)
     so = leading_signs(O2, G)                                     # [G, d_v]
     O2 *= so[kv][:, :, None]
     Tv = Tv * so[:, None, :]

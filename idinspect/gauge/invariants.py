@@ -9,8 +9,10 @@ For each query head h (kv group g = g(h)), with Q~^h = [W_Q^h; b_Q^h] the bias-a
 - ``W_OV``: W_V^g W_O^h;
 - ``output_bias``: b_O + sum_h b_V^{g(h)} W_O^h.
 
-Each is compared as ||X_a - X_b||_F / max(||X_a||_F, ||X_b||_F) through thin-QR cores of the
-factors (:func:`~idinspect.gauge.linalg.product_norms`), never forming a d x d product.
+Each is compared as ||X_a - X_b||_F / max(||X_a||_F, ||X_b||_F) through k x k Gram matrices of
+the factors after aligning b's gauge to a's (:mod:`.aligned`: exact for any alignment, and free of
+cancellation), never forming a d x d product; layers whose small factors are too ill-conditioned
+to align go through thin-QR cores instead (:func:`~idinspect.gauge.linalg.product_norms`).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from ..canonical import AttentionLayer
 from ..structure import unrotated_columns
 from .biases import effective_output_bias
 from .factors import augment
+from .aligned import align
 from .linalg import product_norms, relative
 
 INVARIANTS = ("W_QK", "plane_QK", "plane_QJK", "W_OV", "output_bias")
@@ -51,30 +54,38 @@ def invariant_errors(a: AttentionLayer, b: AttentionLayer) -> dict[str, Invarian
     """Largest relative change of every invariant between layers ``a`` and ``b`` (float64).
 
     Kinds that do not apply (planes without RoPE, W_QK under full RoPE) are absent. Raises
-    ValueError if the layers do not have the same shapes and positional scheme.
+    ValueError if the layers do not have the same shapes and positional scheme. Layers already
+    in float64 are not copied.
     """
     _check_comparable(a, b)
     A, B = a.to(torch.float64), b.to(torch.float64)
     kv = torch.arange(A.n_heads) // A.group_size
-    Qa, Qb = _query(A), _query(B)
     out: dict[str, InvariantError] = {}
 
     cols = list(unrotated_columns(A))
-    if cols:
-        Ka, Kb = A.W_K[kv][:, :, cols], B.W_K[kv][:, :, cols]
-        err = _rel(Qa[:, :, cols], Ka, Qb[:, :, cols], Kb)
-        out["W_QK"] = _worst("W_QK", err)
+    rope = A.positional.kind == "rope"
+    U = torch.tensor(cols)[None] if cols else None                                    # [1, n_U]
+    planes = torch.tensor(A.positional.rotary.plane_columns()) if rope else None       # [P, 2]
+    qa, qb = _query_bias(A, B), _query_bias(B, A)
+    Ka, Kb = _key(A, B, cols), _key(B, A, cols)
+    qk = align(A.W_Q.transpose(1, 2), qa, B.W_Q.transpose(1, 2), qb, Ka, Kb, kv,
+               [i for i in (U, planes) if i is not None])
+    if qk is None:                                                  # a block too ill-conditioned to align
+        out.update(_qk_errors_by_qr(A, B, kv, cols))
+    else:
+        if U is not None:
+            out["W_QK"] = _worst("W_QK", qk.errors(U)[:, 0])
+        if planes is not None:
+            out["plane_QK"] = _worst("plane_QK", qk.errors(planes))
+            out["plane_QJK"] = _worst("plane_QJK", qk.errors(planes, _plane_j(A.d_k, planes)))
 
-    if A.positional.kind == "rope":
-        idx = torch.tensor(A.positional.rotary.plane_columns())
-        Ka, Kb = augment(A.W_K, _zero_if_none(A.b_K, B.b_K)), augment(B.W_K, _zero_if_none(B.b_K, A.b_K))
-        qa, qb = Qa[:, :, idx].permute(0, 2, 1, 3), Qb[:, :, idx].permute(0, 2, 1, 3)   # [H, P, m, 2]
-        ka, kb = Ka[kv][:, :, idx].permute(0, 2, 1, 3), Kb[kv][:, :, idx].permute(0, 2, 1, 3)
-        out["plane_QK"] = _worst("plane_QK", _rel(qa, ka, qb, kb))
-        out["plane_QJK"] = _worst("plane_QJK", _rel(qa @ _J, ka, qb @ _J, kb))
-
-    Oa, Ob = A.W_O.transpose(1, 2), B.W_O.transpose(1, 2)                             # [H, d, d_v]
-    out["W_OV"] = _worst("W_OV", _rel(A.W_V[kv], Oa, B.W_V[kv], Ob))
+    full = torch.arange(A.d_v)[None]
+    ov = align(A.W_O, None, B.W_O, None, A.W_V, B.W_V, kv, [full])  # P = W_O^hT (per head), S = W_V^g
+    if ov is None:
+        err = _rel(A.W_V[kv], A.W_O.transpose(1, 2), B.W_V[kv], B.W_O.transpose(1, 2))
+    else:
+        err = ov.errors(full)[:, 0]
+    out["W_OV"] = _worst("W_OV", err)
 
     ea, eb = effective_output_bias(A), effective_output_bias(B)
     err = relative((ea - eb).norm(), ea.norm(), eb.norm())
@@ -85,6 +96,45 @@ def invariant_errors(a: AttentionLayer, b: AttentionLayer) -> dict[str, Invarian
 def largest_invariant_error(a: AttentionLayer, b: AttentionLayer) -> InvariantError:
     """The worst of :func:`invariant_errors`."""
     return max(invariant_errors(a, b).values(), key=lambda e: e.error)
+
+
+def _query_bias(L: AttentionLayer, other: AttentionLayer) -> torch.Tensor | None:
+    """The query bias row of Q~ [H, d_k]: zeros where only ``other`` has one, None where neither does."""
+    return _zero_if_none(L.b_Q, other.b_Q)
+
+
+def _key(L: AttentionLayer, other: AttentionLayer, unrotated: list[int]) -> torch.Tensor:
+    """K~ [G, d (+1), d_k]: the key bias row only on rotated dims (on unrotated ones it is a no-op)."""
+    b = _zero_if_none(L.b_K, other.b_K)
+    if b is not None and unrotated:
+        b = b.clone()
+        b[:, unrotated] = 0
+    return augment(L.W_K, b)
+
+
+def _plane_j(d_k: int, planes: torch.Tensor) -> torch.Tensor:
+    """J^T on each plane's columns [d_k, d_k], so that P (S J^T)^T = P J S^T."""
+    M = torch.zeros(d_k, d_k, dtype=torch.float64)
+    M[planes[:, 0], planes[:, 1]] = -1.0
+    M[planes[:, 1], planes[:, 0]] = 1.0
+    return M
+
+
+def _qk_errors_by_qr(A: AttentionLayer, B: AttentionLayer, kv: torch.Tensor, cols: list[int]) -> dict[str, InvariantError]:
+    """The QK kinds through thin QR of the stacked factors (for layers that cannot be aligned)."""
+    out = {}
+    Qa, Qb = _query(A), _query(B)
+    if cols:
+        Ka, Kb = A.W_K[kv][:, :, cols], B.W_K[kv][:, :, cols]
+        out["W_QK"] = _worst("W_QK", _rel(Qa[:, :, cols], Ka, Qb[:, :, cols], Kb))
+    if A.positional.kind == "rope":
+        idx = torch.tensor(A.positional.rotary.plane_columns())
+        Ka, Kb = augment(A.W_K, _zero_if_none(A.b_K, B.b_K)), augment(B.W_K, _zero_if_none(B.b_K, A.b_K))
+        qa, qb = Qa[:, :, idx].permute(0, 2, 1, 3), Qb[:, :, idx].permute(0, 2, 1, 3)   # [H, P, m, 2]
+        ka, kb = Ka[kv][:, :, idx].permute(0, 2, 1, 3), Kb[kv][:, :, idx].permute(0, 2, 1, 3)
+        out["plane_QK"] = _worst("plane_QK", _rel(qa, ka, qb, kb))
+        out["plane_QJK"] = _worst("plane_QJK", _rel(qa @ _J, ka, qb @ _J, kb))
+    return out
 
 
 def _query(L: AttentionLayer) -> torch.Tensor:

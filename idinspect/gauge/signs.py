@@ -19,14 +19,23 @@ def leading_signs(Xt: torch.Tensor, n_groups: int, row: torch.Tensor | None = No
     Xt [G r, k, m] holds r blocks per group, each transposed (block b of group g is
     X^{g r + b} [m, k]); the stack is X~_g = [X^{g r}; ...; X^{g r + r - 1}; row_g] with the optional
     extra row [G, k] last. Ties go to the lowest stacked row (first block, then first row within
-    it); an all-zero column gets +1. One pass over Xt for |.|, one for the arg-max.
+    it); an all-zero column gets +1.
+
+    Two reductions without temporaries (max and min of each row of Xt) decide every column but
+    those where +a and -a are both a row's largest magnitude; only those rows are searched for
+    the first one.
     """
     N, k, _ = Xt.shape
     r = N // n_groups
-    mag = Xt.abs()
-    idx = mag.argmax(dim=-1, keepdim=True)                                   # first maximum per row
-    top = mag.gather(-1, idx).squeeze(-1).reshape(n_groups, r, k)
-    lead = Xt.gather(-1, idx).squeeze(-1).reshape(n_groups, r, k)
+    hi, lo = Xt.amax(dim=-1), Xt.amin(dim=-1)                                # [N, k]
+    top = torch.maximum(hi, -lo)
+    lead = torch.where(hi >= -lo, hi, lo)
+    tie = (hi == -lo) & (hi > 0)
+    if bool(tie.any()):                                                      # the first of +a, -a decides
+        n, c = tie.nonzero(as_tuple=True)
+        rows = Xt[n, c]                                                      # [ties, m]
+        lead[n, c] = rows.gather(-1, rows.abs().argmax(dim=-1, keepdim=True)).squeeze(-1)
+    top, lead = top.reshape(n_groups, r, k), lead.reshape(n_groups, r, k)
     block = top.argmax(dim=1, keepdim=True)                                  # first block attaining it
     top, lead = top.gather(1, block).squeeze(1), lead.gather(1, block).squeeze(1)
     if row is not None:                                                      # last: wins only if larger

@@ -1,0 +1,120 @@
+"""||P_a S_a^T - P_b S_b^T||_F per head, from k x k Gram matrices, without cancellation.
+
+Every invariant is a product P S^T of a per-head factor P [m, k] (the query Q~^h, or W_O^hT) and a
+per-group factor S [n, k] (K~^g, or W_V^g), restricted to column blocks (the unrotated dims,
+each rotary plane, all of d_v). Expanding ||P_a S_a^T - P_b S_b^T||^2 into Gram traces directly
+cancels catastrophically when the two are close (the error floor would be sqrt(eps)). Instead,
+for ANY invertible block-diagonal Y [k, k], exactly
+
+    P_b S_b^T = P~ S~^T   with  S~ = S_b Y,  P~ = P_b Y^-T,   so
+    P_a S_a^T - P_b S_b^T = dP S_a^T + P~ dS^T,   dP = P_a - P~,  dS = S_a - S~,
+
+    ||.||^2 = tr(dP^T dP . S_a^T S_a) + 2 tr(dP^T P~ . dS^T S_a) + tr(P~^T P~ . dS^T dS).
+
+Y is the least-squares fit S_b Y ~ S_a per group and block (small factors only), so dP and dS
+are as small as the change itself and no term cancels: the comparison is honest (the identity
+holds for every Y) and accurate to rounding. Cost per layer: one batched matmul for dP and three
+Gram matrices of the per-head factors [H, k, k]; everything else is k x k.
+
+A variant M [k, k] (block-diagonal like Y) compares P_a (S_a M)^T with P_b (S_b M)^T with the same
+per-head Gram matrices: M = J^T per plane gives the Q_p J K_p^T invariant.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .linalg import block_traces, blocks, gram, put_blocks, relative
+
+#: Alignment blocks whose least-squares Gram (or the fitted Y) is worse conditioned than this are
+#: not trusted (the identity would still hold, but rounding in Y^-1 would show): the caller then
+#: compares through thin QR instead.
+ALIGN_MAX_CONDITION = 1e10
+
+
+@dataclass
+class Alignment:
+    """The per-head Gram matrices and the per-group alignment of one factor pair (see module doc).
+
+    G1 = dP^T dP, G2 = dP^T P~, Gb = P_b^T P_b, G3 = P~^T P~ [H, k, k]; Y, Yi = Y^-1 [G, k, k];
+    S_a, S_b [G, n, k]; kv [H] the group of each head.
+    """
+
+    G1: torch.Tensor
+    G2: torch.Tensor
+    G3: torch.Tensor
+    Gb: torch.Tensor
+    Y: torch.Tensor
+    Sa: torch.Tensor
+    Sb: torch.Tensor
+    kv: torch.Tensor
+
+    def errors(self, index: torch.Tensor, M: torch.Tensor | None = None) -> torch.Tensor:
+        """Relative change ||X_a - X_b|| / max(||X_a||, ||X_b||) [H, nb] of P (S M)^T on blocks index [nb, bs]."""
+        Sa = self.Sa if M is None else self.Sa @ M
+        Sb = self.Sb if M is None else self.Sb @ M
+        dS = Sa - Sb @ self.Y
+        A1, A2, A3, B1 = (blocks(X.transpose(1, 2) @ Y, index)[self.kv]
+                          for X, Y in ((Sa, Sa), (dS, Sa), (dS, dS), (Sb, Sb)))
+        G1, G2, G3, Gb = (blocks(G, index) for G in (self.G1, self.G2, self.G3, self.Gb))
+        Ga = G1 + G2 + G2.transpose(-1, -2) + G3                  # P_a^T P_a, as P_a = dP + P~
+        diff2 = block_traces(G1, A1) + 2 * block_traces(G2, A2) + block_traces(G3, A3)
+        na, nb = block_traces(Ga, A1).clamp(min=0).sqrt(), block_traces(Gb, B1).clamp(min=0).sqrt()
+        return relative(diff2.clamp(min=0).sqrt(), na, nb)
+
+
+def align(Pa_t: torch.Tensor, pa_row: torch.Tensor | None, Pb_t: torch.Tensor, pb_row: torch.Tensor | None,
+          Sa: torch.Tensor, Sb: torch.Tensor, kv: torch.Tensor, index: list[torch.Tensor]) -> Alignment | None:
+    """Align factor pair b to pair a on the column blocks ``index`` (a list of [nb, bs] tensors covering
+    the columns compared); None where a block cannot be aligned reliably.
+
+    Pa_t, Pb_t [H, k, m]: the per-head factors transposed (P^h = Pt^hT), each with an optional
+    extra row [H, k] (a bias row of P); Sa, Sb [G, n, k]: the per-group factors; kv [H].
+    """
+    G, _, k = Sa.shape
+    Y = Sa.new_zeros(G, k, k)
+    Yi = Sa.new_zeros(G, k, k)
+    SbSb, SbSa = Sb.transpose(1, 2) @ Sb, Sb.transpose(1, 2) @ Sa
+    for idx in index:
+        fit = _fit(blocks(SbSb, idx), blocks(SbSa, idx), blocks(Sa.transpose(1, 2) @ Sa, idx))
+        if fit is None:
+            return None
+        put_blocks(Y, idx, fit[0])
+        put_blocks(Yi, idx, fit[1])
+    dP_t = Pa_t.clone()                                                      # P_a^T - Y^-1 P_b^T, in P_a's
+    dP_t.baddbmm_(Yi[kv], Pb_t, alpha=-1)                                    # layout (no transposing copy)
+    d_row = _row_change(pa_row, pb_row, Yi[kv])
+    Gx = dP_t @ Pb_t.transpose(1, 2)                                         # dP^T P_b
+    if d_row is not None and pb_row is not None:
+        Gx = Gx + d_row[:, :, None] * pb_row[:, None, :]
+    Gb = gram(Pb_t, pb_row)
+    YiT = Yi[kv].transpose(1, 2)
+    return Alignment(G1=gram(dP_t, d_row), G2=Gx @ YiT, G3=Yi[kv] @ Gb @ YiT, Gb=Gb, Y=Y, Sa=Sa, Sb=Sb, kv=kv)
+
+
+def _fit(SbSb: torch.Tensor, SbSa: torch.Tensor, SaSa: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """(Y, Y^-1) [..., bs, bs] solving min ||S_b Y - S_a|| per block from its Gram matrices.
+
+    Blocks where either factor is exactly zero take Y = I (one side's invariant is zero, nothing
+    can cancel); None if another block is too ill-conditioned to fit or invert.
+    """
+    bs = SbSb.shape[-1]
+    eye = torch.eye(bs, dtype=SbSb.dtype, device=SbSb.device).expand_as(SbSb)
+    zero = (SbSb.diagonal(dim1=-2, dim2=-1).sum(-1) == 0) | (SaSa.diagonal(dim1=-2, dim2=-1).sum(-1) == 0)
+    L, info = torch.linalg.cholesky_ex(torch.where(zero[..., None, None], eye, SbSb))
+    Y = torch.where(zero[..., None, None], eye, torch.cholesky_solve(SbSa, L))
+    sv = torch.linalg.svdvals(Y)
+    ok = zero | ((info == 0) & torch.isfinite(sv).all(-1) & (sv[..., -1] * ALIGN_MAX_CONDITION > sv[..., 0]))
+    if not bool(ok.all()):
+        return None
+    return Y, torch.linalg.inv(Y)
+
+
+def _row_change(pa_row: torch.Tensor | None, pb_row: torch.Tensor | None, Yi: torch.Tensor) -> torch.Tensor | None:
+    """pa_row - pb_row Y^-T [H, k] (a missing row is zero)."""
+    if pb_row is None:
+        return pa_row
+    aligned = (pb_row[:, None, :] @ Yi.transpose(1, 2))[:, 0]
+    return -aligned if pa_row is None else pa_row - aligned
