@@ -287,3 +287,30 @@ def test_non_unique_form_is_reported(tiny_dir, tmp_path):
     record = json.loads(result.stdout)
     assert record["unique"] is False and any("layer 0 QK" in d for d in record["degeneracies"])
     assert "not unique" in result.stderr
+    with safe_open(str(tmp_path / "out" / "model.safetensors"), framework="pt") as h:
+        assert json.loads(h.metadata()["idinspect"])["unique"] is False          # the patched header slot
+
+
+def test_one_pass_canonicalises_each_layer_once_and_patches_every_header(tiny_dir, tmp_path, monkeypatch):
+    """Each layer is gauge-fixed exactly once; the headers, written before the last layer is known,
+    end up with the final largest error and uniqueness in their fixed-width slots."""
+    import importlib
+
+    export_module = importlib.import_module("idinspect.export")    # idinspect.export is the function
+    src = tiny_dir("llama3-rope", max_shard_size="20KB")
+    calls = []
+    real = export_module.canonicalize
+    monkeypatch.setattr(export_module, "canonicalize", lambda layer, **kw: calls.append(layer.index) or real(layer, **kw))
+    result = idinspect.export(src, tmp_path / "out")
+    assert sorted(calls) == list(range(idinspect.load(src).num_layers))
+    before = read_all(src)
+    for shard in result.shards:
+        path = tmp_path / "out" / shard
+        with safe_open(str(path), framework="pt") as h:
+            text = h.metadata()["idinspect"]
+            assert all(h.get_tensor(k).shape == before[k].shape for k in h.keys())
+        info = json.loads(text)
+        assert info["max_invariant_error"] == result.max_invariant_error > 0 and info["unique"] is True
+        number = json.dumps(result.max_invariant_error)
+        assert f'"max_invariant_error":{number.ljust(24)},' in text and '"unique":true ,' in text
+        assert int.from_bytes(path.read_bytes()[:8], "little") % 8 == 0

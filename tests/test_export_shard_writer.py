@@ -1,12 +1,16 @@
-"""The streaming shard writer writes what safetensors.torch.save_file writes, deterministically."""
+"""The streaming shard writer writes what safetensors.torch.save_file writes, deterministically, and
+patches reserved metadata slots in place without changing the header's length."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
+from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
-from idinspect.shard_writer import ShardWriter, TensorSpec, write_safetensors
+from idinspect.shard_writer import ShardWriter, Slot, TensorSpec, patch_slots, write_safetensors
 
 
 def _tensors() -> dict[str, torch.Tensor]:
@@ -46,3 +50,39 @@ def test_streaming_checks_order_spec_and_completeness(tmp_path):
     writer.write("a", torch.zeros(2))
     with pytest.raises(ValueError, match="never written"):
         writer.close()
+
+
+def test_slots_are_patched_in_place_and_the_file_stays_valid(tmp_path):
+    """A slot after non-ASCII and escaped characters: found, patched, header length unchanged."""
+    t = _tensors()
+    info = 'src "ü\\\\n" then {"err":' + "null".ljust(24) + '}'
+    start = info.index("null")
+    meta = {"a": "ä\t\"x\"", "format": "pt", "info": info}
+    path = tmp_path / "s.safetensors"
+    with ShardWriter(path, {n: TensorSpec(v.dtype, tuple(v.shape)) for n, v in t.items()}, meta,
+                     {"err": Slot("info", start, 24)}) as writer:
+        for name in writer.order:
+            writer.write(name, t[name])
+    before = path.read_bytes()
+    patch_slots(path, writer.slots, {"err": "0.00123".ljust(24)})
+    after = path.read_bytes()
+    assert len(after) == len(before) and after[:8] == before[:8]
+    with safe_open(str(path), framework="pt") as h:
+        got = h.metadata()
+        assert all(torch.equal(h.get_tensor(k), v) for k, v in t.items())
+    assert got["info"] == info.replace("null".ljust(24), "0.00123".ljust(24)) and got["a"] == meta["a"]
+    assert json.loads(got["info"][got["info"].index("{"):]) == {"err": 0.00123}
+
+
+def test_slot_values_must_fit_exactly(tmp_path):
+    meta = {"info": "[" + "null".ljust(8) + "]"}
+    with ShardWriter(tmp_path / "s", {"a": TensorSpec(torch.float32, (1,))}, meta, {"v": Slot("info", 1, 8)}) as w:
+        w.write("a", torch.zeros(1))
+    for bad in ("1" * 9, "1", '"quoted"', "back\\sl ", "tab\there"):
+        with pytest.raises(ValueError, match="slot v"):
+            patch_slots(tmp_path / "s", w.slots, {"v": bad})
+    patch_slots(tmp_path / "s", w.slots, {"v": "12345678"})
+    with safe_open(str(tmp_path / "s"), framework="pt") as h:
+        assert h.metadata() == {"info": "[12345678]"}
+    with pytest.raises(ValueError, match="no metadata entry"):
+        ShardWriter(tmp_path / "t", {"a": TensorSpec(torch.float32, (1,))}, meta, {"v": Slot("other", 0, 4)})

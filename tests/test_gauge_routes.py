@@ -1,0 +1,119 @@
+"""The fast routes agree with the reference ones: the Gram route to the balanced form with the QR
+route, the aligned Gram comparison of invariants with the thin-QR one, the max/min sign rule with
+the arg-max one (ties included); ill-conditioned layers fall back and stay correct."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from idinspect.gauge import canonicalize, gauge_residuals, invariant_errors
+from idinspect.gauge import invariants as inv
+from idinspect.gauge.biases import fix_biases
+from idinspect.gauge.gram_path import balance_by_grams
+from idinspect.gauge.linalg import key_side_signs
+from idinspect.gauge.qr_path import balance_by_qr
+from idinspect.gauge.signs import leading_signs
+from idinspect.structure import unrotated_columns
+from tests.test_gauge import IDS, LAYERS, random_gauge, synthetic_layer
+
+FIELDS = ("W_Q", "b_Q", "W_K", "b_K", "W_V", "b_V", "W_O", "s_qk", "principal", "s_vo")
+
+
+def _routes(layer):
+    L, _, folded = fix_biases(layer.to(torch.float64))
+    v_live = L.b_V is not None and not folded
+    return balance_by_grams(L, v_live), balance_by_qr(L, v_live)
+
+
+def _qr_errors(a, b) -> dict[str, float]:
+    """Every invariant kind through thin-QR cores (the reference comparison)."""
+    A, B = a.to(torch.float64), b.to(torch.float64)
+    kv = torch.arange(A.n_heads) // A.group_size
+    out = {k: e.error for k, e in inv._qk_errors_by_qr(A, B, kv, list(unrotated_columns(A))).items()}
+    out["W_OV"] = float(inv._rel(A.W_V[kv], A.W_O.transpose(1, 2), B.W_V[kv], B.W_O.transpose(1, 2)).max())
+    return out
+
+
+@pytest.mark.parametrize("name,layer", LAYERS, ids=IDS)
+def test_gram_route_equals_qr_route(name, layer):
+    gram, qr = _routes(layer)
+    assert gram is not None, "well-conditioned random weights take the Gram route"
+    for f in FIELDS:
+        a, b = getattr(gram, f), getattr(qr, f)
+        assert (a is None) == (b is None), f
+        if b is not None:
+            assert float((a - b).norm()) <= 1e-12 * max(float(b.norm()), 1.0), f
+
+
+def _ill_conditioned(layer):
+    """Key columns nearly dependent: cond(W_K^T W_K) ~ 1e14, far past the Gram route's limit."""
+    W_K = layer.W_K.clone()
+    W_K[:, :, -1] = W_K[:, :, -2] + 1e-7 * W_K[:, :, -1]
+    return layer.replace(W_K=W_K)
+
+
+@pytest.mark.parametrize("kw", [dict(), dict(rotary_dim=2, d=12, H=2, G=2, dk=6)], ids=["no-rope", "partial-rope"])
+def test_ill_conditioned_layers_take_the_qr_route_and_stay_correct(kw):
+    layer = _ill_conditioned(synthetic_layer(**kw))
+    assert _routes(layer)[0] is None
+    fixed, _ = canonicalize(layer)
+    assert max(e.error for e in invariant_errors(layer, fixed).values()) <= 1e-9
+    assert max(v for v, _ in gauge_residuals(fixed)) <= 1e-9
+    twice, _ = canonicalize(fixed)
+    assert all(float((getattr(twice, r) - t).norm()) <= 1e-6 * float(t.norm()) for r, t in fixed.tensors().items())
+
+
+@pytest.mark.parametrize("name,layer", LAYERS, ids=IDS)
+def test_aligned_invariant_errors_equal_the_qr_ones(name, layer):
+    fixed, _ = canonicalize(layer)
+    pairs = {"fixed": fixed, "moved": random_gauge(layer, 3), "generic": random_gauge(layer, 4, generic_qk=True),
+             "bf16": fixed.to(torch.bfloat16), "f32": fixed.to(torch.float32),
+             "f16 moved": random_gauge(layer, 5).to(torch.float16)}
+    for what, other in pairs.items():
+        fast = {k: e.error for k, e in invariant_errors(layer, other).items() if k != "output_bias"}
+        ref = _qr_errors(layer, other)
+        assert fast.keys() == ref.keys()
+        for k in ref:
+            if max(fast[k], ref[k]) > 1e-12:
+                assert abs(fast[k] - ref[k]) <= 1e-6 * ref[k], (what, k, fast[k], ref[k])
+            else:
+                assert fast[k] <= 1e-13 and ref[k] <= 1e-13, (what, k, fast[k], ref[k])
+
+
+def test_unalignable_layers_are_compared_through_qr():
+    """A zero key column makes the least-squares alignment singular: the QR comparison takes over."""
+    layer = synthetic_layer()
+    W_K = layer.W_K.clone()
+    W_K[:, :, 0] = 0
+    layer = layer.replace(W_K=W_K)
+    moved = random_gauge(layer, 2)
+    errors = invariant_errors(layer, moved)
+    assert max(e.error for e in errors.values()) <= 1e-12
+    rounded = {k: e.error for k, e in invariant_errors(layer, moved.to(torch.bfloat16)).items() if k != "output_bias"}
+    assert rounded == pytest.approx(_qr_errors(layer, moved.to(torch.bfloat16)), rel=1e-12)
+
+
+def _stack(Xt: torch.Tensor, n_groups: int) -> torch.Tensor:
+    """[G r, k, m] transposed blocks -> the explicit stacks [G, r m, k]."""
+    N, k, m = Xt.shape
+    return Xt.transpose(1, 2).reshape(n_groups, (N // n_groups) * m, k)
+
+
+def test_leading_signs_follow_the_argmax_rule_with_ties():
+    g = torch.Generator().manual_seed(0)
+    Xt = torch.randn(6, 4, 5, generator=g, dtype=torch.float64)      # G = 2 groups of r = 3 blocks
+    Xt[0, 0, :] = torch.tensor([0.5, -3.0, 3.0, 1.0, 0.0])            # +a and -a in one row: -a comes first
+    Xt[3, 1, :] = torch.tensor([3.0, 0.1, -3.0, 0.0, 0.0])            # +a first
+    Xt[1, 2, :] = 0
+    Xt[0, 2, :] = 0
+    Xt[2, 2, :] = 0                                                   # an all-zero column of group 0
+    Xt[4, 3, :] = -Xt[3, 3, :].abs().max() - 1                        # two blocks, same magnitude, opposite signs:
+    Xt[5, 3, :] = Xt[4, 3, :].abs()                                   # the earlier block decides
+    Xt[3, 3, :] = 0
+    expected = key_side_signs(_stack(Xt, 2))
+    assert torch.equal(leading_signs(Xt, 2), expected)
+    assert expected[0, 0] == -1 and expected[1, 1] == 1 and expected[0, 2] == 1 and expected[1, 3] == -1
+    row = torch.tensor([[9.0, -9.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0]], dtype=torch.float64)
+    with_row = torch.cat([_stack(Xt, 2), row[:, None, :]], dim=1)
+    assert torch.equal(leading_signs(Xt, 2, row), key_side_signs(with_row))
