@@ -1,17 +1,20 @@
 """``export``: a checkpoint in, the same checkpoint in the balanced gauge out.
 
-Data flows one way: adapter.read_layer -> gauge.canonicalize (float64) -> adapter.write_layer
-(one cast, original names / orientation / fusion) -> shard writer -> files. Every other tensor is
+Data flows one way: adapter.read_layer -> gauge.canonicalize (float64) -> one cast -> invariant
+check -> adapter.write_layer (original names / orientation / fusion) -> shard writer -> files
+(the layer work in :mod:`.export_layers`). Every other tensor is
 copied bit for bit (or cast, with ``dtype``); shard names, weight map and header metadata are
 kept, with an ``idinspect`` provenance entry added to every shard.
 
-One streaming pass, holding about one layer (plus the tensor being written): each shard is written
-header first, then tensor by tensor in file order; a layer is canonicalised, cast and checked
-(largest invariant change between the original and the cast result) when its first attention
-tensor comes up. The largest error over all layers and the uniqueness flag go into every shard
-header but are known only at the end: the header reserves fixed-width slots for them inside the
-``idinspect`` metadata string (JSON whitespace pads the values), patched in place once every
-shard is written, before config.json, the index and the rename.
+One streaming pass: each shard is written header first, then tensor by tensor in file order; each
+layer is canonicalised, cast and checked (largest invariant change between the original and the
+cast result) on a worker thread one layer ahead of the writer, so memory stays at about two
+layers' attention (one being written, one being computed) plus the tensor being copied. Closed
+shards are fsynced on another thread while the next is written. The largest error over all
+layers and the uniqueness flag go into every shard header but are known only at the end: the
+header reserves fixed-width slots for them inside the ``idinspect`` metadata string (JSON
+whitespace pads the values), patched in place once every shard is written and synced, before
+config.json, the index and the rename.
 
 Safety: nothing under the input is written; output goes to ``.OUT.idinspect-tmp-XXXX`` beside
 ``OUT``, config.json last, and is renamed to ``OUT`` only when complete.
@@ -25,6 +28,7 @@ import secrets
 import shutil
 import tempfile
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -33,10 +37,18 @@ import torch
 from .checkpoint import INDEX_FILE, SafetensorsCheckpoint
 from .errors import IdinspectError
 from .export_files import CONFIG, config_text, copy_files, index_text, plan_copies
-from .gauge import GAUGE_NAME, GAUGE_VERSION, Degeneracy, InvariantError, canonicalize, largest_invariant_error
+from .export_layers import LayerStream
+from .gauge import GAUGE_NAME, GAUGE_VERSION, Degeneracy
 from .hub import EXPORT_PATTERNS
 from .model import Model, load
-from .shard_writer import ShardWriter, Slot, TensorSpec, patch_slots
+from .shard_writer import (
+    ShardWriter,
+    Slot,
+    TensorSpec,
+    file_order,
+    patch_slots,
+    sync_file,
+)
 
 DTYPES: dict[str, torch.dtype | None] = {"keep": None, "float32": torch.float32, "float64": torch.float64,
                                           "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -110,6 +122,8 @@ def _export(model: Model, out: Path, dtype_name: str, target: torch.dtype | None
                              "save_pretrained it first")
     _refuse_overlap(Path(src), out)
     owner = _attention_owners(model)
+    plans = {fname: _shard_specs(reader, fname, target) for fname in reader.shard_files}
+    changed = any(spec.dtype != reader.dtype(name) for specs in plans.values() for name, spec in specs.items())
 
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = _make_temp_dir(out)
@@ -119,34 +133,31 @@ def _export(model: Model, out: Path, dtype_name: str, target: torch.dtype | None
         skipped = [f for f in skipped if f not in rewritten]
         copy_files(Path(src), tmp, copies)
         info, slots = _provenance(model, dtype_name)
-        layers = _LayerTensors(model, target, progress)
-        total, count, changed = 0, 0, False
-        n_tensors = len(reader.keys())
+        total, count, n_tensors = 0, 0, len(reader.keys())
         patches: dict[str, dict[str, tuple[int, int]]] = {}
-        for fname in reader.shard_files:
-            specs: dict[str, TensorSpec] = {}
-            for name in reader.keys_in(fname):
-                stored = reader.dtype(name)
-                out_dtype = target if target is not None and stored in _CASTABLE else stored
-                changed |= out_dtype != stored
-                specs[name] = TensorSpec(out_dtype, tuple(reader.shape(name)))
-            metadata = {**reader.metadata(fname), "format": "pt", PROVENANCE_KEY: info}
-            with ShardWriter(tmp / fname, specs, metadata, slots) as writer:
-                for name in writer.order:
-                    if name in owner:
-                        tensor = layers.get(owner[name], name)
-                    else:
-                        tensor = reader.get(name)
-                        if tensor.dtype != specs[name].dtype:
-                            tensor = tensor.to(specs[name].dtype)
-                    writer.write(name, tensor)
-                    del tensor
-                    count += 1
-                    progress("write", count, n_tensors)
-            patches[fname] = writer.slots
-            total += sum(s.nbytes for s in specs.values())
-        layers.release()
-        worst, where, degeneracies = layers.summary()
+        with LayerStream(model, target, _schedule(plans, owner), progress) as layers, \
+                ThreadPoolExecutor(max_workers=1, thread_name_prefix="idinspect-fsync") as syncer:
+            synced = []
+            for fname, specs in plans.items():
+                metadata = {**reader.metadata(fname), "format": "pt", PROVENANCE_KEY: info}
+                with ShardWriter(tmp / fname, specs, metadata, slots, sync=False) as writer:
+                    for name in writer.order:
+                        if name in owner:
+                            tensor = layers.get(owner[name], name)
+                        else:
+                            tensor = reader.get(name)
+                            if tensor.dtype != specs[name].dtype:
+                                tensor = tensor.to(specs[name].dtype)
+                        writer.write(name, tensor)
+                        del tensor
+                        count += 1
+                        progress("write", count, n_tensors)
+                synced.append(syncer.submit(sync_file, tmp / fname))   # durable while the next shard is written
+                patches[fname] = writer.slots
+                total += sum(s.nbytes for s in specs.values())
+            worst, where, degeneracies = layers.summary()
+            for job in synced:
+                job.result()
         values = _slot_values(worst, unique=not degeneracies)
         for fname, at in patches.items():
             patch_slots(tmp / fname, at, values)
@@ -163,58 +174,24 @@ def _export(model: Model, out: Path, dtype_name: str, target: torch.dtype | None
                         max_invariant_error=worst, worst_invariant=where, degeneracies=degeneracies)
 
 
-class _LayerTensors:
-    """The gauge-fixed checkpoint tensors of one layer at a time, and what each layer's check found.
+def _shard_specs(reader: SafetensorsCheckpoint, fname: str, target: torch.dtype | None) -> dict[str, TensorSpec]:
+    """What the output shard holds: the input's names and shapes; floating dtypes cast to ``target``."""
+    specs = {}
+    for name in reader.keys_in(fname):
+        stored = reader.dtype(name)
+        specs[name] = TensorSpec(target if target is not None and stored in _CASTABLE else stored,
+                                 tuple(reader.shape(name)))
+    return specs
 
-    A layer is computed when first asked for (canonicalise in float64, cast once to the output
-    dtype, compare the invariants of the original and the cast result, write through the adapter)
-    and kept until another layer is asked for. Recomputing an evicted layer (only for a sharding
-    that splits a layer around another) gives the same tensors; its check is recorded once.
-    """
 
-    def __init__(self, model: Model, target: torch.dtype | None, progress: Progress):
-        self.model, self.target, self.progress = model, target, progress
-        self.index: int | None = None
-        self.tensors: dict[str, torch.Tensor] = {}
-        self.errors: dict[int, InvariantError] = {}
-        self.degeneracies: dict[int, list[Degeneracy]] = {}
-
-    def get(self, layer: int, name: str) -> torch.Tensor:
-        if self.index != layer:
-            self.release()
-            self.tensors = self._compute(layer)
-            self.index = layer
-        return self.tensors[name]
-
-    def release(self) -> None:
-        self.tensors, self.index = {}, None
-
-    def summary(self) -> tuple[float, str, list[Degeneracy]]:
-        """(largest error, where, every non-uniqueness) over all layers, in layer order (last max wins)."""
-        for i in range(self.model.num_layers):
-            if i not in self.errors:      # every layer's tensors are written, so none is missing; be sure
-                self._compute(i)
-        worst, where, degeneracies = 0.0, "", []
-        for i in range(self.model.num_layers):
-            if self.errors[i].error >= worst:
-                worst, where = self.errors[i].error, self.errors[i].where(i)
-            degeneracies += self.degeneracies[i]
-        return worst, where, degeneracies
-
-    def _compute(self, i: int) -> dict[str, torch.Tensor]:
-        layer = self.model.layer(i)
-        original = layer.to(torch.float64)                      # the one widening cast, shared below
-        fixed, report = canonicalize(original)
-        cast = fixed.replace(**{role: t.to(self.target or getattr(layer, role).dtype)
-                                for role, t in fixed.tensors().items()})
-        if i not in self.errors:
-            for role, t in fixed.tensors().items():             # round in place: the cast values in float64,
-                t.copy_(getattr(cast, role))                    # without new float64 buffers
-            self.errors[i] = largest_invariant_error(original, fixed)
-            self.degeneracies[i] = report.degeneracies
-            self.progress("gauge", len(self.errors), self.model.num_layers)
-        del fixed, original
-        return self.model.adapter.write_layer(cast, dtype=self.target)
+def _schedule(plans: dict[str, dict[str, TensorSpec]], owner: dict[str, int]) -> list[int]:
+    """Layer indices in the order the writer first needs each (a repeat where shards interleave layers)."""
+    order: list[int] = []
+    for specs in plans.values():
+        for name in file_order(specs):
+            if name in owner and (not order or order[-1] != owner[name]):
+                order.append(owner[name])
+    return order
 
 
 def _attention_owners(model: Model) -> dict[str, int]:

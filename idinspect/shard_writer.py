@@ -105,6 +105,15 @@ def _check_slot_text(name: str, text: str, width: int) -> bytes:
     return text.encode("ascii")
 
 
+def sync_file(path: str | Path) -> None:
+    """fsync a closed file: its data reaches the disk (flushing another file's pages meanwhile is fine)."""
+    fd = os.open(path, os.O_RDWR)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def patch_slots(path: str | Path, slots: dict[str, tuple[int, int]], values: dict[str, str]) -> None:
     """Overwrite slots (name -> (byte offset, width), :attr:`ShardWriter.slots`) with ``values`` and fsync."""
     with open(path, "r+b") as f:
@@ -119,19 +128,21 @@ def patch_slots(path: str | Path, slots: dict[str, tuple[int, int]], values: dic
 class ShardWriter:
     """Write one safetensors file: create it, then :meth:`write` each tensor in :attr:`order`.
 
-    Data goes straight to disk; :meth:`close` checks every tensor was written, flushes and fsyncs.
-    ``slots`` (name -> :class:`Slot`) reserve metadata stretches for :func:`patch_slots`; their
+    Data goes straight to disk; :meth:`close` checks every tensor was written, flushes and fsyncs
+    (``sync=False``: no fsync; the caller makes the file durable, e.g. :func:`sync_file` in the
+    background while the next file is written). ``slots`` (name -> :class:`Slot`) reserve metadata stretches for :func:`patch_slots`; their
     byte offsets and widths are in :attr:`slots` once the header is written.
     """
 
     def __init__(self, path: str | Path, specs: dict[str, TensorSpec], metadata: dict[str, str] | None = None,
-                 slots: dict[str, Slot] | None = None):
+                 slots: dict[str, Slot] | None = None, sync: bool = True):
         if sys.byteorder != "little":
             raise IdinspectError("safetensors is little-endian; writing on a big-endian machine is not supported")
         for name, spec in specs.items():
             if spec.dtype not in DTYPE_CODES:
                 raise IdinspectError(f"tensor {name}: dtype {spec.dtype} cannot be stored in safetensors here")
         self.path = Path(path)
+        self.sync = sync
         self.specs = dict(specs)
         self.order = file_order(self.specs)
         self._next = 0
@@ -166,7 +177,8 @@ class ShardWriter:
             return
         missing = self.order[self._next:]
         self._file.flush()
-        os.fsync(self._file.fileno())
+        if self.sync:
+            os.fsync(self._file.fileno())
         self._file.close()
         if missing:
             raise ValueError(f"{self.path.name}: {len(missing)} tensors never written, first {missing[0]}")

@@ -10,7 +10,13 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
-from idinspect.shard_writer import ShardWriter, Slot, TensorSpec, patch_slots, write_safetensors
+from idinspect.shard_writer import (
+    ShardWriter,
+    Slot,
+    TensorSpec,
+    patch_slots,
+    write_safetensors,
+)
 
 
 def _tensors() -> dict[str, torch.Tensor]:

@@ -53,7 +53,7 @@ def _ill_conditioned(layer):
     return layer.replace(W_K=W_K)
 
 
-@pytest.mark.parametrize("kw", [dict(), dict(rotary_dim=2, d=12, H=2, G=2, dk=6)], ids=["no-rope", "partial-rope"])
+@pytest.mark.parametrize("kw", [{}, {"rotary_dim": 2, "d": 12, "H": 2, "G": 2, "dk": 6}], ids=["no-rope", "partial-rope"])
 def test_ill_conditioned_layers_take_the_qr_route_and_stay_correct(kw):
     layer = _ill_conditioned(synthetic_layer(**kw))
     assert _routes(layer)[0] is None

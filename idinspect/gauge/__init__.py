@@ -12,7 +12,12 @@ from __future__ import annotations
 
 from .canonicalize import GAUGE_NAME, GAUGE_VERSION, canonicalize
 from .check import default_rtol, gauge_residuals, is_gauge_fixed
-from .invariants import INVARIANTS, InvariantError, invariant_errors, largest_invariant_error
+from .invariants import (
+           INVARIANTS,
+           InvariantError,
+           invariant_errors,
+           largest_invariant_error,
+)
 from .report import NONUNIQUE_RTOL, Degeneracy, GaugeReport
 
 __all__ = ["GAUGE_NAME", "GAUGE_VERSION", "INVARIANTS", "NONUNIQUE_RTOL", "Degeneracy", "GaugeReport",

@@ -16,8 +16,8 @@ are as small as the change itself and no term cancels: the comparison is honest 
 holds for every Y) and accurate to rounding. Cost per layer: one batched matmul for dP and three
 Gram matrices of the per-head factors [H, k, k]; everything else is k x k.
 
-A variant M [k, k] (block-diagonal like Y) compares P_a (S_a M)^T with P_b (S_b M)^T with the same
-per-head Gram matrices: M = J^T per plane gives the Q_p J K_p^T invariant.
+A signed column permutation M (block-diagonal like Y) compares P_a (S_a M)^T with P_b (S_b M)^T
+with the same per-head Gram matrices: M = J^T per plane gives the Q_p J K_p^T invariant.
 """
 
 from __future__ import annotations
@@ -36,10 +36,11 @@ ALIGN_MAX_CONDITION = 1e10
 
 @dataclass
 class Alignment:
-    """The per-head Gram matrices and the per-group alignment of one factor pair (see module doc).
+    """The Gram matrices of one aligned factor pair (see the module doc).
 
-    G1 = dP^T dP, G2 = dP^T P~, Gb = P_b^T P_b, G3 = P~^T P~ [H, k, k]; Y, Yi = Y^-1 [G, k, k];
-    S_a, S_b [G, n, k]; kv [H] the group of each head.
+    Per head [H, k, k]: G1 = dP^T dP, G2 = dP^T P~, G3 = P~^T P~, Gb = P_b^T P_b. Per group:
+    Y [G, k, k], S_a, S_b, dS [G, n, k] and their Grams SaSa = S_a^T S_a, SbSb, dSSa = dS^T S_a,
+    dSdS = dS^T dS [G, k, k]; kv [H] the group of each head.
     """
 
     G1: torch.Tensor
@@ -49,15 +50,31 @@ class Alignment:
     Y: torch.Tensor
     Sa: torch.Tensor
     Sb: torch.Tensor
+    dS: torch.Tensor
+    SaSa: torch.Tensor
+    SbSb: torch.Tensor
+    dSSa: torch.Tensor
+    dSdS: torch.Tensor
     kv: torch.Tensor
 
-    def errors(self, index: torch.Tensor, M: torch.Tensor | None = None) -> torch.Tensor:
-        """Relative change ||X_a - X_b|| / max(||X_a||, ||X_b||) [H, nb] of P (S M)^T on blocks index [nb, bs]."""
-        Sa = self.Sa if M is None else self.Sa @ M
-        Sb = self.Sb if M is None else self.Sb @ M
-        dS = Sa - Sb @ self.Y
-        A1, A2, A3, B1 = (blocks(X.transpose(1, 2) @ Y, index)[self.kv]
-                          for X, Y in ((Sa, Sa), (dS, Sa), (dS, dS), (Sb, Sb)))
+    def errors(self, index: torch.Tensor, perm: torch.Tensor | None = None, sign: torch.Tensor | None = None
+               ) -> torch.Tensor:
+        """Relative change ||X_a - X_b|| / max(||X_a||, ||X_b||) [H, nb] on blocks index [nb, bs].
+
+        X = P S^T, or with a signed column permutation M (column j of S M is sign[j] * column
+        perm[j] of S, block-diagonal like Y) X = P (S M)^T. M's Gram matrices are exact re-indexings
+        (M^T S^T S M); only dS_M = S_a M - (S_b M) Y and its two Grams are computed again.
+        """
+        if perm is None:
+            SaSa, SbSb, dSSa, dSdS = self.SaSa, self.SbSb, self.dSSa, self.dSdS
+        else:
+            outer = sign[:, None] * sign[None, :]
+            SaSa = self.SaSa[:, perm[:, None], perm[None, :]] * outer
+            SbSb = self.SbSb[:, perm[:, None], perm[None, :]] * outer
+            SaM = self.Sa[:, :, perm] * sign
+            dS = torch.baddbmm(SaM, self.Sb[:, :, perm] * sign, self.Y, alpha=-1)
+            dSSa, dSdS = dS.transpose(1, 2) @ SaM, dS.transpose(1, 2) @ dS
+        A1, A2, A3, B1 = (blocks(X, index)[self.kv] for X in (SaSa, dSSa, dSdS, SbSb))
         G1, G2, G3, Gb = (blocks(G, index) for G in (self.G1, self.G2, self.G3, self.Gb))
         Ga = G1 + G2 + G2.transpose(-1, -2) + G3                  # P_a^T P_a, as P_a = dP + P~
         diff2 = block_traces(G1, A1) + 2 * block_traces(G2, A2) + block_traces(G3, A3)
@@ -76,22 +93,25 @@ def align(Pa_t: torch.Tensor, pa_row: torch.Tensor | None, Pb_t: torch.Tensor, p
     G, _, k = Sa.shape
     Y = Sa.new_zeros(G, k, k)
     Yi = Sa.new_zeros(G, k, k)
-    SbSb, SbSa = Sb.transpose(1, 2) @ Sb, Sb.transpose(1, 2) @ Sa
+    SaSa, SbSb, SbSa = Sa.transpose(1, 2) @ Sa, Sb.transpose(1, 2) @ Sb, Sb.transpose(1, 2) @ Sa
     for idx in index:
-        fit = _fit(blocks(SbSb, idx), blocks(SbSa, idx), blocks(Sa.transpose(1, 2) @ Sa, idx))
+        fit = _fit(blocks(SbSb, idx), blocks(SbSa, idx), blocks(SaSa, idx))
         if fit is None:
             return None
         put_blocks(Y, idx, fit[0])
         put_blocks(Yi, idx, fit[1])
+    dS = torch.baddbmm(Sa, Sb, Y, alpha=-1)                                  # S_a - S_b Y
+    Yi_h = Yi[kv]
     dP_t = Pa_t.clone()                                                      # P_a^T - Y^-1 P_b^T, in P_a's
-    dP_t.baddbmm_(Yi[kv], Pb_t, alpha=-1)                                    # layout (no transposing copy)
-    d_row = _row_change(pa_row, pb_row, Yi[kv])
+    dP_t.baddbmm_(Yi_h, Pb_t, alpha=-1)                                      # layout (no transposing copy)
+    d_row = _row_change(pa_row, pb_row, Yi_h)
     Gx = dP_t @ Pb_t.transpose(1, 2)                                         # dP^T P_b
     if d_row is not None and pb_row is not None:
         Gx = Gx + d_row[:, :, None] * pb_row[:, None, :]
     Gb = gram(Pb_t, pb_row)
-    YiT = Yi[kv].transpose(1, 2)
-    return Alignment(G1=gram(dP_t, d_row), G2=Gx @ YiT, G3=Yi[kv] @ Gb @ YiT, Gb=Gb, Y=Y, Sa=Sa, Sb=Sb, kv=kv)
+    YiT = Yi_h.transpose(1, 2)
+    return Alignment(G1=gram(dP_t, d_row), G2=Gx @ YiT, G3=Yi_h @ Gb @ YiT, Gb=Gb, Y=Y, Sa=Sa, Sb=Sb, dS=dS,
+                     SaSa=SaSa, SbSb=SbSb, dSSa=dS.transpose(1, 2) @ Sa, dSdS=dS.transpose(1, 2) @ dS, kv=kv)
 
 
 def _fit(SbSb: torch.Tensor, SbSa: torch.Tensor, SaSa: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:

@@ -23,9 +23,9 @@ import torch
 
 from ..canonical import AttentionLayer
 from ..structure import unrotated_columns
+from .aligned import align
 from .biases import effective_output_bias
 from .factors import augment
-from .aligned import align
 from .linalg import product_norms, relative
 
 INVARIANTS = ("W_QK", "plane_QK", "plane_QJK", "W_OV", "output_bias")
@@ -77,7 +77,7 @@ def invariant_errors(a: AttentionLayer, b: AttentionLayer) -> dict[str, Invarian
             out["W_QK"] = _worst("W_QK", qk.errors(U)[:, 0])
         if planes is not None:
             out["plane_QK"] = _worst("plane_QK", qk.errors(planes))
-            out["plane_QJK"] = _worst("plane_QJK", qk.errors(planes, _plane_j(A.d_k, planes)))
+            out["plane_QJK"] = _worst("plane_QJK", qk.errors(planes, *_plane_j(A.d_k, planes)))
 
     full = torch.arange(A.d_v)[None]
     ov = align(A.W_O, None, B.W_O, None, A.W_V, B.W_V, kv, [full])  # P = W_O^hT (per head), S = W_V^g
@@ -112,12 +112,14 @@ def _key(L: AttentionLayer, other: AttentionLayer, unrotated: list[int]) -> torc
     return augment(L.W_K, b)
 
 
-def _plane_j(d_k: int, planes: torch.Tensor) -> torch.Tensor:
-    """J^T on each plane's columns [d_k, d_k], so that P (S J^T)^T = P J S^T."""
-    M = torch.zeros(d_k, d_k, dtype=torch.float64)
-    M[planes[:, 0], planes[:, 1]] = -1.0
-    M[planes[:, 1], planes[:, 0]] = 1.0
-    return M
+def _plane_j(d_k: int, planes: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """J^T on each plane's columns as a signed permutation (perm, sign) [d_k]: column j of S J^T is
+    sign[j] * column perm[j] of S, so that P (S J^T)^T = P J S^T. For plane (i, j):
+    (S J^T)[:, i] = S[:, j] and (S J^T)[:, j] = -S[:, i]."""
+    perm, sign = torch.arange(d_k), torch.ones(d_k, dtype=torch.float64)
+    perm[planes[:, 0]], perm[planes[:, 1]] = planes[:, 1], planes[:, 0]
+    sign[planes[:, 1]] = -1.0
+    return perm, sign
 
 
 def _qk_errors_by_qr(A: AttentionLayer, B: AttentionLayer, kv: torch.Tensor, cols: list[int]) -> dict[str, InvariantError]:
@@ -159,7 +161,7 @@ def _worst(name: str, err: torch.Tensor) -> InvariantError:
     flat = int(err.reshape(-1).argmax())
     if err.dim() == 1:
         return InvariantError(name, float(err[flat]), head=flat)
-    H, P = err.shape
+    P = err.shape[1]
     return InvariantError(name, float(err.reshape(-1)[flat]), head=flat // P, plane=flat % P)
 
 

@@ -12,7 +12,14 @@ import torch
 from ..canonical import AttentionLayer
 from ..structure import unrotated_columns
 from .balanced import Balanced
-from .factors import augment, output_stack, output_unstack, split_augmented, stack_groups, unstack_groups
+from .factors import (
+    augment,
+    output_stack,
+    output_unstack,
+    split_augmented,
+    stack_groups,
+    unstack_groups,
+)
 from .planes import balance_planes
 from .qk import balance_qk
 from .vo import balance_vo

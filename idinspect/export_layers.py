@@ -1,0 +1,126 @@
+"""The attention layers of an export, gauge-fixed one layer ahead of the shard writer.
+
+Per layer: read (adapter, checkpoint dtype) -> widen once to float64 -> canonicalise -> cast once
+to the output dtype -> compare every invariant of the original with the cast result -> the
+adapter's checkpoint tensors (original names, orientation, fusion).
+
+The float64 work runs on one worker thread while the caller writes other tensors: when layer i
+is handed over, layer i + 1 of the schedule (the order the writer will ask for layers) is read
+and submitted. So at most two layers are in flight: the one being written (cast tensors only)
+and the one being computed. All checkpoint reads and adapter calls stay on the caller's thread;
+the worker only does tensor arithmetic, so the result is the same as computing inline, bit for
+bit (the same kernels with the same threads on the same data).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Self
+
+import torch
+
+from .canonical import AttentionLayer
+from .gauge import Degeneracy, InvariantError, canonicalize, largest_invariant_error
+from .model import Model
+
+#: progress(stage, done, total); here stage "gauge" counts layers.
+Progress = Callable[[str, int, int], None]
+
+
+@dataclass
+class FixedLayer:
+    """One layer's gauge-fixed form cast to the output dtype, and what its check found."""
+
+    cast: AttentionLayer
+    error: InvariantError
+    degeneracies: list[Degeneracy]
+
+
+def fix_layer(layer: AttentionLayer, target: torch.dtype | None) -> FixedLayer:
+    """Canonicalise ``layer`` in float64, cast each tensor once (to ``target``, or its stored dtype),
+    and measure the largest invariant change between the original and the cast result."""
+    original = layer.to(torch.float64)                      # the one widening cast, shared below
+    fixed, report = canonicalize(original)
+    cast = fixed.replace(**{role: t.to(target or getattr(layer, role).dtype) for role, t in fixed.tensors().items()})
+    for role, t in fixed.tensors().items():                 # the cast values in float64, written into
+        t.copy_(getattr(cast, role))                        # canonicalize's own buffers (no new ones)
+    return FixedLayer(cast, largest_invariant_error(original, fixed), report.degeneracies)
+
+
+class LayerStream:
+    """Checkpoint tensors of gauge-fixed layers, asked for layer by layer in ``schedule`` order.
+
+    ``schedule`` lists layer indices in the order :meth:`get` will first ask for them (a layer
+    twice if a sharding splits it around another: it is then computed again, identically). Any
+    other order still works, computed on demand. Each layer's error and non-uniqueness are
+    recorded once. Use as a context manager (stops the worker).
+    """
+
+    def __init__(self, model: Model, target: torch.dtype | None, schedule: list[int],
+                 progress: Progress | None = None):
+        self.model, self.target, self.schedule = model, target, list(schedule)
+        self.progress = progress or (lambda *a: None)
+        self.index: int | None = None
+        self.tensors: dict[str, torch.Tensor] = {}
+        self.errors: dict[int, InvariantError] = {}
+        self.degeneracies: dict[int, list[Degeneracy]] = {}
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="idinspect-gauge")
+        self._pending: tuple[int, Future] | None = None
+        self._position = 0
+        self._submit_next()
+
+    def get(self, layer: int, name: str) -> torch.Tensor:
+        """The checkpoint tensor ``name`` of gauge-fixed ``layer``."""
+        if self.index != layer:
+            self.tensors, self.index = {}, None
+            fixed = self._take(layer)
+            self._submit_next()                              # the next layer computes while this one is written
+            if layer not in self.errors:
+                self.errors[layer], self.degeneracies[layer] = fixed.error, fixed.degeneracies
+                self.progress("gauge", len(self.errors), self.model.num_layers)
+            self.tensors, self.index = self.model.adapter.write_layer(fixed.cast, dtype=self.target), layer
+        return self.tensors[name]
+
+    def summary(self) -> tuple[float, str, list[Degeneracy]]:
+        """(largest error, where, every non-uniqueness) over all layers, in layer order (the last maximum wins).
+
+        A layer never asked for (not expected: every layer's tensors are written) is computed here.
+        """
+        self.tensors, self.index = {}, None
+        for i in range(self.model.num_layers):
+            if i not in self.errors:
+                fixed = self._take(i)
+                self.errors[i], self.degeneracies[i] = fixed.error, fixed.degeneracies
+        worst, where, degeneracies = 0.0, "", []
+        for i in range(self.model.num_layers):
+            if self.errors[i].error >= worst:
+                worst, where = self.errors[i].error, self.errors[i].where(i)
+            degeneracies += self.degeneracies[i]
+        return worst, where, degeneracies
+
+    def close(self) -> None:
+        self._pending = None
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _submit(self, layer: int) -> Future:
+        return self._pool.submit(fix_layer, self.model.layer(layer), self.target)   # read here, compute there
+
+    def _submit_next(self) -> None:
+        if self._pending is None and self._position < len(self.schedule):
+            layer = self.schedule[self._position]
+            self._position += 1
+            self._pending = (layer, self._submit(layer))
+
+    def _take(self, layer: int) -> FixedLayer:
+        if self._pending is not None and self._pending[0] == layer:
+            future, self._pending = self._pending[1], None
+            return future.result()
+        return self._submit(layer).result()                 # off schedule: queued after the pending one
