@@ -4,7 +4,9 @@ Data flows one way: adapter.read_layer -> gauge.canonicalize (float64) -> one ca
 check -> adapter.write_layer (original names / orientation / fusion) -> shard writer -> files
 (the layer work in :mod:`.export_layers`). Every other tensor is
 copied bit for bit (or cast, with ``dtype``); shard names, weight map and header metadata are
-kept, with an ``idinspect`` provenance entry added to every shard.
+kept, with an ``idinspect`` provenance entry added to every shard. Tensors kept bit for bit are
+copied file to file by the kernel (:meth:`~idinspect.shard_writer.ShardWriter.copy`), never read
+into memory.
 
 One streaming pass: each shard is written header first, then tensor by tensor in file order; each
 layer is canonicalised, cast and checked (largest invariant change between the original and the
@@ -48,6 +50,7 @@ from .shard_writer import (
     file_order,
     patch_slots,
     sync_file,
+    tensor_spans,
 )
 
 DTYPES: dict[str, torch.dtype | None] = {"keep": None, "float32": torch.float32, "float64": torch.float64,
@@ -140,16 +143,17 @@ def _export(model: Model, out: Path, dtype_name: str, target: torch.dtype | None
             synced = []
             for fname, specs in plans.items():
                 metadata = {**reader.metadata(fname), "format": "pt", PROVENANCE_KEY: info}
-                with ShardWriter(tmp / fname, specs, metadata, slots, sync=False) as writer:
+                source = Path(src) / fname
+                spans = tensor_spans(source)
+                with ShardWriter(tmp / fname, specs, metadata, slots, sync=False) as writer, \
+                        open(source, "rb", buffering=0) as raw:
                     for name in writer.order:
                         if name in owner:
-                            tensor = layers.get(owner[name], name)
+                            writer.write(name, layers.get(owner[name], name))
+                        elif specs[name].dtype == reader.dtype(name):
+                            writer.copy(name, raw.fileno(), spans[name])      # bit for bit, file to file
                         else:
-                            tensor = reader.get(name)
-                            if tensor.dtype != specs[name].dtype:
-                                tensor = tensor.to(specs[name].dtype)
-                        writer.write(name, tensor)
-                        del tensor
+                            writer.write(name, reader.get(name).to(specs[name].dtype))
                         count += 1
                         progress("write", count, n_tensors)
                 synced.append(syncer.submit(sync_file, tmp / fname))   # durable while the next shard is written

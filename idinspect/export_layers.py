@@ -23,6 +23,7 @@ import torch
 
 from .canonical import AttentionLayer
 from .gauge import Degeneracy, InvariantError, canonicalize, largest_invariant_error
+from .gauge.workspace import Workspace
 from .model import Model
 
 #: progress(stage, done, total); here stage "gauge" counts layers.
@@ -38,15 +39,23 @@ class FixedLayer:
     degeneracies: list[Degeneracy]
 
 
-def fix_layer(layer: AttentionLayer, target: torch.dtype | None) -> FixedLayer:
+def fix_layer(layer: AttentionLayer, target: torch.dtype | None, workspace: Workspace | None = None) -> FixedLayer:
     """Canonicalise ``layer`` in float64, cast each tensor once (to ``target``, or its stored dtype),
-    and measure the largest invariant change between the original and the cast result."""
-    original = layer.to(torch.float64)                      # the one widening cast, shared below
-    fixed, report = canonicalize(original)
-    cast = fixed.replace(**{role: t.to(target or getattr(layer, role).dtype) for role, t in fixed.tensors().items()})
+    and measure the largest invariant change between the original and the cast result.
+
+    The float64 intermediates go into ``workspace`` (reused layer after layer) when given; the
+    result holds none of them.
+    """
+    ws = workspace or Workspace()
+    original = layer.replace(**{role: ws.widen(f"input {role}", t) for role, t in layer.tensors().items()})
+    fixed, report = canonicalize(original, workspace=ws)
+    cast = fixed.replace(**{role: t.to(target or getattr(layer, role).dtype, copy=True)   # never a workspace buffer
+                            for role, t in fixed.tensors().items()})
     for role, t in fixed.tensors().items():                 # the cast values in float64, written into
         t.copy_(getattr(cast, role))                        # canonicalize's own buffers (no new ones)
-    return FixedLayer(cast, largest_invariant_error(original, fixed), report.degeneracies)
+    error = largest_invariant_error(original, fixed, overwrite_a=True,   # original is ours and done with;
+                                    grams_a=report.head_grams)           # its Grams from canonicalize
+    return FixedLayer(cast, error, report.degeneracies)
 
 
 class LayerStream:
@@ -67,6 +76,7 @@ class LayerStream:
         self.errors: dict[int, InvariantError] = {}
         self.degeneracies: dict[int, list[Degeneracy]] = {}
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="idinspect-gauge")
+        self._workspace = Workspace()                        # used by the single worker only
         self._pending: tuple[int, Future] | None = None
         self._position = 0
         self._submit_next()
@@ -111,7 +121,7 @@ class LayerStream:
         self.close()
 
     def _submit(self, layer: int) -> Future:
-        return self._pool.submit(fix_layer, self.model.layer(layer), self.target)   # read here, compute there
+        return self._pool.submit(fix_layer, self.model.layer(layer), self.target, self._workspace)  # read here
 
     def _submit_next(self) -> None:
         if self._pending is None and self._position < len(self.schedule):

@@ -6,6 +6,10 @@ that export needs: the header is computed from names, dtypes and shapes alone, s
 size is written while holding one tensor; and ``__metadata__`` keys are sorted, where save_file
 emits them in a per-process random order (Rust HashMap), which would make exports differ.
 
+Tensors copied bit for bit from another safetensors file (:meth:`ShardWriter.copy`) go from file
+to file inside the kernel (``copy_file_range``, else ``sendfile``, else plain reads and writes):
+the bytes never pass through this process's memory.
+
 Slots: a value known only after the data is written (export's largest invariant error, over all
 shards) gets a fixed-width stretch of one metadata string (:class:`Slot`), written first as a
 placeholder and overwritten in place later (:func:`patch_slots`). The header's length never
@@ -14,12 +18,14 @@ changes, so the file stays valid safetensors throughout and no tensor moves.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import struct
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Self
 
 import torch
 
@@ -125,13 +131,74 @@ def patch_slots(path: str | Path, slots: dict[str, tuple[int, int]], values: dic
         os.fsync(f.fileno())
 
 
+def tensor_spans(path: str | Path) -> dict[str, tuple[int, int]]:
+    """name -> (first byte, end byte) in the file of every tensor of safetensors file ``path``."""
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(n))
+    base = 8 + n
+    return {k: (base + int(v["data_offsets"][0]), base + int(v["data_offsets"][1]))
+            for k, v in header.items() if k != "__metadata__"}
+
+
+#: Errors meaning "this kernel copy is not available here" (other filesystem, platform, file type).
+_NO_KERNEL_COPY = {errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EBADF,
+                   errno.ENOTSOCK, errno.EPERM}
+_CHUNK = 16 << 20
+
+
+def copy_range(src: int, dst: int, offset: int, count: int) -> None:
+    """Append ``count`` bytes of file descriptor ``src`` from ``offset`` at ``dst``'s position.
+
+    ``copy_file_range`` (page cache to page cache, or a reflink), else ``sendfile``, else 16 MiB
+    reads and writes. OSError if ``src`` ends early.
+    """
+    done = 0
+    for call in (_copy_file_range, _sendfile):
+        try:
+            while done < count:
+                n = call(src, dst, offset + done, count - done)
+                if n <= 0:
+                    raise OSError(f"source ends {count - done} bytes early")
+                done += n
+            return
+        except OSError as exc:
+            if exc.errno not in _NO_KERNEL_COPY:
+                raise
+    while done < count:
+        chunk = os.pread(src, min(_CHUNK, count - done), offset + done)
+        if not chunk:
+            raise OSError(f"source ends {count - done} bytes early")
+        write_all(dst, memoryview(chunk))
+        done += len(chunk)
+
+
+def _copy_file_range(src: int, dst: int, offset: int, count: int) -> int:
+    if not hasattr(os, "copy_file_range"):
+        raise OSError(errno.ENOSYS, "no copy_file_range")
+    return os.copy_file_range(src, dst, count, offset)
+
+
+def _sendfile(src: int, dst: int, offset: int, count: int) -> int:
+    if not hasattr(os, "sendfile") or sys.platform != "linux":     # elsewhere sendfile wants a socket
+        raise OSError(errno.ENOSYS, "no file-to-file sendfile")
+    return os.sendfile(dst, src, offset, count)
+
+
+def write_all(fd: int, data: memoryview) -> None:
+    """os.write until every byte of ``data`` is written (writes may be short)."""
+    while len(data):
+        data = data[os.write(fd, data):]
+
+
 class ShardWriter:
-    """Write one safetensors file: create it, then :meth:`write` each tensor in :attr:`order`.
+    """Write one safetensors file: create it, then :meth:`write` (or :meth:`copy`) each tensor in :attr:`order`.
 
     Data goes straight to disk; :meth:`close` checks every tensor was written, flushes and fsyncs
     (``sync=False``: no fsync; the caller makes the file durable, e.g. :func:`sync_file` in the
-    background while the next file is written). ``slots`` (name -> :class:`Slot`) reserve metadata stretches for :func:`patch_slots`; their
-    byte offsets and widths are in :attr:`slots` once the header is written.
+    background while the next file is written). ``slots`` (name -> :class:`Slot`) reserve
+    metadata stretches for :func:`patch_slots`; their byte offsets and widths are in
+    :attr:`slots` once the header is written.
     """
 
     def __init__(self, path: str | Path, specs: dict[str, TensorSpec], metadata: dict[str, str] | None = None,
@@ -156,39 +223,56 @@ class ShardWriter:
             if header[offset:offset + slot.width] != _check_slot_text(name, text, slot.width):
                 raise ValueError(f"slot {name}: not found at byte {offset} of the header")
             self.slots[name] = (offset, slot.width)
-        self._file = open(self.path, "wb")
-        self._file.write(header)
+        self._fd: int | None = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_BINARY", 0),
+                                       0o666)
+        write_all(self._fd, memoryview(header))
 
     def write(self, name: str, tensor: torch.Tensor) -> None:
         """Append ``tensor``'s bytes; it must be the next name in :attr:`order` with its spec."""
-        if self._next >= len(self.order) or self.order[self._next] != name:
-            expected = self.order[self._next] if self._next < len(self.order) else "nothing"
-            raise ValueError(f"{self.path.name}: got tensor {name}, expected {expected}")
-        spec = self.specs[name]
+        spec = self._expect(name)
         if tensor.dtype != spec.dtype or tuple(tensor.shape) != spec.shape:
             raise ValueError(f"{self.path.name}: tensor {name} is {tensor.dtype} {tuple(tensor.shape)}, "
                              f"the header says {spec.dtype} {spec.shape}")
         data = tensor.detach().to("cpu").contiguous().reshape(-1).view(torch.uint8)
-        self._file.write(memoryview(data.numpy()))
+        write_all(self._fd, memoryview(data.numpy()))
         self._next += 1
 
+    def copy(self, name: str, source: int, span: tuple[int, int]) -> None:
+        """Append tensor ``name``'s bytes straight from file descriptor ``source`` (bytes span
+        [first, end) of a safetensors file holding it with this writer's dtype and shape)."""
+        spec = self._expect(name)
+        if span[1] - span[0] != spec.nbytes:
+            raise ValueError(f"{self.path.name}: tensor {name} spans {span[1] - span[0]} bytes in its source, "
+                             f"the header says {spec.nbytes}")
+        copy_range(source, self._fd, span[0], spec.nbytes)
+        self._next += 1
+
+    def _expect(self, name: str) -> TensorSpec:
+        if self._fd is None or self._next >= len(self.order) or self.order[self._next] != name:
+            expected = self.order[self._next] if self._next < len(self.order) else "nothing"
+            raise ValueError(f"{self.path.name}: got tensor {name}, expected {expected}")
+        return self.specs[name]
+
     def close(self) -> None:
-        if self._file.closed:
+        if self._fd is None:
             return
         missing = self.order[self._next:]
-        self._file.flush()
-        if self.sync:
-            os.fsync(self._file.fileno())
-        self._file.close()
+        fd, self._fd = self._fd, None
+        try:
+            if self.sync:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
         if missing:
             raise ValueError(f"{self.path.name}: {len(missing)} tensors never written, first {missing[0]}")
 
     def abort(self) -> None:
         """Close without the completeness check (the caller discards the file)."""
-        if not self._file.closed:
-            self._file.close()
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
+            os.close(fd)
 
-    def __enter__(self) -> "ShardWriter":
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, exc_type, *rest) -> None:

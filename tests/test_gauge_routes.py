@@ -117,3 +117,37 @@ def test_leading_signs_follow_the_argmax_rule_with_ties():
     row = torch.tensor([[9.0, -9.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0]], dtype=torch.float64)
     with_row = torch.cat([_stack(Xt, 2), row[:, None, :]], dim=1)
     assert torch.equal(leading_signs(Xt, 2, row), key_side_signs(with_row))
+
+
+@pytest.mark.parametrize("name,layer", LAYERS, ids=IDS)
+def test_reused_grams_and_overwriting_give_the_same_errors(name, layer):
+    """grams_a (the canonicalisation's own Grams) and overwrite_a change the cost, not the answer;
+    without overwrite_a the caller's float64 tensors are left alone."""
+    original = layer.to(torch.float64)
+    fixed, report = canonicalize(original)
+    for other in (fixed.to(torch.bfloat16), fixed, random_gauge(layer, 6).to(torch.float32)):
+        plain = {k: e.error for k, e in invariant_errors(original, other).items()}
+        kept = {r: t.clone() for r, t in original.tensors().items()}
+        reused = {k: e.error for k, e in invariant_errors(original, other, grams_a=report.head_grams).items()}
+        assert all(torch.equal(t, kept[r]) for r, t in original.tensors().items())
+        scratch = original.replace(**{r: t.clone() for r, t in original.tensors().items()})
+        consumed = {k: e.error for k, e in invariant_errors(scratch, other, overwrite_a=True,
+                                                            grams_a=report.head_grams).items()}
+        for k in plain:
+            for got in (reused[k], consumed[k]):
+                assert abs(got - plain[k]) <= 1e-9 * plain[k] + 1e-15, (k, got, plain[k])
+
+
+def test_workspace_buffers_never_reach_the_result():
+    """With a workspace, the float64 form lives in reused buffers; fix_layer's cast result does not."""
+    from idinspect.export_layers import fix_layer
+    from idinspect.gauge.workspace import Workspace
+
+    layers = [synthetic_layer(rotary_dim=6, biases="qkv", seed=s) for s in (0, 1)]
+    ws = Workspace()
+    first = fix_layer(layers[0], torch.float64, ws)
+    kept = {r: t.clone() for r, t in first.cast.tensors().items()}
+    fix_layer(layers[1], torch.float64, ws)                    # reuses every buffer
+    assert all(torch.equal(t, kept[r]) for r, t in first.cast.tensors().items())
+    alone = fix_layer(layers[0], torch.float64)
+    assert all(torch.equal(t, getattr(alone.cast, r)) for r, t in first.cast.tensors().items())

@@ -38,9 +38,9 @@ ALIGN_MAX_CONDITION = 1e10
 class Alignment:
     """The Gram matrices of one aligned factor pair (see the module doc).
 
-    Per head [H, k, k]: G1 = dP^T dP, G2 = dP^T P~, G3 = P~^T P~, Gb = P_b^T P_b. Per group:
-    Y [G, k, k], S_a, S_b, dS [G, n, k] and their Grams SaSa = S_a^T S_a, SbSb, dSSa = dS^T S_a,
-    dSdS = dS^T dS [G, k, k]; kv [H] the group of each head.
+    Per head [H, k, k]: G1 = dP^T dP, G2 = dP^T P~, G3 = P~^T P~, Gb = P_b^T P_b. Per group
+    [G, k, k]: Y and the Grams SaSa = S_a^T S_a, SbSb, SbSa = S_b^T S_a, dSSa = dS^T S_a,
+    dSSb = dS^T S_b, dSdS = dS^T dS with dS = S_a - S_b Y; kv [H] the group of each head.
     """
 
     G1: torch.Tensor
@@ -48,12 +48,11 @@ class Alignment:
     G3: torch.Tensor
     Gb: torch.Tensor
     Y: torch.Tensor
-    Sa: torch.Tensor
-    Sb: torch.Tensor
-    dS: torch.Tensor
     SaSa: torch.Tensor
     SbSb: torch.Tensor
+    SbSa: torch.Tensor
     dSSa: torch.Tensor
+    dSSb: torch.Tensor
     dSdS: torch.Tensor
     kv: torch.Tensor
 
@@ -62,18 +61,25 @@ class Alignment:
         """Relative change ||X_a - X_b|| / max(||X_a||, ||X_b||) [H, nb] on blocks index [nb, bs].
 
         X = P S^T, or with a signed column permutation M (column j of S M is sign[j] * column
-        perm[j] of S, block-diagonal like Y) X = P (S M)^T. M's Gram matrices are exact re-indexings
-        (M^T S^T S M); only dS_M = S_a M - (S_b M) Y and its two Grams are computed again.
+        perm[j] of S, block-diagonal like Y) X = P (S M)^T, from k x k matrices only: with the
+        commutator C = Y M - M Y, exactly dS_M = S_a M - S_b M Y = dS M + S_b C, so
+
+            dS_M^T (S_a M) = M^T dSSa M + C^T SbSa M,
+            dS_M^T dS_M   = M^T dSdS M + M^T dSSb C + C^T dSSb^T M + C^T SbSb C,
+
+        every term as small as the change itself (no cancellation); M^T G M is a re-indexing.
         """
         if perm is None:
             SaSa, SbSb, dSSa, dSdS = self.SaSa, self.SbSb, self.dSSa, self.dSdS
         else:
-            outer = sign[:, None] * sign[None, :]
-            SaSa = self.SaSa[:, perm[:, None], perm[None, :]] * outer
-            SbSb = self.SbSb[:, perm[:, None], perm[None, :]] * outer
-            SaM = self.Sa[:, :, perm] * sign
-            dS = torch.baddbmm(SaM, self.Sb[:, :, perm] * sign, self.Y, alpha=-1)
-            dSSa, dSdS = dS.transpose(1, 2) @ SaM, dS.transpose(1, 2) @ dS
+            M = torch.zeros(perm.numel(), perm.numel(), dtype=self.Y.dtype)
+            M[perm, torch.arange(perm.numel())] = sign                          # S M: column j = sign_j S[:, perm_j]
+            C = self.Y @ M - M @ self.Y
+            Mt, Ct = M.T, C.transpose(1, 2)
+            SaSa, SbSb = Mt @ self.SaSa @ M, Mt @ self.SbSb @ M
+            dSSa = Mt @ self.dSSa @ M + Ct @ self.SbSa @ M
+            cross = Mt @ self.dSSb @ C
+            dSdS = Mt @ self.dSdS @ M + cross + cross.transpose(1, 2) + Ct @ self.SbSb @ C
         A1, A2, A3, B1 = (blocks(X, index)[self.kv] for X in (SaSa, dSSa, dSdS, SbSb))
         G1, G2, G3, Gb = (blocks(G, index) for G in (self.G1, self.G2, self.G3, self.Gb))
         Ga = G1 + G2 + G2.transpose(-1, -2) + G3                  # P_a^T P_a, as P_a = dP + P~
@@ -83,12 +89,17 @@ class Alignment:
 
 
 def align(Pa_t: torch.Tensor, pa_row: torch.Tensor | None, Pb_t: torch.Tensor, pb_row: torch.Tensor | None,
-          Sa: torch.Tensor, Sb: torch.Tensor, kv: torch.Tensor, index: list[torch.Tensor]) -> Alignment | None:
+          Sa: torch.Tensor, Sb: torch.Tensor, kv: torch.Tensor, index: list[torch.Tensor],
+          overwrite: bool = False, Ga: torch.Tensor | None = None) -> Alignment | None:
     """Align factor pair b to pair a on the column blocks ``index`` (a list of [nb, bs] tensors covering
     the columns compared); None where a block cannot be aligned reliably.
 
     Pa_t, Pb_t [H, k, m]: the per-head factors transposed (P^h = Pt^hT), each with an optional
     extra row [H, k] (a bias row of P); Sa, Sb [G, n, k]: the per-group factors; kv [H].
+    ``overwrite``: Pa_t's memory may take dP^T (saves a factor-sized buffer); it is overwritten
+    only when the alignment succeeds. ``Ga`` [H, k, k]: P_a^T P_a if already known (bias row
+    included); then P_b^T P_b needs no pass over P_b: with P~ = P_a - dP exactly,
+    G3 = P~^T P~ = Ga - G1 - G2 - G2^T and P_b^T P_b = Y G3 Y^T.
     """
     G, _, k = Sa.shape
     Y = Sa.new_zeros(G, k, k)
@@ -102,16 +113,22 @@ def align(Pa_t: torch.Tensor, pa_row: torch.Tensor | None, Pb_t: torch.Tensor, p
         put_blocks(Yi, idx, fit[1])
     dS = torch.baddbmm(Sa, Sb, Y, alpha=-1)                                  # S_a - S_b Y
     Yi_h = Yi[kv]
-    dP_t = Pa_t.clone()                                                      # P_a^T - Y^-1 P_b^T, in P_a's
+    dP_t = Pa_t if overwrite else Pa_t.clone()                               # P_a^T - Y^-1 P_b^T, in P_a's
     dP_t.baddbmm_(Yi_h, Pb_t, alpha=-1)                                      # layout (no transposing copy)
     d_row = _row_change(pa_row, pb_row, Yi_h)
     Gx = dP_t @ Pb_t.transpose(1, 2)                                         # dP^T P_b
     if d_row is not None and pb_row is not None:
         Gx = Gx + d_row[:, :, None] * pb_row[:, None, :]
-    Gb = gram(Pb_t, pb_row)
-    YiT = Yi_h.transpose(1, 2)
-    return Alignment(G1=gram(dP_t, d_row), G2=Gx @ YiT, G3=Yi_h @ Gb @ YiT, Gb=Gb, Y=Y, Sa=Sa, Sb=Sb, dS=dS,
-                     SaSa=SaSa, SbSb=SbSb, dSSa=dS.transpose(1, 2) @ Sa, dSdS=dS.transpose(1, 2) @ dS, kv=kv)
+    G1, G2 = gram(dP_t, d_row), Gx @ Yi_h.transpose(1, 2)
+    if Ga is None:
+        Gb = gram(Pb_t, pb_row)
+        G3 = Yi_h @ Gb @ Yi_h.transpose(1, 2)
+    else:
+        G3 = Ga - G1 - G2 - G2.transpose(1, 2)
+        Gb = Y[kv] @ G3 @ Y[kv].transpose(1, 2)
+    dSt = dS.transpose(1, 2)
+    return Alignment(G1=G1, G2=G2, G3=G3, Gb=Gb, Y=Y, SaSa=SaSa, SbSb=SbSb, SbSa=SbSa, dSSa=dSt @ Sa,
+                     dSSb=dSt @ Sb, dSdS=dSt @ dS, kv=kv)
 
 
 def _fit(SbSb: torch.Tensor, SbSa: torch.Tensor, SaSa: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:

@@ -29,3 +29,4 @@ class Balanced:
     principal: torch.Tensor | None
     dead: torch.Tensor | None
     s_vo: torch.Tensor
+    head_grams: tuple[torch.Tensor, torch.Tensor] | None = None

@@ -17,29 +17,32 @@ from .biases import fix_biases
 from .gram_path import balance_by_grams
 from .qr_path import balance_by_qr
 from .report import NONUNIQUE_RTOL, Degeneracy, GaugeReport, close_pairs, group_heads
+from .workspace import Workspace
 
 GAUGE_NAME = "balanced"
 GAUGE_VERSION = 1
 
 
-def canonicalize(layer: AttentionLayer, *, rtol: float = NONUNIQUE_RTOL) -> tuple[AttentionLayer, GaugeReport]:
+def canonicalize(layer: AttentionLayer, *, rtol: float = NONUNIQUE_RTOL,
+                 workspace: Workspace | None = None) -> tuple[AttentionLayer, GaugeReport]:
     """The balanced gauge-fixed form of ``layer`` (float64) and a report of where it is not unique.
 
     Every invariant (each head's W_QK on the unrotated dims, each plane's Q_p K_p^T and
     Q_p J K_p^T, each head's W_OV, the effective output bias) is unchanged; the no-op key bias is
     zeroed and an absorbable value bias is folded into b_O. ``rtol`` is the relative gap below
     which two singular values (or a plane's principal values) are reported as tied. The result
-    shares no tensor with ``layer`` (a caller may overwrite it in place).
+    shares no tensor with ``layer`` (a caller may overwrite it in place); with a ``workspace``
+    its W_Q and W_O live in the workspace's buffers, overwritten by the next call using it.
     Raises :class:`~idinspect.errors.UnsupportedLayerError` for layers the mathematics does not model.
     """
     layer.validate()
     require_modelled(layer)
     L, zeroed, folded = fix_biases(layer.to(torch.float64))
-    report = GaugeReport(layer.index, zeroed_key_bias_dims=zeroed, folded_value_bias=folded)
     v_live = L.b_V is not None and not folded
-    b = balance_by_grams(L, v_live)
+    b = balance_by_grams(L, v_live, workspace)
     if b is None:
         b = balance_by_qr(L, v_live)
+    report = GaugeReport(layer.index, zeroed_key_bias_dims=zeroed, folded_value_bias=folded, head_grams=b.head_grams)
 
     r = L.group_size
     if b.s_qk is not None:

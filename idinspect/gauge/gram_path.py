@@ -30,19 +30,25 @@ from .balanced import Balanced
 from .linalg import balancing_transforms, blocks, gram, put_blocks
 from .planes import plane_transforms
 from .signs import leading_signs
+from .workspace import Workspace
 
 
-def balance_by_grams(L: AttentionLayer, v_live: bool) -> Balanced | None:
-    """Steps 2-5 on a float64 layer whose biases are already fixed (step 1); None if ill-conditioned."""
+def balance_by_grams(L: AttentionLayer, v_live: bool, workspace: Workspace | None = None) -> Balanced | None:
+    """Steps 2-5 on a float64 layer whose biases are already fixed (step 1); None if ill-conditioned.
+
+    With a ``workspace`` the transformed W_Q and W_O are written into its buffers.
+    """
     H, G, r, k, dv = L.n_heads, L.n_kv_heads, L.group_size, L.d_k, L.d_v
     kv = torch.arange(H) // r
     Qt, Kt, Vt = L.W_Q.transpose(1, 2), L.W_K.transpose(1, 2), L.W_V.transpose(1, 2)   # [n, width, d]
     b_V = L.b_V if v_live else None
 
-    Tv, To, s_vo, ok = balancing_transforms(gram(Vt, b_V), gram(L.W_O).reshape(G, r, dv, dv).sum(1))
+    Go_h = gram(L.W_O)                                            # [H, d_v, d_v] per head
+    Tv, To, s_vo, ok = balancing_transforms(gram(Vt, b_V), Go_h.reshape(G, r, dv, dv).sum(1))
     if not bool(ok.all()):
         return None
-    Gq = gram(Qt, L.b_Q).reshape(G, r, k, k).sum(1)              # [G, k, k]
+    Gq_h = gram(Qt, L.b_Q)                                        # [H, k, k] per head
+    Gq = Gq_h.reshape(G, r, k, k).sum(1)                          # [G, k, k]
     Gk = gram(Kt, L.b_K)
     Tq, Tk = Gq.new_zeros(G, k, k), Gq.new_zeros(G, k, k)
     s_qk = principal = dead = planes = None
@@ -69,11 +75,12 @@ def balance_by_grams(L: AttentionLayer, v_live: bool) -> Balanced | None:
     Kt2 *= s[:, :, None]
     b_K2 = None if b_K2 is None else b_K2 * s
     Tq = Tq * s[:, None, :]
-    Qt2 = Tq[kv].transpose(1, 2) @ Qt                             # [H, k, d]
+    Qt2 = torch.empty_like(Qt) if workspace is None else workspace.like("balanced W_Q^T", Qt)
+    torch.bmm(Tq[kv].transpose(1, 2), Qt, out=Qt2)                # [H, k, d]
     b_Q2 = None if L.b_Q is None else (L.b_Q[:, None, :] @ Tq[kv])[:, 0]
 
     # output side first: its leading signs fix each VO column pair
-    O2 = torch.empty_like(L.W_O)                                  # [H, d_v, d] in the input's layout
+    O2 = torch.empty_like(L.W_O) if workspace is None else workspace.like("balanced W_O", L.W_O)   # input's layout
     torch.bmm(To[kv].transpose(1, 2), L.W_O, out=O2)
     so = leading_signs(O2, G)                                     # [G, d_v]
     O2 *= so[kv][:, :, None]
@@ -82,4 +89,4 @@ def balance_by_grams(L: AttentionLayer, v_live: bool) -> Balanced | None:
     b_V2 = None if b_V is None else (b_V[:, None, :] @ Tv)[:, 0]
     return Balanced(W_Q=Qt2.transpose(1, 2), b_Q=b_Q2, W_K=Kt2.transpose(1, 2), b_K=b_K2,
                     W_V=Vt2.transpose(1, 2), b_V=b_V2, W_O=O2, s_qk=s_qk, principal=principal, dead=dead,
-                    s_vo=s_vo)
+                    s_vo=s_vo, head_grams=(Gq_h, Go_h))

@@ -50,17 +50,25 @@ class InvariantError:
         return " ".join(parts) + f" {self.invariant}"
 
 
-def invariant_errors(a: AttentionLayer, b: AttentionLayer) -> dict[str, InvariantError]:
+def invariant_errors(a: AttentionLayer, b: AttentionLayer, *, overwrite_a: bool = False,
+                     grams_a: tuple[torch.Tensor, torch.Tensor] | None = None) -> dict[str, InvariantError]:
     """Largest relative change of every invariant between layers ``a`` and ``b`` (float64).
 
     Kinds that do not apply (planes without RoPE, W_QK under full RoPE) are absent. Raises
     ValueError if the layers do not have the same shapes and positional scheme. Layers already
-    in float64 are not copied.
+    in float64 are not copied. ``overwrite_a``: ``a``'s W_Q and W_O may be overwritten (a caller
+    that no longer needs them saves two factor-sized buffers); the float64 copies made of a
+    layer in another dtype are always reused that way. ``grams_a``: ``a``'s per-head Gram matrices
+    (Q~^hT Q~^h, W_O^h W_O^hT; :attr:`GaugeReport.head_grams` when ``b`` came from ``a``), which
+    save two passes over ``b``'s factors.
     """
     _check_comparable(a, b)
     A, B = a.to(torch.float64), b.to(torch.float64)
+    own = {role: overwrite_a or getattr(a, role).dtype != torch.float64 for role in ("W_Q", "W_O")}
     kv = torch.arange(A.n_heads) // A.group_size
     out: dict[str, InvariantError] = {}
+    ea, eb = effective_output_bias(A), effective_output_bias(B)     # first: W_O may be overwritten below
+    bias_err = relative((ea - eb).norm(), ea.norm(), eb.norm())
 
     cols = list(unrotated_columns(A))
     rope = A.positional.kind == "rope"
@@ -69,7 +77,8 @@ def invariant_errors(a: AttentionLayer, b: AttentionLayer) -> dict[str, Invarian
     qa, qb = _query_bias(A, B), _query_bias(B, A)
     Ka, Kb = _key(A, B, cols), _key(B, A, cols)
     qk = align(A.W_Q.transpose(1, 2), qa, B.W_Q.transpose(1, 2), qb, Ka, Kb, kv,
-               [i for i in (U, planes) if i is not None])
+               [i for i in (U, planes) if i is not None], overwrite=own["W_Q"],
+               Ga=None if grams_a is None else grams_a[0])
     if qk is None:                                                  # a block too ill-conditioned to align
         out.update(_qk_errors_by_qr(A, B, kv, cols))
     else:
@@ -80,22 +89,22 @@ def invariant_errors(a: AttentionLayer, b: AttentionLayer) -> dict[str, Invarian
             out["plane_QJK"] = _worst("plane_QJK", qk.errors(planes, *_plane_j(A.d_k, planes)))
 
     full = torch.arange(A.d_v)[None]
-    ov = align(A.W_O, None, B.W_O, None, A.W_V, B.W_V, kv, [full])  # P = W_O^hT (per head), S = W_V^g
+    ov = align(A.W_O, None, B.W_O, None, A.W_V, B.W_V, kv, [full], overwrite=own["W_O"],   # P = W_O^hT, S = W_V^g
+               Ga=None if grams_a is None else grams_a[1])
     if ov is None:
         err = _rel(A.W_V[kv], A.W_O.transpose(1, 2), B.W_V[kv], B.W_O.transpose(1, 2))
     else:
         err = ov.errors(full)[:, 0]
     out["W_OV"] = _worst("W_OV", err)
 
-    ea, eb = effective_output_bias(A), effective_output_bias(B)
-    err = relative((ea - eb).norm(), ea.norm(), eb.norm())
-    out["output_bias"] = InvariantError("output_bias", float(err))
+    out["output_bias"] = InvariantError("output_bias", float(bias_err))
     return out
 
 
-def largest_invariant_error(a: AttentionLayer, b: AttentionLayer) -> InvariantError:
-    """The worst of :func:`invariant_errors`."""
-    return max(invariant_errors(a, b).values(), key=lambda e: e.error)
+def largest_invariant_error(a: AttentionLayer, b: AttentionLayer, *, overwrite_a: bool = False,
+                            grams_a: tuple[torch.Tensor, torch.Tensor] | None = None) -> InvariantError:
+    """The worst of :func:`invariant_errors` (``overwrite_a``, ``grams_a`` as there)."""
+    return max(invariant_errors(a, b, overwrite_a=overwrite_a, grams_a=grams_a).values(), key=lambda e: e.error)
 
 
 def _query_bias(L: AttentionLayer, other: AttentionLayer) -> torch.Tensor | None:
