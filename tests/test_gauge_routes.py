@@ -133,9 +133,9 @@ def test_reused_grams_and_overwriting_give_the_same_errors(name, layer):
         scratch = original.replace(**{r: t.clone() for r, t in original.tensors().items()})
         consumed = {k: e.error for k, e in invariant_errors(scratch, other, overwrite_a=True,
                                                             grams_a=report.head_grams).items()}
-        for k in plain:
+        for k, want in plain.items():
             for got in (reused[k], consumed[k]):
-                assert abs(got - plain[k]) <= 1e-9 * plain[k] + 1e-15, (k, got, plain[k])
+                assert abs(got - want) <= 1e-9 * want + 1e-15, (k, got, want)
 
 
 def test_workspace_buffers_never_reach_the_result():
