@@ -13,11 +13,13 @@ for ANY invertible block-diagonal Y [k, k], exactly
 
 Y is the least-squares fit S_b Y ~ S_a per group and block (small factors only), so dP and dS
 are as small as the change itself and no term cancels: the comparison is honest (the identity
-holds for every Y) and accurate to rounding. Cost per layer: one batched matmul for dP and three
-Gram matrices of the per-head factors [H, k, k]; everything else is k x k.
+holds for every Y) and accurate to rounding. Cost per layer and factor pair: one batched matmul
+for dP and three Gram matrices of the per-head factors [H, k, k] (two when P_a^T P_a is already
+known, e.g. from the canonicalisation); everything else is k x k or touches only the small
+per-group factors.
 
 A signed column permutation M (block-diagonal like Y) compares P_a (S_a M)^T with P_b (S_b M)^T
-with the same per-head Gram matrices: M = J^T per plane gives the Q_p J K_p^T invariant.
+from the same Gram matrices, k x k work only: M = J^T per plane gives the Q_p J K_p^T invariant.
 """
 
 from __future__ import annotations

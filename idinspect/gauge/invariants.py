@@ -58,9 +58,9 @@ def invariant_errors(a: AttentionLayer, b: AttentionLayer, *, overwrite_a: bool 
     ValueError if the layers do not have the same shapes and positional scheme. Layers already
     in float64 are not copied. ``overwrite_a``: ``a``'s W_Q and W_O may be overwritten (a caller
     that no longer needs them saves two factor-sized buffers); the float64 copies made of a
-    layer in another dtype are always reused that way. ``grams_a``: ``a``'s per-head Gram matrices
-    (Q~^hT Q~^h, W_O^h W_O^hT; :attr:`GaugeReport.head_grams` when ``b`` came from ``a``), which
-    save two passes over ``b``'s factors.
+    layer in another dtype are always reused that way. ``grams_a``: ``a``'s own per-head Gram matrices
+    (Q~^hT Q~^h with the query bias row, W_O^h W_O^hT; e.g. :attr:`GaugeReport.head_grams` of
+    ``canonicalize(a)``), which save two passes over ``b``'s factors.
     """
     _check_comparable(a, b)
     A, B = a.to(torch.float64), b.to(torch.float64)
