@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import BinaryIO
 
@@ -325,7 +325,3 @@ def _is_lfs_pointer(path: Path) -> bool:
             return f.read(40).startswith(b"version https://git-lfs.github.com/spec/")
     except OSError:
         return False
-
-
-def tensors_matching(reader: TensorReader, names: Iterable[str]) -> dict[str, torch.Tensor]:
-    return {n: reader.get(n) for n in names}
