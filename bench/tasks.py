@@ -37,7 +37,7 @@ def weight_map(directory: Path) -> dict[str, str]:
     from safetensors import safe_open
 
     with safe_open(str(directory / "model.safetensors"), framework="pt") as f:
-        return {k: "model.safetensors" for k in f.keys()}
+        return {k: "model.safetensors" for k in f.keys()}  # noqa: SIM118 (a safe_open handle, not a dict)
 
 
 def floor(directory: Path, names_file: Path) -> dict:
@@ -75,7 +75,7 @@ def copy(directory: Path, out: Path) -> dict:
             shutil.copyfile(path, out / path.name)
             continue
         with safe_open(str(path), framework="pt") as f:
-            tensors = {k: f.get_tensor(k) for k in f.keys()}
+            tensors = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118
             metadata = f.metadata()
         save_file(tensors, str(out / path.name), metadata=metadata)
         nbytes += sum(t.numel() * t.element_size() for t in tensors.values())
@@ -85,8 +85,6 @@ def copy(directory: Path, out: Path) -> dict:
 
 def _qk_factors(model, layer: int):
     """(W_Q [H, d, hd], W_K [G, d, hd]) of ``layer`` in float32, read off the HF modules."""
-    import torch
-
     cfg = model.config
     mt = cfg.model_type
     if mt == "llama":
