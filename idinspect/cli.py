@@ -27,6 +27,16 @@ debug_option = click.option("--debug", is_flag=True, expose_value=False, is_eage
                              help="Show the full traceback on errors.")
 
 
+def hub_options(command):
+    """--token, --cache-dir and --offline, shared by every command that opens a model."""
+    command = click.option("--offline", is_flag=True,
+                           help="Use only the hub cache, never the network (like HF_HUB_OFFLINE=1).")(command)
+    command = click.option("--cache-dir", type=click.Path(file_okay=False),
+                           help="Hub cache folder (default: HF_HUB_CACHE).")(command)
+    return click.option("--token", envvar="HF_TOKEN", show_envvar=True,
+                        help="Hub token for gated or private models.")(command)
+
+
 class DefaultToInspect(click.Group):
     """Route ``idinspect MODEL ...`` to ``idinspect inspect MODEL ...``.
 

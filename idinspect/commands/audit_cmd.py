@@ -22,7 +22,7 @@ from ..audit.output import append_text, write_atomic
 from ..audit.policy import cli_settings, load_policy
 from ..audit.rules import RULE_IDS, SEVERITIES
 from ..audit.run import AuditResult, run_audit
-from ..cli import debug_option
+from ..cli import debug_option, hub_options
 from ..errors import IdinspectError
 
 FORMATS = ("text", "json", "sarif", "github", "junit")
@@ -128,9 +128,7 @@ def _debug_logging() -> None:
 @click.option("--write-baseline", type=click.Path(dir_okay=False), default=None,
               help="Record the current findings in FILE and exit 0 (2 on errors, and then nothing is written).")
 @click.option("--all", "show_all", is_flag=True, help="text: list every finding (default: the first 50 per model).")
-@click.option("--token", envvar="HF_TOKEN", show_envvar=True, help="Hub token for gated or private models.")
-@click.option("--cache-dir", type=click.Path(file_okay=False), help="Hub cache folder (default: HF_HUB_CACHE).")
-@click.option("--offline", is_flag=True, help="Use only the hub cache, never the network (like HF_HUB_OFFLINE=1).")
+@hub_options
 @debug_option
 @click.pass_context
 def audit_command(ctx: click.Context, models: tuple[str, ...], fail_on: str | None, exit_zero: bool, fmt: str,

@@ -9,7 +9,7 @@ import click
 from rich.console import Console
 from rich.markup import escape
 
-from ..cli import debug_option
+from ..cli import debug_option, hub_options
 from ..export import DTYPES, ExportResult, export
 
 
@@ -20,9 +20,7 @@ from ..export import DTYPES, ExportResult, export
               help="Dtype of the written floating-point tensors (keep: each tensor's own).")
 @click.option("--force", is_flag=True, help="Replace OUT if it exists.")
 @click.option("--revision", help="Hub branch, tag or commit (same as MODEL@REVISION).")
-@click.option("--token", envvar="HF_TOKEN", show_envvar=True, help="Hub token for gated or private models.")
-@click.option("--cache-dir", type=click.Path(file_okay=False), help="Hub cache folder (default: HF_HUB_CACHE).")
-@click.option("--offline", is_flag=True, help="Use only the hub cache, never the network (like HF_HUB_OFFLINE=1).")
+@hub_options
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True,
               help="text: a short summary; json: the export record on stdout.")
 @debug_option

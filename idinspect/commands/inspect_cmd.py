@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from ..cli import debug_option
+from ..cli import debug_option, hub_options
 from ..inspection import inspect
 from ..model import load
 
@@ -32,9 +32,7 @@ def report_options(f):
 @click.command("inspect")
 @click.argument("model")
 @click.option("--revision", help="Hub branch, tag or commit (same as MODEL@REVISION).")
-@click.option("--token", envvar="HF_TOKEN", show_envvar=True, help="Hub token for gated or private models.")
-@click.option("--cache-dir", type=click.Path(file_okay=False), help="Hub cache folder (default: HF_HUB_CACHE).")
-@click.option("--offline", is_flag=True, help="Use only the hub cache, never the network (like HF_HUB_OFFLINE=1).")
+@hub_options
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True,
               help="text: rich report on the terminal; json: the machine contract on stdout.")
 @click.option("--device", default="cpu", show_default=True,

@@ -7,7 +7,7 @@ import json
 
 import click
 
-from ..cli import debug_option
+from ..cli import debug_option, hub_options
 from ..verify import Check, VerifyResult, verify
 
 
@@ -20,9 +20,7 @@ from ..verify import Check, VerifyResult, verify
 @click.option("--decode", type=click.IntRange(0), default=8, show_default=True,
               help="Greedy tokens compared for causal LMs.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random token ids.")
-@click.option("--token", envvar="HF_TOKEN", show_envvar=True, help="Hub token for gated or private models.")
-@click.option("--cache-dir", type=click.Path(file_okay=False), help="Hub cache folder (default: HF_HUB_CACHE).")
-@click.option("--offline", is_flag=True, help="Use only the hub cache, never the network (like HF_HUB_OFFLINE=1).")
+@hub_options
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True,
               help="text: one line per check; json: the full record on stdout.")
 @debug_option
