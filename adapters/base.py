@@ -13,19 +13,21 @@ import torch
 
 from ..canonical import AttentionLayer, Positional
 from ..checkpoint import TensorReader
+from ..config import ConfigSpec
 from ..errors import IdinspectError
 
 
 class Adapter:
     """Maps one architecture family's checkpoint tensors to :class:`AttentionLayer` and back.
 
-    Subclasses set ``model_types``, ``layer_container`` (e.g. ``"encoder.layer"``) and
-    ``probe_suffix`` (a tensor every layer has, relative to the layer) and implement
+    Subclasses set ``configs`` (a :class:`ConfigSpec` per ``model_type`` handled; ``model_types``
+    are its keys), ``layer_container`` (e.g. ``"encoder.layer"``) and ``probe_suffix`` (a tensor every layer has, relative to the layer) and implement
     :meth:`read_layer`, :meth:`write_layer` and :meth:`attention_keys`.
     """
 
     family: ClassVar[str]
     model_types: ClassVar[tuple[str, ...]]
+    configs: ClassVar[dict[str, ConfigSpec]]
     layer_container: ClassVar[str]
     probe_suffix: ClassVar[str]
     #: Suffixes of stored tensors that are buffers, not parameters (never counted, never biases).
@@ -75,7 +77,7 @@ class Adapter:
     @property
     def architecture(self) -> str:
         archs = getattr(self.config, "architectures", None) or []
-        return archs[0] if archs else type(self.config).__name__.replace("Config", "Model")
+        return archs[0] if archs else self.configs[self.config.model_type].class_name.replace("Config", "Model")
 
     def positional(self) -> Positional:
         if self._positional is None:

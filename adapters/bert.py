@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 
 from ..canonical import AttentionLayer
-from .base import (Adapter, heads_from_bias, heads_from_linear_cols, heads_from_linear_rows,
+from .base import (Adapter, ConfigSpec, heads_from_bias, heads_from_linear_cols, heads_from_linear_rows,
                    linear_cols_from_heads, linear_rows_from_heads)
 
 _SELF = "attention.self"
@@ -20,7 +20,12 @@ _OUT = "attention.output.dense"
 
 class BertAdapter(Adapter):
     family = "bert"
-    model_types = ("bert", "roberta")
+    configs = {
+        model_type: ConfigSpec(class_name, {"num_hidden_layers": 12, "hidden_size": 768, "num_attention_heads": 12,
+                                            "is_decoder": False, "max_position_embeddings": 512})
+        for model_type, class_name in (("bert", "BertConfig"), ("roberta", "RobertaConfig"))
+    }
+    model_types = tuple(configs)
     layer_container = "encoder.layer"
     probe_suffix = f"{_SELF}.query.weight"
 

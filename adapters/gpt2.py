@@ -13,12 +13,19 @@ from __future__ import annotations
 import torch
 
 from ..canonical import AttentionLayer
-from .base import Adapter
+from .base import Adapter, ConfigSpec
 
 
 class GPT2Adapter(Adapter):
     family = "gpt2"
-    model_types = ("gpt2",)
+    configs = {
+        "gpt2": ConfigSpec("GPT2Config", {
+            "n_layer": 12, "n_embd": 768, "n_head": 12, "n_positions": 1024, "scale_attn_weights": True,
+            "scale_attn_by_inverse_layer_idx": False},
+            aliases={"hidden_size": "n_embd", "max_position_embeddings": "n_positions",
+                     "num_attention_heads": "n_head", "num_hidden_layers": "n_layer"}),
+    }
+    model_types = tuple(configs)
     layer_container = "h"
     probe_suffix = "attn.c_attn.weight"
     buffer_suffixes = (".attn.bias", ".attn.masked_bias")

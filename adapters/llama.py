@@ -14,8 +14,9 @@ from __future__ import annotations
 import torch
 
 from ..canonical import AttentionLayer, Positional
+from ..errors import IdinspectError, one_line
 from ..rope import rotary_spec_from_config
-from .base import (Adapter, heads_from_bias, heads_from_linear_cols, heads_from_linear_rows,
+from .base import (Adapter, ConfigSpec, heads_from_bias, heads_from_linear_cols, heads_from_linear_rows,
                    linear_cols_from_heads, linear_rows_from_heads)
 
 _ATTN = "self_attn"
@@ -23,7 +24,19 @@ _ATTN = "self_attn"
 
 class LlamaAdapter(Adapter):
     family = "llama"
-    model_types = ("llama", "mistral", "qwen2")
+    configs = {
+        "llama": ConfigSpec("LlamaConfig", {
+            "num_hidden_layers": 32, "hidden_size": 4096, "num_attention_heads": 32, "num_key_value_heads": None,
+            "head_dim": None, "attention_bias": False, "max_position_embeddings": 2048, "rope_parameters": None}),
+        "mistral": ConfigSpec("MistralConfig", {
+            "num_hidden_layers": 32, "hidden_size": 4096, "num_attention_heads": 32, "num_key_value_heads": 8,
+            "head_dim": None, "sliding_window": 4096, "max_position_embeddings": 4096 * 32, "rope_parameters": None}),
+        "qwen2": ConfigSpec("Qwen2Config", {
+            "num_hidden_layers": 32, "hidden_size": 4096, "num_attention_heads": 32, "num_key_value_heads": 32,
+            "max_position_embeddings": 32768, "use_sliding_window": False, "sliding_window": 4096,
+            "max_window_layers": 28, "layer_types": None, "rope_parameters": None}),
+    }
+    model_types = tuple(configs)
     layer_container = "layers"
     probe_suffix = f"{_ATTN}.q_proj.weight"
     buffer_suffixes = (".rotary_emb.inv_freq",)
@@ -56,13 +69,24 @@ class LlamaAdapter(Adapter):
         return list(self._names(i).values())
 
     def _make_positional(self) -> Positional:
-        return Positional("rope", rotary=rotary_spec_from_config(self.config, "half"))
+        try:
+            return Positional("rope", rotary=rotary_spec_from_config(self.config, "half"))
+        except (KeyError, TypeError, ValueError, ZeroDivisionError) as exc:
+            raise IdinspectError(f"config.json: RoPE settings that transformers cannot use ({type(exc).__name__}: "
+                                 f"{one_line(exc)}); fix rope_parameters / rope_scaling") from None
 
     def _sliding_window(self, i: int) -> int | None:
-        window = getattr(self.config, "sliding_window", None)
-        if self.config.model_type == "mistral":
+        """Layer i's window, as the config class resolves it (Qwen2Config.__post_init__: the window only
+        with use_sliding_window, and by default on layers i >= max_window_layers)."""
+        cfg = self.config
+        window = getattr(cfg, "sliding_window", None)
+        if cfg.model_type == "mistral":
             return window
-        layer_types = getattr(self.config, "layer_types", None)
+        layer_types = getattr(cfg, "layer_types", None)
+        if cfg.model_type == "qwen2":
+            window = window if getattr(cfg, "use_sliding_window", False) else None
+            if layer_types is None:
+                return window if window is not None and i >= getattr(cfg, "max_window_layers", 28) else None
         if window is not None and layer_types and layer_types[i] == "sliding_attention":
             return window
         return None

@@ -15,3 +15,16 @@ class IdinspectError(Exception):
 
 class UnsupportedLayerError(IdinspectError):
     """A layer carries a feature (flag) that the mathematics here does not model."""
+
+
+def first_line(exc: BaseException) -> str:
+    """The first line of the error's text (HTTP errors put their details on the lines after)."""
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else type(exc).__name__
+
+
+def one_line(exc: BaseException) -> str:
+    """The error's text on one line (multi-line messages joined), at most 200 characters."""
+    text = " ".join(line.strip() for line in str(exc).strip().splitlines() if line.strip())
+    text = text or type(exc).__name__
+    return text if len(text) <= 200 else text[:197] + "..."

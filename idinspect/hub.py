@@ -17,7 +17,7 @@ from huggingface_hub import constants as hf_constants
 from huggingface_hub import errors as hf_errors
 from huggingface_hub import snapshot_download
 
-from .errors import IdinspectError
+from .errors import IdinspectError, first_line
 
 HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
 COMMIT_SHA = re.compile(r"^[0-9a-f]{40}$")
@@ -131,19 +131,15 @@ def hub_error(exc: BaseException, repo_id: str, revision: str | None, offline: b
     if isinstance(exc, hf_errors.OfflineModeIsEnabled):
         return IdinspectError(f"{ref}: offline mode is on (HF_HUB_OFFLINE) and it is not cached; unset it or pass a local directory")
     if isinstance(exc, hf_errors.HFValidationError):
-        return IdinspectError(f"{repo_id!r} is not a valid hub id ({_first_line(exc)}); pass org/name or an existing directory")
+        return IdinspectError(f"{repo_id!r} is not a valid hub id ({first_line(exc)}); pass org/name or an existing directory")
     if isinstance(exc, hf_errors.HfHubHTTPError):
         status = getattr(getattr(exc, "response", None), "status_code", None)
         if status == 401:
             return IdinspectError(f"{repo_id}: the hub refused the token (HTTP 401); check --token / HF_TOKEN")
-        return IdinspectError(f"{repo_id}: the hub answered HTTP {status} ({_first_line(exc)}); retry later, "
+        return IdinspectError(f"{repo_id}: the hub answered HTTP {status} ({first_line(exc)}); retry later, "
                               "or pass a local directory")
     if type(exc).__module__.split(".")[0] in _TRANSPORT_MODULES or isinstance(exc, (ConnectionError, TimeoutError)):
-        return IdinspectError(f"{ref}: network error while downloading ({type(exc).__name__}: {_first_line(exc)}); "
+        return IdinspectError(f"{ref}: network error while downloading ({type(exc).__name__}: {first_line(exc)}); "
                               "check the connection and retry, or pass a local directory")
     return None
 
-
-def _first_line(exc: BaseException) -> str:
-    lines = str(exc).strip().splitlines()
-    return lines[0] if lines else type(exc).__name__

@@ -15,8 +15,9 @@ from pathlib import Path
 
 from .adapters import Adapter, adapter_for, supported_model_types
 from .canonical import AttentionLayer
+from .config import CONFIG_FILE, CheckpointConfig, read_config
 from .checkpoint import INDEX_FILE, SINGLE_FILE, SafetensorsCheckpoint, ShapeOnlyReader, StateDictReader, TensorReader
-from .errors import IdinspectError
+from .errors import IdinspectError, one_line
 from .hub import COMMIT_SHA, HUB_ID, INSPECT_PATTERNS, download_snapshot, looks_like_path, split_revision
 
 
@@ -34,10 +35,20 @@ class Model:
     """A checkpoint seen through its adapter."""
 
     def __init__(self, config, reader: TensorReader, adapter: Adapter, provenance: Provenance):
+        #: What the adapter reads: a :class:`~idinspect.config.CheckpointConfig` for a folder, the
+        #: model's own transformers config for a model in memory.
         self.config = config
         self.reader = reader
         self.adapter = adapter
         self.provenance = provenance
+        self._hf_config = None if isinstance(config, CheckpointConfig) else config
+
+    @property
+    def hf_config(self):
+        """The full transformers config (``AutoConfig`` of the folder), read on first use."""
+        if self._hf_config is None:
+            self._hf_config = auto_config(self.provenance.path)
+        return self._hf_config
 
     @property
     def num_layers(self) -> int:
@@ -198,7 +209,7 @@ def _from_directory(path: Path, provenance: Provenance) -> Model:
         raise IdinspectError(f"{path}: expected a checkpoint directory (config.json + model.safetensors), got a file{hint}")
     reader = SafetensorsCheckpoint(path)  # refuses pickle-only folders before anything else
     try:
-        config = _load_config(path)
+        config = read_config(path)
         model = Model(config, reader, adapter_for(config, reader), provenance)
         model.check_layout()
     except BaseException:
@@ -207,32 +218,18 @@ def _from_directory(path: Path, provenance: Provenance) -> Model:
     return model
 
 
-def _load_config(path: Path):
-    """``AutoConfig`` for a supported ``model_type``; every failure is a one-line error naming the file."""
+def auto_config(path: Path):
+    """transformers' ``AutoConfig`` of a checkpoint folder (the full config class: slow to import,
+    so only what needs it asks, through :attr:`Model.hf_config`); failures are one-line errors."""
     from huggingface_hub.errors import StrictDataclassError
-    from transformers import AutoConfig, PretrainedConfig
+    from transformers import AutoConfig
 
-    cfg_file = path / "config.json"
-    if not cfg_file.is_file():
-        raise IdinspectError(f"{path}: no config.json; a Hugging Face checkpoint directory needs one "
-                             "(save_pretrained writes it)")
-    try:
-        raw, _ = PretrainedConfig.get_config_dict(str(path))
-    except (OSError, ValueError, UnicodeDecodeError) as exc:
-        raise IdinspectError(f"{cfg_file}: not valid JSON ({_first_line(exc)}); fix or re-download it") from None
-    if not isinstance(raw, dict):
-        raise IdinspectError(f"{cfg_file}: not a JSON object of settings; fix or re-download it")
-    model_type = raw.get("model_type")
-    if not model_type:
-        raise IdinspectError(f"{cfg_file}: no model_type; add it (supported: {', '.join(supported_model_types())})")
-    if model_type not in supported_model_types():
-        raise IdinspectError(f"{cfg_file}: model_type {model_type!r} is not supported; "
-                             f"supported: {', '.join(supported_model_types())}")
+    cfg_file = path / CONFIG_FILE
     try:
         with _quiet_transformers():
             return AutoConfig.from_pretrained(str(path), trust_remote_code=False)
     except (OSError, ValueError, TypeError, KeyError, AttributeError, StrictDataclassError) as exc:
-        raise IdinspectError(f"{cfg_file}: transformers cannot read it ({_first_line(exc)}); fix or re-download it") from None
+        raise IdinspectError(f"{cfg_file}: transformers cannot read it ({one_line(exc)}); fix or re-download it") from None
 
 
 @contextlib.contextmanager
@@ -249,13 +246,21 @@ def _quiet_transformers() -> Iterator[None]:
         hf_logging.set_verbosity(previous)
 
 
+#: Settings that must be integers where set (a transformers config class would refuse anything else).
+_SIZE_SETTINGS = ("num_hidden_layers", "hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim")
+
+
 def _check_config_numbers(a: Adapter) -> None:
     """Layer and head counts the shape checks rely on, with the config field named."""
+    for name in _SIZE_SETTINGS:
+        value = getattr(a.config, name, None)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            raise IdinspectError(f"config.json: {name} is {value!r}, not an integer; fix the config")
     try:
         numbers = {"layers": a.num_layers, "heads": a.n_heads, "kv_heads": a.n_kv_heads,
                    "hidden_size": a.hidden_size, "head_dim": a.head_dim}
     except (TypeError, ValueError, AttributeError, ZeroDivisionError) as exc:
-        raise IdinspectError(f"config.json: layer/head sizes are missing or not integers ({_first_line(exc)})") from None
+        raise IdinspectError(f"config.json: layer/head sizes are missing or not integers ({one_line(exc)})") from None
     bad = [k for k, v in numbers.items() if v < 1]
     if bad:
         raise IdinspectError(f"config.json: {', '.join(f'{k}={numbers[k]}' for k in bad)} must be positive; fix the config")
@@ -274,13 +279,6 @@ def _validated(layer: AttentionLayer) -> AttentionLayer:
         names = ", ".join(sorted(set(layer.tensor_names.values())))
         raise IdinspectError(f"{exc} (tensors {names}); the checkpoint does not match its config") from None
     return layer
-
-
-def _first_line(exc: BaseException) -> str:
-    """The error's text on one line (multi-line messages joined), at most 200 characters."""
-    text = " ".join(line.strip() for line in str(exc).strip().splitlines() if line.strip())
-    text = text or type(exc).__name__
-    return text if len(text) <= 200 else text[:197] + "..."
 
 
 def _from_module(model) -> Model:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import os
+import sys
 from collections.abc import Iterator
 from typing import Literal
 
@@ -35,16 +36,22 @@ _HUB_TQDM: contextvars.ContextVar[type | None] = contextvars.ContextVar("idinspe
 
 
 def silence_library_progress() -> None:
-    """Turn off huggingface_hub's and transformers' own progress bars and info logging."""
-    from huggingface_hub.utils import disable_progress_bars
+    """Turn off huggingface_hub's and transformers' own progress bars and info logging.
 
-    disable_progress_bars()
-    try:
+    Neither library is imported for this (an inspection may need neither): their environment
+    switches are set for a later import, and a library already imported is told directly.
+    """
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    if "huggingface_hub" in sys.modules:
+        from huggingface_hub.utils import disable_progress_bars
+
+        disable_progress_bars()
+    if "transformers" in sys.modules:
         from transformers.utils import logging as tf_logging
-    except ImportError:  # transformers is a dependency; tolerate a broken install here only
-        return
-    tf_logging.disable_progress_bar()
-    tf_logging.set_verbosity_error()
+
+        tf_logging.disable_progress_bar()
+        tf_logging.set_verbosity_error()
 
 
 def _ci() -> bool:

@@ -45,7 +45,7 @@ def twin_shape(model) -> dict:
 
 
 def _twin_config(model, shape: dict):
-    cfg = model.config
+    cfg = model.hf_config
     family = model.adapter.family
     common = {"num_hidden_layers": 1, "vocab_size": 32, "intermediate_size": 16, "bos_token_id": None,
               "eos_token_id": None, "pad_token_id": None}

@@ -6,30 +6,101 @@ The unscaled "default" type is the formula every rotate_half family shares
 (``LlamaRotaryEmbedding.compute_default_rope_parameters``; Mistral's and Qwen2's are identical),
 written here so that inspecting does not import the modeling code; a test pins both paths to the
 models' own ``inv_freq`` buffers bit for bit.
+
+A :class:`~idinspect.config.CheckpointConfig` (config.json as stored, possibly in the legacy
+``rope_scaling`` / top-level ``rope_theta`` form) is standardised by transformers'
+``RotaryEmbeddingConfigMixin.convert_rope_params_to_dict``, the step the config class runs in
+``__post_init__``; only plain unscaled RoPE (a theta and nothing else) is resolved here without
+importing transformers.
 """
 
 from __future__ import annotations
 
+import copy
+
 import torch
 
 from .canonical import RotaryPairing, RotarySpec
+from .config import CheckpointConfig
+
+#: ``RotaryEmbeddingConfigMixin.default_theta``, the rope_theta of a config that names none.
+DEFAULT_THETA = 10_000.0
+#: Settings transformers' RoPE code reads from a config besides the RoPE dicts themselves.
+_ROPE_CONTEXT = ("hidden_size", "num_attention_heads", "head_dim", "max_position_embeddings",
+                 "original_max_position_embeddings", "layer_types")
+#: config.json keys that the config class pops and folds into ``rope_parameters``.
+_ROPE_LEGACY = ("rope_scaling", "rope_theta", "partial_rotary_factor")
 
 
 def rotary_spec_from_config(config, pairing: RotaryPairing) -> RotarySpec:
-    """RoPE of a Llama-style ``config``: inv_freq [rotary_dim/2] (float32) and attention factor."""
+    """RoPE of a Llama-style ``config``: inv_freq [rotary_dim/2] (float32) and attention factor.
+
+    ``config`` is a transformers config (standardised on construction) or a :class:`CheckpointConfig`.
+    """
+    if isinstance(config, CheckpointConfig):
+        theta = plain_rope_theta(config)
+        if theta is not None:
+            return _default_spec(theta, _head_dim(config), pairing)
+        config = rope_settings(config)
     params = getattr(config, "rope_parameters", None) or {}
     rope_type = params.get("rope_type", "default")
     if rope_type == "default":
-        base = params["rope_theta"]
-        dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-        inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.float) / dim))
-        factor = 1.0
-    else:
-        from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+        return _default_spec(params["rope_theta"], _head_dim(config), pairing)
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
-        inv_freq, factor = ROPE_INIT_FUNCTIONS[rope_type](config)
+    inv_freq, factor = ROPE_INIT_FUNCTIONS[rope_type](config)
     return RotarySpec(pairing=pairing, rotary_dim=2 * inv_freq.numel(), inv_freq=inv_freq.to("cpu"),
                       attention_factor=float(factor), rope_type=rope_type)
+
+
+def _head_dim(config) -> int:
+    return getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+
+
+def _default_spec(base: float, dim: int, pairing: RotaryPairing) -> RotarySpec:
+    """inv_freq_i = 1 / base^(2i / dim), i < dim / 2, over the whole head; attention factor 1."""
+    inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.float) / dim))
+    return RotarySpec(pairing=pairing, rotary_dim=2 * inv_freq.numel(), inv_freq=inv_freq,
+                      attention_factor=1.0, rope_type="default")
+
+
+def plain_rope_theta(config: CheckpointConfig) -> float | None:
+    """rope_theta when config.json asks for plain unscaled RoPE over the whole head, else None.
+
+    Plain: the RoPE dict (``rope_scaling`` wins over ``rope_parameters``, as the config class
+    decides) holds at most a type of "default" and a theta, and no partial_rotary_factor is set.
+    The theta is the dict's, else the top-level ``rope_theta``, else :data:`DEFAULT_THETA`.
+    """
+    params = config.stored("rope_scaling") or config.stored("rope_parameters") or {}
+    if not isinstance(params, dict) or set(params) - {"rope_type", "type", "rope_theta"}:
+        return None
+    if params.get("rope_type", params.get("type", "default")) != "default" or "partial_rotary_factor" in config:
+        return None
+    theta = params.get("rope_theta", config.stored("rope_theta", DEFAULT_THETA))
+    return float(theta) if isinstance(theta, (int, float)) and not isinstance(theta, bool) else None
+
+
+def rope_settings(config: CheckpointConfig):
+    """An object transformers' RoPE functions accept, standardised as the config class does it.
+
+    The class's ``__post_init__`` calls ``convert_rope_params_to_dict(**kwargs)`` with the
+    config.json keys that are not its fields (``rope_scaling``, ``rope_theta``,
+    ``partial_rotary_factor``) while ``rope_parameters`` holds the stored dict; this replays that
+    call on a bare ``RotaryEmbeddingConfigMixin`` carrying the settings the RoPE code reads.
+    """
+    from transformers.modeling_rope_utils import RotaryEmbeddingConfigMixin
+
+    class RopeSettings(RotaryEmbeddingConfigMixin):
+        pass
+
+    settings = RopeSettings()
+    for name in _ROPE_CONTEXT:
+        value = getattr(config, name, None)
+        if value is not None or name in config:
+            setattr(settings, name, copy.deepcopy(value))
+    settings.rope_parameters = config.stored("rope_parameters")
+    settings.convert_rope_params_to_dict(**{k: config.stored(k) for k in _ROPE_LEGACY if k in config})
+    return settings
 
 
 def rotary_cos_sin(spec: RotarySpec, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:

@@ -118,7 +118,7 @@ def rounding_baseline(layer: AttentionLayer, dtype: torch.dtype) -> AttentionLay
 
 
 def _config_check(A: Model, B: Model) -> Check:
-    da, db = A.config.to_dict(), B.config.to_dict()
+    da, db = A.hf_config.to_dict(), B.hf_config.to_dict()
     keys = sorted((set(da) | set(db)) - _IGNORED_CONFIG)
     differ = [k for k in keys if da.get(k) != db.get(k)]
     if differ:
@@ -198,7 +198,7 @@ def _invariant_check(A: Model, B: Model, dtype: torch.dtype) -> Check:
 
 def _functional_checks(A: Model, B: Model, dtype: torch.dtype, tokens: int, decode: int, seed: int,
                        max_memory: int | None) -> list[Check]:
-    ids = fn.probe_ids(A.config, tokens, decode, seed)
+    ids = fn.probe_ids(A.hf_config, tokens, decode, seed)
     size = max(_parameter_bytes_f64(A), _parameter_bytes_f64(B))
     plan = fn.plan_loading(size, max_memory)
     how = "offloaded (accelerate device_map='auto', float32 compute)" if plan.offload else "in memory, float64"

@@ -116,7 +116,7 @@ def test_real_minilm_is_a_base_model_save(minilm_dir):
     assert model.adapter.prefix == ""
     assert "encoder.layer.0.attention.self.query.weight" in model.reader
     with torch.device("meta"):
-        hf = tf.AutoModel.from_config(model.config)
+        hf = tf.AutoModel.from_config(model.hf_config)
     assert model.parameter_count() == sum(p.numel() for p in hf.parameters())
     assert model.reader.dtype("embeddings.position_ids") == torch.int64  # a buffer, not counted
 
