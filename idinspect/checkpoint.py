@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from collections.abc import Mapping
 from pathlib import Path
 from typing import BinaryIO
@@ -106,6 +107,7 @@ class SafetensorsCheckpoint(TensorReader):
         self._where: dict[str, str] = {}
         self._spans: dict[str, tuple[str, int, int]] = {}   # name -> (file, first byte, end byte)
         self._files: dict[str, BinaryIO] = {}
+        self._files_lock = threading.Lock()
         for fname in files:
             path = self.directory / fname
             if not path.is_file():
@@ -169,10 +171,11 @@ class SafetensorsCheckpoint(TensorReader):
         return out
 
     def _file(self, fname: str) -> BinaryIO:
-        f = self._files.get(fname)
-        if f is None:
-            f = self._files[fname] = open(self.directory / fname, "rb", buffering=0)
-        return f
+        with self._files_lock:  # the analyzer reads layers from several threads
+            f = self._files.get(fname)
+            if f is None:
+                f = self._files[fname] = open(self.directory / fname, "rb", buffering=0)
+            return f
 
     def file_of(self, name: str) -> str | None:
         return self._where.get(name)

@@ -13,10 +13,6 @@ import json
 import re
 from pathlib import Path
 
-from huggingface_hub import constants as hf_constants
-from huggingface_hub import errors as hf_errors
-from huggingface_hub import snapshot_download
-
 from .errors import IdinspectError, first_line
 
 HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -31,6 +27,14 @@ EXPORT_PATTERNS = INSPECT_PATTERNS + ["*.json", "*.txt", "*.model", "*.jinja", "
 
 _INDEX = "model.safetensors.index.json"
 _TRANSPORT_MODULES = ("httpx", "httpx2", "httpcore", "requests", "urllib3")
+
+
+def snapshot_download(*args, **kwargs) -> str:
+    """``huggingface_hub.snapshot_download``, imported on first use: the hub client costs ~0.1 s to
+    import, which a local inspection never needs."""
+    from huggingface_hub import snapshot_download as download
+
+    return download(*args, **kwargs)
 
 
 def looks_like_path(source: str) -> bool:
@@ -51,6 +55,8 @@ def split_revision(source: str) -> tuple[str, str | None]:
 
 def is_offline(local_files_only: bool = False) -> bool:
     """Offline: ``--offline`` (local_files_only) or ``HF_HUB_OFFLINE`` as huggingface_hub reads it."""
+    from huggingface_hub import constants as hf_constants
+
     check = getattr(hf_constants, "is_offline_mode", None)
     return bool(local_files_only or (check() if callable(check) else hf_constants.HF_HUB_OFFLINE))
 
@@ -104,6 +110,9 @@ def _call(repo_id: str, revision: str | None, patterns: list[str], *, token, cac
 def hub_error(exc: BaseException, repo_id: str, revision: str | None, offline: bool,
               cache_dir: str | Path | None = None) -> IdinspectError | None:
     """The one-line error for a huggingface_hub failure, or None if ``exc`` is not one."""
+    from huggingface_hub import constants as hf_constants
+    from huggingface_hub import errors as hf_errors
+
     ref = f"{repo_id}@{revision}" if revision else repo_id
     cache = str(cache_dir) if cache_dir is not None else str(getattr(hf_constants, "HF_HUB_CACHE", "the hub cache"))
     if isinstance(exc, hf_errors.GatedRepoError):
