@@ -64,9 +64,31 @@ def ordered(result: dict, *, timestamp: bool = False) -> dict:
 
 
 def dumps(result: dict, *, timestamp: bool = False, indent: int | None = 2) -> str:
-    """The JSON text (with a final newline) of ``result``."""
-    return json.dumps(ordered(result, timestamp=timestamp), indent=indent, ensure_ascii=False,
-                      allow_nan=False) + "\n"
+    """The JSON text (with a final newline) of ``result``.
+
+    ``indent``: objects, and lists holding objects or lists, go over lines; a list of numbers or
+    strings (a head's singular values, a layer's dead heads) stays on one line, readable and
+    written by json's C encoder (``json.dumps(indent=...)`` runs the pure-Python one: 0.25 s for a
+    Llama-1B report). ``indent=None``: compact, on one line.
+    """
+    data = ordered(result, timestamp=timestamp)
+    if indent is None:
+        return json.dumps(data, ensure_ascii=False, allow_nan=False) + "\n"
+    return _pretty(data, "", " " * indent) + "\n"
+
+
+_one_line = json.JSONEncoder(ensure_ascii=False, allow_nan=False).encode
+
+
+def _pretty(value, pad: str, step: str) -> str:
+    if isinstance(value, dict) and value:
+        inner = pad + step
+        items = (f"{inner}{_one_line(str(k))}: {_pretty(v, inner, step)}" for k, v in value.items())
+        return "{\n" + ",\n".join(items) + "\n" + pad + "}"
+    if isinstance(value, (list, tuple)) and any(isinstance(v, (dict, list, tuple)) for v in value):
+        inner = pad + step
+        return "[\n" + ",\n".join(inner + _pretty(v, inner, step) for v in value) + "\n" + pad + "]"
+    return _one_line(value)
 
 
 def write_json(result: dict, path, *, timestamp: bool = False) -> None:

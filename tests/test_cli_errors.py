@@ -314,3 +314,21 @@ def test_typo_of_a_subcommand_is_not_a_hub_call(hub_calls, tmp_path, monkeypatch
     r = run_cli("exprot", "some-model")
     assert r.code == 2 and "Traceback" not in r.stderr
     assert hub_calls == []
+
+
+def test_process_entry_point_delivers_everything_and_the_exit_status(tiny_dir, tmp_path):
+    """``python -m idinspect`` ends with a fast exit (idinspect.cli.run): the whole report still
+    reaches a pipe, files are complete, and the status is the command's."""
+    import json
+    import subprocess
+    import sys
+
+    report = tmp_path / "r.json"
+    ok = subprocess.run([sys.executable, "-m", "idinspect", str(tiny_dir("llama-gqa")), "--format", "json",
+                         "--json", str(report)], capture_output=True, text=True, timeout=300)
+    assert ok.returncode == 0, ok.stderr
+    assert json.loads(ok.stdout) == json.loads(report.read_text())
+    bad = subprocess.run([sys.executable, "-m", "idinspect", str(tmp_path / "missing")], capture_output=True,
+                         text=True, timeout=300)
+    assert bad.returncode == 2 and bad.stdout == ""
+    assert bad.stderr.strip().splitlines() == [f"error: {tmp_path / 'missing'}: no such file or directory"]
