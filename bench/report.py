@@ -49,7 +49,8 @@ def summarize(samples: list[dict]) -> dict[str, Any]:
     out: dict[str, Any] = {"n": len(ok), "median_s": statistics.median(walls), "min_s": min(walls),
                            "max_s": max(walls), "median_rss_bytes": statistics.median(rss), "max_rss_bytes": max(rss),
                            "median_cpu_s": statistics.median(s["user_s"] + s["sys_s"] for s in ok)}
-    for key in ("read_s", "extrapolated_s", "layer_s", "load_s", "copy_s"):
+    for key in ("read_s", "extrapolated_s", "extrapolated_f32_svdvals_s", "layer_s", "layer_f32_svdvals_s", "load_s",
+                "copy_s"):
         vals = [s["detail"][key] for s in ok if key in s.get("detail", {})]
         if vals:
             out[f"median_{key}"] = statistics.median(vals)
@@ -73,6 +74,8 @@ def model_ratios(stats: dict, model: str) -> dict[str, float | None]:
         "inspect_over_floor": _div(inspect, _get(stats, model, "floor", "median_s")),
         "inspect_over_floor_read": _div(inspect, _get(stats, model, "floor", "median_read_s")),
         "baseline_over_inspect": _div(_get(stats, model, "baseline", "median_extrapolated_s"), inspect),
+        "baseline_f32_svdvals_over_inspect": _div(_get(stats, model, "baseline", "median_extrapolated_f32_svdvals_s"),
+                                                  inspect),
         "export_over_copy": _div(_get(stats, model, "export", "median_s"), _get(stats, model, "copy", "median_s")),
         "inspect_rss_gb": _div(_get(stats, model, "inspect", "max_rss_bytes"), GB),
         "export_rss_gb": _div(_get(stats, model, "export", "max_rss_bytes"), GB),
@@ -117,12 +120,13 @@ def format_times(stats: dict) -> str:
 
 def format_ratios(stats: dict) -> str:
     """Per model: every ratio (informational for models that are not the target model)."""
-    keys = ("inspect_over_floor", "inspect_over_floor_read", "baseline_over_inspect", "export_over_copy")
-    head = f"{'model':<16}{'insp/floor':>12}{'insp/read':>12}{'base/insp':>12}{'exp/copy':>12}"
+    keys = ("inspect_over_floor", "inspect_over_floor_read", "baseline_over_inspect",
+            "baseline_f32_svdvals_over_inspect", "export_over_copy")
+    head = f"{'model':<16}{'insp/floor':>12}{'insp/read':>12}{'base/insp':>12}{'f32vals/insp':>14}{'exp/copy':>12}"
     lines = [head, "-" * len(head)]
     for model in stats:
         r = model_ratios(stats, model)
-        lines.append(f"{model:<16}" + "".join(f"{_fmt(r[k]):>12}" for k in keys))
+        lines.append(f"{model:<16}" + "".join(f"{_fmt(r[k]):>{14 if k.startswith('baseline_f32') else 12}}" for k in keys))
     return "\n".join(lines)
 
 

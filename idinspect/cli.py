@@ -11,8 +11,6 @@ import sys
 import traceback
 
 import click
-from rich.console import Console
-from rich.markup import escape
 
 from .errors import IdinspectError
 
@@ -49,11 +47,21 @@ class DefaultToInspect(click.Group):
     #: Group-level flags that may stand before MODEL (``idinspect --debug MODEL``).
     leading_flags = ("--debug",)
 
+    def list_commands(self, ctx) -> list[str]:
+        from .commands import COMMANDS
+
+        return list(COMMANDS)
+
+    def get_command(self, ctx, cmd_name: str):
+        from .commands import load_command
+
+        return load_command(cmd_name)
+
     def parse_args(self, ctx, args):
         i = 0
         while i < len(args) and args[i] in self.leading_flags:
             i += 1
-        if i < len(args) and not args[i].startswith("-") and args[i] not in self.commands:
+        if i < len(args) and not args[i].startswith("-") and args[i] not in self.list_commands(ctx):
             self._refuse_typo(args[i])
             args = [*args[:i], "inspect", *args[i:]]
         return super().parse_args(ctx, args)
@@ -65,7 +73,7 @@ class DefaultToInspect(click.Group):
 
         if "/" in word or ":" in word or Path(word).expanduser().exists():
             return
-        close = difflib.get_close_matches(word, list(self.commands), n=1, cutoff=0.75)
+        close = difflib.get_close_matches(word, self.list_commands(None), n=1, cutoff=0.75)
         if close:
             raise IdinspectError(f"no command {word!r}; did you mean {close[0]!r}? "
                                    f"(to inspect a directory named {word!r}, write ./{word})")
@@ -85,18 +93,10 @@ def cli() -> None:
     """
 
 
-def _register() -> None:
-    from .commands import register
-
-    register(cli)
-
-
-_register()
-
 
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry point: one-line errors with exit status 2 (``--debug`` for tracebacks)."""
-    err = Console(stderr=True, highlight=False)
+    err = _ErrorConsole()
     _DEBUG["on"] = False
     try:
         code = cli.main(args=argv, prog_name="idinspect", standalone_mode=False)
@@ -123,6 +123,21 @@ def main(argv: list[str] | None = None) -> None:
                   "(rerun with --debug for the traceback and report it)", soft_wrap=True)
         code = 2
     sys.exit(code if isinstance(code, int) else 0)
+
+
+class _ErrorConsole:
+    """rich's stderr console, imported only when there is something to print (~60 ms of import)."""
+
+    def print(self, markup: str, **kwargs) -> None:
+        from rich.console import Console
+
+        Console(stderr=True, highlight=False).print(markup, **kwargs)
+
+
+def escape(text: str) -> str:
+    from rich.markup import escape as rich_escape
+
+    return rich_escape(text)
 
 
 def run() -> None:

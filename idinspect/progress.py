@@ -25,10 +25,11 @@ import contextvars
 import os
 import sys
 from collections.abc import Iterator
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TaskID, TextColumn, TimeElapsedColumn
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.progress import Progress, TaskID
 
 ProgressMode = Literal["auto", "always", "never"]
 
@@ -76,8 +77,13 @@ class ProgressReporter:
     """Transient rich progress on stderr; every method is a no-op when progress is off."""
 
     def __init__(self, mode: ProgressMode = "auto", console: Console | None = None):
-        self.console = console or Console(stderr=True)
-        self.enabled = should_show(mode, self.console)
+        if mode == "never" and console is None:   # nothing to draw: rich is not even imported
+            self.console, self.enabled = None, False
+        else:
+            from rich.console import Console
+
+            self.console = console or Console(stderr=True)
+            self.enabled = should_show(mode, self.console)
         self._progress: Progress | None = None
         self._layer_task: TaskID | None = None
         self._shard_task: TaskID | None = None
@@ -89,6 +95,9 @@ class ProgressReporter:
     # lifecycle --------------------------------------------------------------------
     def __enter__(self) -> "ProgressReporter":
         if self.enabled:
+            from rich.progress import (BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn,
+                                       TimeElapsedColumn)
+
             self._progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
                                       MofNCompleteColumn(), TimeElapsedColumn(), console=self.console,
                                       transient=True, redirect_stdout=False, redirect_stderr=False)

@@ -8,14 +8,16 @@ written files go to stderr (not with ``quiet``).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import click
-from rich.console import Console
-from rich.markup import escape
 
 from ..errors import IdinspectError
-from .terminal import LayersMode
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from .terminal import LayersMode
 
 
 def emit(result: dict, *, fmt: Literal["text", "json"] = "text", json_path: str | Path | None = None,
@@ -27,10 +29,8 @@ def emit(result: dict, *, fmt: Literal["text", "json"] = "text", json_path: str 
     """
     from .json_report import dumps, write_json
 
-    from .html import write_html
-
     written = []
-    for kind, path, writer in (("JSON", json_path, write_json), ("HTML", html_path, write_html)):
+    for kind, path, writer in (("JSON", json_path, write_json), ("HTML", html_path, _write_html)):
         if path is None:
             continue
         try:
@@ -46,6 +46,15 @@ def emit(result: dict, *, fmt: Literal["text", "json"] = "text", json_path: str 
 
         render_report(result, console, layers=layers, heads=heads)
     if written and not quiet:
+        from rich.console import Console
+        from rich.markup import escape
+
         err = Console(stderr=True, highlight=False)
         for kind, path in written:
             err.print(f"wrote the {kind} report to {escape(str(path))}", soft_wrap=True)
+
+
+def _write_html(result: dict, path) -> None:
+    from .html import write_html
+
+    write_html(result, path)

@@ -182,12 +182,12 @@ def test_nan_and_inf_are_findings_not_crashes(tiny_dir, tmp_path):
 def test_spectra_are_the_singular_values_of_the_explicit_products(variant, tiny_dir, tmp_path):
     """Gram/Cholesky heads and QR-fallback heads (one made ill-conditioned) both match torch's SVD."""
     from idinspect.analysis.analyzer import to_compute
-    from idinspect.analysis.spectra import GRAM_MAX_CONDITION_SQUARED, head_spectra
+    from idinspect.analysis.spectra import GRAM_MAX_CONDITION, head_spectra
 
     layer = to_compute(idinspect.load(tiny_dir(variant)).layer(0), torch.device("cpu"))
     W_Q = layer.W_Q.clone()
-    W_Q[0, :, 0] *= 1e4                          # cond(W_Q^0) ~ 1e4 > sqrt(1e6): takes the QR path
-    assert torch.linalg.cond(W_Q[0]) ** 2 > GRAM_MAX_CONDITION_SQUARED
+    W_Q[0, :, 0] *= 1e4                          # cond(W_Q^0) ~ 1e4 > 1e3: takes the QR path
+    assert torch.linalg.cond(W_Q[0]) > GRAM_MAX_CONDITION
     layer = layer.replace(W_Q=W_Q)
     s = head_spectra(layer)
     for h in range(layer.n_heads):
@@ -200,3 +200,26 @@ def test_spectra_are_the_singular_values_of_the_explicit_products(variant, tiny_
             for p, (a, b) in enumerate(layer.positional.rotary.plane_columns()):
                 plane = torch.linalg.svdvals(layer.W_Q[h][:, [a, b]] @ layer.W_K[g][:, [a, b]].T)[:2]
                 assert torch.allclose(s.qk_planes[h, p], plane, rtol=1e-9, atol=1e-12 * plane[0])
+
+
+def test_gram_route_only_for_certainly_well_conditioned_factors(monkeypatch):
+    """The Frobenius bound used to pick Gram/Cholesky is >= the true condition number, and factors
+    above the cut (or rank-deficient) go to the QR, whose R gives exact singular values."""
+    from idinspect.analysis import spectra
+
+    g = torch.Generator().manual_seed(3)
+    W = torch.randn(12, 200, 8, generator=g, dtype=torch.float64)
+    W[1] *= torch.logspace(0, 5, 8, dtype=torch.float64)          # cond ~ 1e5
+    W[2, :, 3] = W[2, :, 4]                                         # rank 7
+    W[3] *= torch.logspace(0, 2.5, 8, dtype=torch.float64)        # cond ~ 3e2, possibly over the bound
+    calls = []
+    real_qr = torch.linalg.qr
+    monkeypatch.setattr(torch.linalg, "qr", lambda A, mode="reduced": calls.append(A.shape[0]) or real_qr(A, mode=mode))
+    R = spectra._r_factor(W)
+    assert calls == [calls[0]] and 2 <= calls[0] <= 3               # one batched fallback for heads 1, 2 (and 3)
+    for h in range(12):
+        assert torch.allclose(torch.linalg.svdvals(R[h]), torch.linalg.svdvals(W[h]), rtol=1e-9, atol=1e-12)
+    G = W.transpose(-1, -2) @ W
+    R_ok = torch.linalg.cholesky(G[[0, 4, 5]], upper=True)
+    bound = R_ok.flatten(1).norm(dim=1) * torch.linalg.inv(R_ok).flatten(1).norm(dim=1)
+    assert (bound >= torch.linalg.cond(W[[0, 4, 5]])).all()

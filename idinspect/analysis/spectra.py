@@ -66,25 +66,29 @@ class HeadSpectra:
         return self.ranks(self.ov)
 
 
-#: Gram/Cholesky is used for a factor only when cond(W)^2 = lambda_max / lambda_min of its Gram
-#: matrix is below this (cond(W) < 1e3): then R is accurate to ~cond(W)^2 eps ||R|| <= 1e-10 ||R||.
-#: Worse-conditioned (and rank-deficient) factors get a Householder QR, accurate to ~eps ||R||.
-GRAM_MAX_CONDITION_SQUARED = 1e6
+#: Gram/Cholesky is used for a factor only when cond(W) is certainly below this: then R is accurate
+#: to ~cond(W)^2 eps ||R|| <= 1e-10 ||R||. Worse-conditioned (and rank-deficient) factors get a
+#: Householder QR, accurate to ~eps ||R||.
+GRAM_MAX_CONDITION = 1e3
 
 
 def _r_factor(tall: torch.Tensor) -> torch.Tensor:
     """Upper-triangular R [..., k, k] with W = Q R, Q orthonormal, for a batch W [..., m, k], m >= k.
 
     Well-conditioned factors: R = chol(W^T W) (one batched matmul, O(m k^2)); the others: R of a
-    thin QR, so small singular values (numerical rank) stay exact to float64 rounding.
+    thin QR, so small singular values (numerical rank) stay exact to float64 rounding. The test is
+    cond(W) = cond(R) <= ||R||_F ||R^-1||_F < :data:`GRAM_MAX_CONDITION`, an upper bound (within a
+    factor k of the 2-norm condition) from one triangular inverse, cheaper than the eigenvalues.
     """
     gram = tall.transpose(-1, -2) @ tall
     finite = torch.isfinite(gram).flatten(-2).all(dim=-1)
     eye = torch.eye(gram.shape[-1], dtype=gram.dtype, device=gram.device)
-    lam = torch.linalg.eigvalsh(torch.where(finite[..., None, None], gram, eye))     # ascending
-    ok = finite & (lam[..., 0] * GRAM_MAX_CONDITION_SQUARED > lam[..., -1])
-    R, info = torch.linalg.cholesky_ex(torch.where(ok[..., None, None], gram, eye), upper=True)
-    ok = ok & (info == 0)
+    R, info = torch.linalg.cholesky_ex(torch.where(finite[..., None, None], gram, eye), upper=True)
+    ok = finite & (info == 0)
+    R = torch.where(ok[..., None, None], R, eye)
+    R_inv = torch.linalg.solve_triangular(R, eye.expand_as(R), upper=True)
+    bound = R.flatten(-2).norm(dim=-1) * R_inv.flatten(-2).norm(dim=-1)
+    ok = ok & (bound < GRAM_MAX_CONDITION)
     if not bool(ok.all()):
         bad = ~ok
         R[bad] = torch.linalg.qr(tall[bad], mode="r").R
