@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -27,8 +28,10 @@ def profile(argv_tail: list[str], label: str) -> Path:
     """Run ``python -m pyinstrument -m idinspect ARGS`` and save its text report."""
     PROFILES.mkdir(parents=True, exist_ok=True)
     path = PROFILES / f"{label}.txt"
+    # pyinstrument writes its report at interpreter exit, which idinspect's fast exit would skip
+    env = {**os.environ, "IDINSPECT_NO_FAST_EXIT": "1"}
     res = run_child([sys.executable, "-m", "pyinstrument", "-o", str(path), "-m", "idinspect",
-                     *argv_tail], timeout_s=3600)
+                     *argv_tail], timeout_s=3600, env=env)
     if not res.ok:
         raise RuntimeError(f"profiling {label} failed (exit {res.returncode}):\n{res.stderr[-2000:]}")
     header = (f"# idinspect {' '.join(argv_tail)}\n# wall {res.wall_s:.2f} s, cpu {res.user_s + res.sys_s:.2f} s, "
