@@ -215,7 +215,8 @@ def test_gram_route_only_for_certainly_well_conditioned_factors(monkeypatch):
     calls = []
     real_qr = torch.linalg.qr
     monkeypatch.setattr(torch.linalg, "qr", lambda A, mode="reduced": calls.append(A.shape[0]) or real_qr(A, mode=mode))
-    R = spectra._r_factor(W)
+    R, finite = spectra._r_factor(W)
+    assert finite.all()
     assert calls == [calls[0]] and 2 <= calls[0] <= 3               # one batched fallback for heads 1, 2 (and 3)
     for h in range(12):
         assert torch.allclose(torch.linalg.svdvals(R[h]), torch.linalg.svdvals(W[h]), rtol=1e-9, atol=1e-12)
@@ -223,3 +224,19 @@ def test_gram_route_only_for_certainly_well_conditioned_factors(monkeypatch):
     R_ok = torch.linalg.cholesky(G[[0, 4, 5]], upper=True)
     bound = R_ok.flatten(1).norm(dim=1) * torch.linalg.inv(R_ok).flatten(1).norm(dim=1)
     assert (bound >= torch.linalg.cond(W[[0, 4, 5]])).all()
+
+
+def test_finiteness_comes_out_of_the_gram_matrices():
+    """NaN/Inf heads are found from W^T W alone; an overflowing Gram of finite entries is not
+    mistaken for one (it takes the QR route and gives exact singular values)."""
+    from idinspect.analysis import spectra
+
+    g = torch.Generator().manual_seed(5)
+    W = torch.randn(5, 50, 4, generator=g, dtype=torch.float64)
+    W[1, 7, 2] = float("nan")
+    W[2, 0, 0] = float("inf")
+    W[3] *= 1e160                                                   # finite, but W^T W overflows
+    R, finite = spectra._r_factor(W)
+    assert finite.tolist() == [True, False, False, True, True]
+    assert torch.equal(R[1], torch.eye(4, dtype=torch.float64))
+    assert torch.allclose(torch.linalg.svdvals(R[3]), torch.linalg.svdvals(W[3]), rtol=1e-12)

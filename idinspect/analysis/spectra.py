@@ -51,6 +51,8 @@ class HeadSpectra:
     #: R factors of the thin QR (on the compute device): R_Q [H, d_k, d_k], R_K [G, d_k, d_k],
     #: R_V [G, d_v, d_v], R_O [H, d_v, d_v] (of W_O^hT), reused by :mod:`degeneracy`.
     factors: dict | None = None
+    #: Role -> [n] bool, slice i of that tensor free of NaN/Inf (as :func:`layer_finite` gives).
+    finite: dict | None = None
 
     def ranks(self, values: torch.Tensor) -> torch.Tensor:
         """Numerical rank per head of a [H, k] block of singular values."""
@@ -72,27 +74,34 @@ class HeadSpectra:
 GRAM_MAX_CONDITION = 1e3
 
 
-def _r_factor(tall: torch.Tensor) -> torch.Tensor:
-    """Upper-triangular R [..., k, k] with W = Q R, Q orthonormal, for a batch W [..., m, k], m >= k.
+def _r_factor(tall: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(R [..., k, k], finite [...]): W = Q R with Q orthonormal for a batch W [..., m, k], m >= k,
+    and whether each W is free of NaN/Inf (R is the identity where it is not).
 
     Well-conditioned factors: R = chol(W^T W) (one batched matmul, O(m k^2)); the others: R of a
     thin QR, so small singular values (numerical rank) stay exact to float64 rounding. The test is
     cond(W) = cond(R) <= ||R||_F ||R^-1||_F < :data:`GRAM_MAX_CONDITION`, an upper bound (within a
     factor k of the 2-norm condition) from one triangular inverse, cheaper than the eigenvalues.
+    A NaN or Inf in W makes its Gram matrix non-finite, so finiteness costs no extra pass over W;
+    only the rare non-finite Gram of finite entries (overflow past ~1e154) is told apart elementwise.
     """
     gram = tall.transpose(-1, -2) @ tall
     finite = torch.isfinite(gram).flatten(-2).all(dim=-1)
+    if not bool(finite.all()):
+        suspect = ~finite
+        finite[suspect] = torch.isfinite(tall[suspect]).flatten(1).all(dim=1)
+    usable = torch.isfinite(gram).flatten(-2).all(dim=-1)
     eye = torch.eye(gram.shape[-1], dtype=gram.dtype, device=gram.device)
-    R, info = torch.linalg.cholesky_ex(torch.where(finite[..., None, None], gram, eye), upper=True)
-    ok = finite & (info == 0)
+    R, info = torch.linalg.cholesky_ex(torch.where(usable[..., None, None], gram, eye), upper=True)
+    ok = usable & (info == 0)
     R = torch.where(ok[..., None, None], R, eye)
     R_inv = torch.linalg.solve_triangular(R, eye.expand_as(R), upper=True)
     bound = R.flatten(-2).norm(dim=-1) * R_inv.flatten(-2).norm(dim=-1)
     ok = ok & (bound < GRAM_MAX_CONDITION)
-    if not bool(ok.all()):
-        bad = ~ok
-        R[bad] = torch.linalg.qr(tall[bad], mode="r").R
-    return R
+    redo = finite & ~ok
+    if bool(redo.any()):
+        R[redo] = torch.linalg.qr(tall[redo], mode="r").R
+    return R, finite
 
 
 def _qr_r(tall: torch.Tensor) -> torch.Tensor:
@@ -115,11 +124,6 @@ def finite_slices(t: torch.Tensor) -> torch.Tensor:
     return ok
 
 
-def _clean(t: torch.Tensor) -> torch.Tensor:
-    """NaN/Inf -> 0 so that LAPACK never sees them (those heads are masked out afterwards)."""
-    return torch.nan_to_num(t, nan=0.0, posinf=0.0, neginf=0.0)
-
-
 def layer_finite(layer: AttentionLayer) -> dict[str, torch.Tensor]:
     """Role -> [n] bool (slice i of that tensor is finite), for every present tensor."""
     return {role: finite_slices(t) for role, t in layer.tensors().items()}
@@ -128,24 +132,23 @@ def layer_finite(layer: AttentionLayer) -> dict[str, torch.Tensor]:
 def head_spectra(layer: AttentionLayer, finite_by_role: dict[str, torch.Tensor] | None = None) -> HeadSpectra:
     """Singular values of every head's W_QK and W_OV (and RoPE planes) of a float64 layer.
 
-    ``layer`` must hold float64 tensors (on any device); results come back on the CPU.
-    ``finite_by_role`` (from :func:`layer_finite`) saves recomputing the finiteness masks.
+    ``layer`` must hold float64 tensors (on any device); results come back on the CPU. The
+    finiteness masks come out of the Gram matrices (``HeadSpectra.finite``); ``finite_by_role``
+    (from :func:`layer_finite`), if given, is and-ed in.
     """
     H, d, dk = layer.W_Q.shape
     kv = torch.arange(H, device=layer.W_Q.device) // layer.group_size   # g(h)
 
-    fin = finite_by_role or layer_finite(layer)
-    finite = [fin[r] for r in ("W_Q", "W_K", "W_V", "W_O")]
-    qk_ok = finite[0] & finite[1][kv]
-    ov_ok = finite[2][kv] & finite[3]
-    W_Q, W_K, W_V, W_O = (t if ok.all() else _clean(t)
-                          for t, ok in zip((layer.W_Q, layer.W_K, layer.W_V, layer.W_O), finite))
-
-    R_Q = _r_factor(W_Q)                       # [H, k, dk]
-    R_K = _r_factor(W_K)                       # [G, k, dk]
+    R_Q, fin_Q = _r_factor(layer.W_Q)                       # [H, k, dk]
+    R_K, fin_K = _r_factor(layer.W_K)                       # [G, k, dk]
+    R_V, fin_V = _r_factor(layer.W_V)                       # [G, k, dv]
+    R_O, fin_O = _r_factor(layer.W_O.transpose(-1, -2))     # [H, k, dv]   (W_O^hT = Q R)
+    finite = {"W_Q": fin_Q, "W_K": fin_K, "W_V": fin_V, "W_O": fin_O}
+    if finite_by_role is not None:
+        finite = {role: finite_by_role[role] & ok for role, ok in finite.items()}
+    qk_ok = finite["W_Q"] & finite["W_K"][kv]
+    ov_ok = finite["W_V"][kv] & finite["W_O"]
     qk = torch.linalg.svdvals(R_Q @ R_K[kv].transpose(-1, -2))
-    R_V = _r_factor(W_V)                       # [G, k, dv]
-    R_O = _r_factor(W_O.transpose(-1, -2))     # [H, k, dv]   (W_O^hT = Q R)
     ov = torch.linalg.svdvals(R_V[kv] @ R_O.transpose(-1, -2))
 
     planes = None
@@ -153,14 +156,16 @@ def head_spectra(layer: AttentionLayer, finite_by_role: dict[str, torch.Tensor] 
     if pos.kind == "rope":
         # W[:, cols] = Q R[:, cols] with Q orthonormal, so plane p's form Q_p K_p^T has the singular
         # values of R_Q[:, cols] R_K[:, cols]^T: QR of the small [d_k, 2] column pairs only.
-        cols = torch.tensor(pos.rotary.plane_columns(), device=W_Q.device)    # [planes, 2]
+        cols = torch.tensor(pos.rotary.plane_columns(), device=R_Q.device)    # [planes, 2]
         Qp = R_Q[:, :, cols].permute(0, 2, 1, 3)                              # [H, planes, d_k, 2]
         Kp = R_K[:, :, cols].permute(0, 2, 1, 3)                              # [G, planes, d_k, 2]
         core = _qr_r(Qp) @ _qr_r(Kp)[kv].transpose(-1, -2)                    # [H, planes, 2, 2]
         planes = torch.linalg.svdvals(core).cpu()
 
+    finite.update({role: finite_slices(t) for role, t in layer.tensors().items() if role not in finite})
     return HeadSpectra(qk=qk.cpu(), ov=ov.cpu(), qk_planes=planes, qk_ok=qk_ok.cpu(), ov_ok=ov_ok.cpu(),
-                       rtol=rank_rtol(d, dk), factors={"R_Q": R_Q, "R_K": R_K, "R_V": R_V, "R_O": R_O})
+                       rtol=rank_rtol(d, dk), factors={"R_Q": R_Q, "R_K": R_K, "R_V": R_V, "R_O": R_O},
+                       finite=finite)
 
 
 def _condition(values: torch.Tensor) -> list[float | None]:
