@@ -26,8 +26,19 @@ def _clean(value):
     if isinstance(value, dict):
         return {str(k): _clean(value[k]) for k in sorted(value, key=str)}
     if isinstance(value, (list, tuple)):
+        if value and set(map(type, value)) == {float} and _all_finite(value):
+            return list(value)        # a row of singular values: checked in one C-level pass
         return [_clean(v) for v in value]
     return value
+
+
+def _all_finite(values) -> bool:
+    """True iff every float is finite: fsum of finite values is finite or raises OverflowError;
+    any NaN or Inf makes it NaN/Inf or raises ValueError."""
+    try:
+        return math.isfinite(math.fsum(values))
+    except (OverflowError, ValueError):
+        return False
 
 
 def _finding_key(f: dict) -> tuple:

@@ -114,3 +114,15 @@ def test_cli_json_file_beside_the_text_report(minilm_dir, tmp_path, monkeypatch)
     assert json.loads(stamped.stdout)["generated_at"] == "1970-01-01T00:00:00Z"
     loud = run_cli(minilm_dir, "--json", out)
     assert f"wrote the JSON report to {out}" in loud.stderr.replace("\n", "")
+
+
+def test_rows_of_floats_take_the_fast_path_and_stay_exact():
+    """_clean's one-pass check of a row of floats: NaN/Inf anywhere still become null, overflow of
+    the check itself falls back to the per-value path."""
+    from idinspect.reports.json_report import _clean
+
+    assert _clean([1.0, float("nan"), 2.0]) == [1.0, None, 2.0]
+    assert _clean([float("inf"), -float("inf")]) == [None, None]
+    assert _clean([1e308, 1e308]) == [1e308, 1e308]
+    assert _clean([0.1, 0.2, 0.30000000000000004]) == [0.1, 0.2, 0.30000000000000004]
+    assert _clean([1.0, 2]) == [1.0, 2]
