@@ -10,7 +10,7 @@ from .gpt2 import GPT2Adapter
 from .llama import LlamaAdapter
 
 ADAPTERS: dict[str, type[Adapter]] = {
-    model_type: cls for cls in (BertAdapter, GPT2Adapter, LlamaAdapter) for model_type in cls.model_types
+    model_type: cls for cls in (BertAdapter, GPT2Adapter, LlamaAdapter) for model_type in cls.configs
 }
 
 

@@ -20,13 +20,13 @@ from ..errors import IdinspectError
 class Adapter:
     """Maps one architecture family's checkpoint tensors to :class:`AttentionLayer` and back.
 
-    Subclasses set ``configs`` (a :class:`ConfigSpec` per ``model_type`` handled; ``model_types``
-    are its keys), ``layer_container`` (e.g. ``"encoder.layer"``) and ``probe_suffix`` (a tensor every layer has, relative to the layer) and implement
+    Subclasses set ``configs`` (a :class:`ConfigSpec` per ``model_type`` handled),
+    ``layer_container`` (e.g. ``"encoder.layer"``) and ``probe_suffix`` (a tensor every layer has,
+    relative to the layer) and implement
     :meth:`read_layer`, :meth:`write_layer` and :meth:`attention_keys`.
     """
 
     family: ClassVar[str]
-    model_types: ClassVar[tuple[str, ...]]
     configs: ClassVar[dict[str, ConfigSpec]]
     layer_container: ClassVar[str]
     probe_suffix: ClassVar[str]

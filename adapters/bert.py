@@ -25,7 +25,6 @@ class BertAdapter(Adapter):
                                             "is_decoder": False, "max_position_embeddings": 512})
         for model_type, class_name in (("bert", "BertConfig"), ("roberta", "RobertaConfig"))
     }
-    model_types = tuple(configs)
     layer_container = "encoder.layer"
     probe_suffix = f"{_SELF}.query.weight"
 

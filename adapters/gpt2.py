@@ -25,7 +25,6 @@ class GPT2Adapter(Adapter):
             aliases={"hidden_size": "n_embd", "max_position_embeddings": "n_positions",
                      "num_attention_heads": "n_head", "num_hidden_layers": "n_layer"}),
     }
-    model_types = tuple(configs)
     layer_container = "h"
     probe_suffix = "attn.c_attn.weight"
     buffer_suffixes = (".attn.bias", ".attn.masked_bias")

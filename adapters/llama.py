@@ -36,7 +36,6 @@ class LlamaAdapter(Adapter):
             "max_position_embeddings": 32768, "use_sliding_window": False, "sliding_window": 4096,
             "max_window_layers": 28, "layer_types": None, "rope_parameters": None}),
     }
-    model_types = tuple(configs)
     layer_container = "layers"
     probe_suffix = f"{_ATTN}.q_proj.weight"
     buffer_suffixes = (".rotary_emb.inv_freq",)

@@ -122,11 +122,12 @@ def format_ratios(stats: dict) -> str:
     """Per model: every ratio (informational for models that are not the target model)."""
     keys = ("inspect_over_floor", "inspect_over_floor_read", "baseline_over_inspect",
             "baseline_f32_svdvals_over_inspect", "export_over_copy")
-    head = f"{'model':<16}{'insp/floor':>12}{'insp/read':>12}{'base/insp':>12}{'f32vals/insp':>14}{'exp/copy':>12}"
+    head = f"{'model':<16}" + "".join(f"{h:>14}" for h in ("insp/floor", "insp/read", "base/insp", "f32vals/insp",
+                                                          "exp/copy"))
     lines = [head, "-" * len(head)]
     for model in stats:
         r = model_ratios(stats, model)
-        lines.append(f"{model:<16}" + "".join(f"{_fmt(r[k]):>{14 if k.startswith('baseline_f32') else 12}}" for k in keys))
+        lines.append(f"{model:<16}" + "".join(f"{_fmt(r[k]):>14}" for k in keys))
     return "\n".join(lines)
 
 

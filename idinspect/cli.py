@@ -93,7 +93,6 @@ def cli() -> None:
     """
 
 
-
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry point: one-line errors with exit status 2 (``--debug`` for tracebacks)."""
     err = _ErrorConsole()
@@ -114,12 +113,12 @@ def main(argv: list[str] | None = None) -> None:
     except IdinspectError as exc:
         if _DEBUG["on"]:
             traceback.print_exc()
-        err.print(f"[bold red]error:[/] {escape(str(exc))}", soft_wrap=True)
+        err.print(f"[bold red]error:[/] {_escape(str(exc))}", soft_wrap=True)
         code = exc.exit_code
     except Exception as exc:  # a bug: still one line unless --debug
         if _DEBUG["on"]:
             traceback.print_exc()
-        err.print(f"[bold red]internal error:[/] {escape(type(exc).__name__ + ': ' + str(exc))} "
+        err.print(f"[bold red]internal error:[/] {_escape(type(exc).__name__ + ': ' + str(exc))} "
                   "(rerun with --debug for the traceback and report it)", soft_wrap=True)
         code = 2
     sys.exit(code if isinstance(code, int) else 0)
@@ -134,7 +133,7 @@ class _ErrorConsole:
         Console(stderr=True, highlight=False).print(markup, **kwargs)
 
 
-def escape(text: str) -> str:
+def _escape(text: str) -> str:
     from rich.markup import escape as rich_escape
 
     return rich_escape(text)

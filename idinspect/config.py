@@ -5,8 +5,8 @@ Importing a model's config class (``transformers.models.llama.configuration_llam
 ``torch.distributed.tensor`` and sympy: about 1.1 s on every run of a 2-core machine, more than
 reading and analysing a 1B model's attention (bench/, docs/benchmarks.md). The adapters read a
 dozen settings, so :class:`CheckpointConfig` holds config.json's values over the defaults its
-config class declares for those settings, with the class's attribute aliases (each adapter's
-:class:`~idinspect.adapters.base.ConfigSpec`). What a class derives in ``__post_init__``
+config class declares for those settings, with the class's attribute aliases (a :class:`ConfigSpec`
+per model type, in each adapter's ``configs``). What a class derives in ``__post_init__``
 (``head_dim``, ``num_key_value_heads``, Qwen2's ``layer_types``) the adapters derive as they do for a
 live model's config, and RoPE settings are standardised by transformers' own
 ``RotaryEmbeddingConfigMixin`` (:mod:`idinspect.rope`). tests/test_config.py pins the defaults to
@@ -44,7 +44,6 @@ class ConfigSpec:
     aliases: dict[str, str] = field(default_factory=dict)
 
 
-
 class CheckpointConfig:
     """Attribute access to config.json's settings: stored value, else the class default, else
     ``AttributeError`` (so ``getattr(config, name, default)`` behaves as on a transformers config)."""
@@ -70,10 +69,6 @@ class CheckpointConfig:
     def stored(self, name: str, default: Any = None) -> Any:
         """config.json's own value of ``name`` (a copy), ignoring the class default."""
         return copy.deepcopy(self._settings.get(self._spec.aliases.get(name, name), default))
-
-    @property
-    def class_name(self) -> str:
-        return self._spec.class_name
 
     def to_dict(self) -> dict[str, Any]:
         """config.json as stored."""

@@ -14,13 +14,13 @@ twin's structural unidentified count (:func:`structure.unidentified_dims`).
 
 from __future__ import annotations
 
-import contextlib
 import math
 import warnings
 
 import torch
 
 from . import structure
+from .analysis.parallel import single_threaded_kernels
 from .errors import IdinspectError
 
 #: Relative singular-value cut of the Jacobian.
@@ -145,26 +145,15 @@ def attention_jacobian(hf, family: str, batch: int, seed: int = 0) -> torch.Tens
             y = functional_call(out, {k[2:]: v for k, v in p.items() if k.startswith("o.")}, (y,))
         return y.reshape(-1)
 
-    with warnings.catch_warnings(), _single_thread():   # no vmap rule for CPU sdpa backward: slower, exact
+    with warnings.catch_warnings(), single_threaded_kernels():   # no vmap rule for CPU sdpa backward: slower, exact
         warnings.filterwarnings("ignore", message=".*batching rule.*")
         J = jacrev(forward)(params)
     return torch.cat([J[k].reshape(J[k].shape[0], -1) for k in params], dim=1)
 
 
-@contextlib.contextmanager
-def _single_thread():
-    """One BLAS thread for these small matrices (threads only thrash on a busy machine); restored after."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
-
-
 def nullity(J: torch.Tensor, rtol: float = RTOL) -> tuple[int, float, float | None]:
     """(P - rank, smallest kept s / s_max, largest dropped s / s_max) of a Jacobian [rows, P]."""
-    with _single_thread():
+    with single_threaded_kernels():
         s = torch.linalg.svdvals(J)
     rank = int((s > rtol * s[0]).sum())
     kept = float(s[rank - 1] / s[0]) if rank else 0.0

@@ -7,6 +7,7 @@ cast to float64 once on the compute device, then batched linear algebra over hea
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable
 
 import torch
@@ -126,10 +127,4 @@ def analyze(model, *, device: str | torch.device | None = "cpu", spectra: bool =
 
 def _float64_bytes(model) -> int:
     """Bytes of one layer's attention tensors in float64 (layer 0's shapes, from the headers)."""
-    total = 0
-    for key in model.adapter.attention_keys(0):
-        n = 1
-        for size in model.reader.shape(key):
-            n *= size
-        total += 8 * n
-    return total
+    return sum(8 * math.prod(model.reader.shape(key)) for key in model.adapter.attention_keys(0))

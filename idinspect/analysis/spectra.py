@@ -86,11 +86,11 @@ def _r_factor(tall: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     only the rare non-finite Gram of finite entries (overflow past ~1e154) is told apart elementwise.
     """
     gram = tall.transpose(-1, -2) @ tall
-    finite = torch.isfinite(gram).flatten(-2).all(dim=-1)
-    if not bool(finite.all()):
-        suspect = ~finite
-        finite[suspect] = torch.isfinite(tall[suspect]).flatten(1).all(dim=1)
     usable = torch.isfinite(gram).flatten(-2).all(dim=-1)
+    finite = usable.clone()
+    if not bool(usable.all()):
+        suspect = ~usable
+        finite[suspect] = torch.isfinite(tall[suspect]).flatten(1).all(dim=1)
     eye = torch.eye(gram.shape[-1], dtype=gram.dtype, device=gram.device)
     R, info = torch.linalg.cholesky_ex(torch.where(usable[..., None, None], gram, eye), upper=True)
     ok = usable & (info == 0)
@@ -129,12 +129,12 @@ def layer_finite(layer: AttentionLayer) -> dict[str, torch.Tensor]:
     return {role: finite_slices(t) for role, t in layer.tensors().items()}
 
 
-def head_spectra(layer: AttentionLayer, finite_by_role: dict[str, torch.Tensor] | None = None) -> HeadSpectra:
+def head_spectra(layer: AttentionLayer) -> HeadSpectra:
     """Singular values of every head's W_QK and W_OV (and RoPE planes) of a float64 layer.
 
     ``layer`` must hold float64 tensors (on any device); results come back on the CPU. The
-    finiteness masks come out of the Gram matrices (``HeadSpectra.finite``); ``finite_by_role``
-    (from :func:`layer_finite`), if given, is and-ed in.
+    finiteness masks (``HeadSpectra.finite``, as :func:`layer_finite` gives them) come out of the
+    Gram matrices.
     """
     H, d, dk = layer.W_Q.shape
     kv = torch.arange(H, device=layer.W_Q.device) // layer.group_size   # g(h)
@@ -144,8 +144,6 @@ def head_spectra(layer: AttentionLayer, finite_by_role: dict[str, torch.Tensor] 
     R_V, fin_V = _r_factor(layer.W_V)                       # [G, k, dv]
     R_O, fin_O = _r_factor(layer.W_O.transpose(-1, -2))     # [H, k, dv]   (W_O^hT = Q R)
     finite = {"W_Q": fin_Q, "W_K": fin_K, "W_V": fin_V, "W_O": fin_O}
-    if finite_by_role is not None:
-        finite = {role: finite_by_role[role] & ok for role, ok in finite.items()}
     qk_ok = finite["W_Q"] & finite["W_K"][kv]
     ov_ok = finite["W_V"][kv] & finite["W_O"]
     qk = torch.linalg.svdvals(R_Q @ R_K[kv].transpose(-1, -2))
