@@ -13,6 +13,7 @@ import datetime as _dt
 import json
 import math
 import os
+from itertools import chain
 
 from .atomic import write_text_atomic
 
@@ -28,8 +29,15 @@ def _clean(value):
     if isinstance(value, (list, tuple)):
         if value and set(map(type, value)) == {float} and _all_finite(value):
             return list(value)        # a row of singular values: checked in one C-level pass
+        if _float_rows(value) and _all_finite(chain.from_iterable(r for r in value if r is not None)):
+            return [r if r is None else list(r) for r in value]     # a head's RoPE planes: one pass
         return [_clean(v) for v in value]
     return value
+
+
+def _float_rows(value) -> bool:
+    """True iff every item is None or a non-empty list of floats (rows of singular values)."""
+    return all(r is None or (type(r) is list and r and set(map(type, r)) == {float}) for r in value)
 
 
 def _all_finite(values) -> bool:
@@ -89,6 +97,7 @@ def dumps(result: dict, *, timestamp: bool = False, indent: int | None = 2) -> s
 
 
 _one_line = json.JSONEncoder(ensure_ascii=False, allow_nan=False).encode
+_NESTED = (dict, list, tuple)
 
 
 def _pretty(value, pad: str, step: str) -> str:
@@ -96,8 +105,14 @@ def _pretty(value, pad: str, step: str) -> str:
         inner = pad + step
         items = (f"{inner}{_one_line(str(k))}: {_pretty(v, inner, step)}" for k, v in value.items())
         return "{\n" + ",\n".join(items) + "\n" + pad + "}"
-    if isinstance(value, (list, tuple)) and any(isinstance(v, (dict, list, tuple)) for v in value):
+    if isinstance(value, (list, tuple)) and not set(map(type, value)).isdisjoint(_NESTED):
         inner = pad + step
+        if _float_rows(value):
+            # Rows of floats (or null): one C-encoder call for the whole list, then a line break
+            # after each top-level item; floats print neither "]" nor "null", so ", " after either
+            # of those is a top-level separator.
+            body = _one_line(value)[1:-1].replace("], ", "],\n" + inner).replace("null, ", "null,\n" + inner)
+            return "[\n" + inner + body + "\n" + pad + "]"
         return "[\n" + ",\n".join(inner + _pretty(v, inner, step) for v in value) + "\n" + pad + "]"
     return _one_line(value)
 

@@ -126,3 +126,20 @@ def test_rows_of_floats_take_the_fast_path_and_stay_exact():
     assert _clean([1e308, 1e308]) == [1e308, 1e308]
     assert _clean([0.1, 0.2, 0.30000000000000004]) == [0.1, 0.2, 0.30000000000000004]
     assert _clean([1.0, 2]) == [1.0, 2]
+
+
+def test_rows_of_floats_print_one_row_per_line_as_the_per_item_path_does():
+    """_pretty's one-call path for rows of floats (RoPE planes, masked heads as null) gives the
+    same text as encoding each row on its own line."""
+    from idinspect.reports.json_report import _clean, _one_line, _pretty
+
+    rows = [[0.5, 1e-300], None, [3.0, 2.0, 1.0], [float("nan"), 1.0], None]
+    cleaned = _clean(rows)
+    assert cleaned == [[0.5, 1e-300], None, [3.0, 2.0, 1.0], [None, 1.0], None]
+    assert _clean([[1.0, 2.0], [float("inf"), 0.0]]) == [[1.0, 2.0], [None, 0.0]]
+    expected = "[\n" + ",\n".join("    " + _one_line(r) for r in cleaned) + "\n  ]"
+    assert _pretty(cleaned, "  ", "  ") == expected
+    clean_rows = [[0.25, 0.125], None, [2.0, 1.0]]
+    expected = "[\n" + ",\n".join("  " + _one_line(r) for r in clean_rows) + "\n]"
+    assert _pretty(clean_rows, "", "  ") == expected
+    assert json.loads(_pretty({"qk_planes": [clean_rows, None]}, "", "  ")) == {"qk_planes": [clean_rows, None]}
