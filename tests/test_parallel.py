@@ -9,7 +9,8 @@ import torch
 
 import idinspect
 from idinspect.analysis import analyze
-from idinspect.analysis.analyzer import ComputeBuffers, to_compute
+from idinspect.analysis.analyzer import for_analysis, to_compute
+from idinspect.analysis.spectra import CastScratch, gram_float64, head_spectra
 from idinspect.analysis.parallel import IN_FLIGHT_BYTES, layer_workers, ordered_map
 
 
@@ -65,14 +66,42 @@ def test_layer_workers_respects_cpus_memory_layers_and_device(monkeypatch):
     assert layer_workers(10 * 2**20, 32, torch.device("meta")) == 1
 
 
-def test_compute_buffers_are_reused_and_exact(tiny_dir):
-    with idinspect.load(tiny_dir("gpt2")) as model:
-        buffers = ComputeBuffers()
-        first = to_compute(model.layer(0), torch.device("cpu"), buffers)
-        ptr = first.W_Q.data_ptr()
-        second = to_compute(model.layer(1), torch.device("cpu"), buffers)
-        fresh = to_compute(model.layer(1), torch.device("cpu"))
-    assert second.W_Q.data_ptr() == ptr
-    for role, t in fresh.tensors().items():
-        got = second.tensors()[role]
-        assert got.dtype == torch.float64 and torch.equal(got, t) and got.shape == t.shape
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_chunked_gram_equals_the_whole_tensor_cast(dtype, monkeypatch):
+    """gram_float64 casts a few heads at a time into reused scratch; each head's W^T W is the float64
+    product of the exactly cast weight, in either memory order the adapters produce."""
+    import idinspect.analysis.spectra as spectra
+
+    g = torch.Generator().manual_seed(1)
+    stored = torch.randn(6 * 8, 40, generator=g).to(dtype)          # [heads * d_k, d], like q_proj
+    by_rows = stored.view(6, 8, 40).transpose(-1, -2)               # [H, d, d_k], column-major heads
+    by_cols = stored.T.reshape(40, 6, 8).permute(1, 0, 2)           # [H, d, d_k] from an o_proj-like [d, H d_k]
+    monkeypatch.setattr(spectra, "CAST_CHUNK_BYTES", 8 * 40 * 8 * 4)   # four heads per chunk: 4 + 2
+    scratch = CastScratch()
+    for tall in (by_rows, by_cols):
+        wide = tall.to(torch.float64)
+        expected = torch.stack([w.T @ w for w in wide])
+        got = gram_float64(tall, scratch)
+        assert got.dtype == torch.float64
+        assert torch.allclose(got, expected, rtol=1e-15, atol=0)
+    buffers = list(scratch._buffers.values())
+    gram_float64(by_rows, scratch)
+    assert [b.data_ptr() for b in scratch._buffers.values()] == [b.data_ptr() for b in buffers]
+
+
+@pytest.mark.parametrize("variant", ["llama-gqa", "gpt2"])
+def test_spectra_from_stored_dtype_equal_spectra_from_float64(variant, tiny_dir, tmp_path):
+    """The analyzer keeps weights in the stored dtype (cast inside the Gram step): same spectra and
+    masks as from a layer cast to float64 up front, in bf16 and float32 checkpoints alike."""
+    with idinspect.load(tiny_dir(variant)) as model:
+        layer = model.layer(0)
+    for dtype in (torch.bfloat16, torch.float32):
+        stored = layer.replace(**{r: t.to(dtype) for r, t in layer.tensors().items()})
+        lean = for_analysis(stored, torch.device("cpu"))
+        assert lean.W_Q.dtype == dtype and all(lean.tensors()[r].dtype == torch.float64
+                                               for r in ("b_Q", "b_K", "b_V", "b_O") if r in lean.tensors())
+        a = head_spectra(lean, CastScratch())
+        b = head_spectra(to_compute(stored, torch.device("cpu")))
+        for name in ("qk", "ov"):
+            assert torch.allclose(getattr(a, name), getattr(b, name), rtol=1e-12, atol=0)
+        assert {k: v.tolist() for k, v in a.finite.items()} == {k: v.tolist() for k, v in b.finite.items()}

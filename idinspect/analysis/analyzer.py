@@ -1,7 +1,8 @@
 """Stream a model's attention layers through counts, spectra and findings.
 
 One layer at a time: read it (checkpoint dtype), refuse what the mathematics does not model,
-cast to float64 once on the compute device, then batched linear algebra over heads and groups.
+move it to the compute device, then batched float64 linear algebra over heads and groups (weights
+are cast to float64 a few heads at a time inside the Gram step, biases at once).
 """
 
 from __future__ import annotations
@@ -13,73 +14,50 @@ from collections.abc import Callable
 import torch
 
 from .. import structure
-from ..canonical import AttentionLayer
+from ..canonical import BIAS_ROLES, AttentionLayer
 from .counts import layer_counts, model_parameter_count, model_totals
 from .degeneracy import extra_unidentified
 from .device import resolve_device
 from .findings import layer_findings
 from .parallel import layer_workers, ordered_map
-from .spectra import head_spectra, layer_finite, spectra_dict
+from .spectra import CastScratch, head_spectra, layer_finite, spectra_dict
 
 #: ``on_layer(i, n)`` is called after layer ``i`` (0-based) of ``n`` has been analysed.
 LayerCallback = Callable[[int, int], None]
 
 
-def to_compute(layer: AttentionLayer, device: torch.device, buffers: ComputeBuffers | None = None) -> AttentionLayer:
+def to_compute(layer: AttentionLayer, device: torch.device) -> AttentionLayer:
     """The layer with every tensor cast to float64 on ``device`` (moved in its stored dtype, then
-    cast there: one copy per tensor on the CPU, half the transfer to a GPU). With ``buffers`` the
-    copies go into float64 buffers kept from the previous layer (overwritten: use one layer at a time)."""
-    if buffers is not None:
-        return buffers.cast(layer, device)
+    cast there: one copy per tensor on the CPU, half the transfer to a GPU)."""
     return dataclasses.replace(layer, **{role: t.to(device).to(torch.float64)
                                          for role, t in layer.tensors().items()})
 
 
-class ComputeBuffers:
-    """Float64 buffers reused from layer to layer, one per role, shape and stride.
+def for_analysis(layer: AttentionLayer, device: torch.device) -> AttentionLayer:
+    """The layer on ``device`` with its biases in float64 and its weights still in the stored dtype.
 
-    A fresh float64 tensor per role and layer is a new 30 MB allocation whose pages fault in on
-    first write (Llama-1B: 7 ms to cast a 2048 x 2048 weight, 0.7 ms into a warm buffer). The
-    buffer keeps the tensor's strides when they cover its memory densely (the adapters' views are
-    transposes of stored weights), so the copy runs in memory order.
+    The weights reach float64 only inside :func:`spectra.gram_float64`, a few heads at a time, so
+    no float64 copy of a whole weight is made (on the CPU; a GPU casts each weight at once).
     """
-
-    def __init__(self) -> None:
-        self._buffers: dict[tuple, torch.Tensor] = {}
-
-    def cast(self, layer: AttentionLayer, device: torch.device) -> AttentionLayer:
-        out = {}
-        for role, t in layer.tensors().items():
-            stride = tuple(t.stride()) if _dense(t) else None
-            key = (role, tuple(t.shape), stride, str(device))
-            buf = self._buffers.get(key)
-            if buf is None:
-                buf = (torch.empty_strided(t.shape, stride, dtype=torch.float64, device=device) if stride is not None
-                       else torch.empty(t.shape, dtype=torch.float64, device=device))
-                self._buffers[key] = buf
-            buf.copy_(t if t.device == buf.device else t.to(device))
-            out[role] = buf
-        return dataclasses.replace(layer, **out)
-
-
-def _dense(t: torch.Tensor) -> bool:
-    """True if ``t``'s strides address exactly numel() elements (a permuted contiguous tensor)."""
-    extent = 1 + sum((n - 1) * s for n, s in zip(t.shape, t.stride()) if n > 0)
-    return t.numel() > 0 and all(s >= 0 for s in t.stride()) and extent == t.numel()
+    moved = {}
+    for role, t in layer.tensors().items():
+        t = t.to(device)
+        moved[role] = t.to(torch.float64) if role in BIAS_ROLES or not t.is_floating_point() else t
+    return dataclasses.replace(layer, **moved)
 
 
 def analyze_layer(layer: AttentionLayer, *, device: str | torch.device | None = "cpu",
-                  spectra: bool = True, buffers: ComputeBuffers | None = None) -> tuple[dict, list[dict]]:
+                  spectra: bool = True, scratch: CastScratch | None = None) -> tuple[dict, list[dict]]:
     """(layer object of the JSON contract, findings) for one canonical layer.
 
     Raises UnsupportedLayerError for flags or RoPE frequencies the counts do not model.
-    ``buffers`` (shared over the layers of one model) saves re-allocating the float64 copies.
+    ``scratch`` (one per thread, shared over its layers) saves re-allocating the float64 chunks.
     """
     structure.require_modelled(layer)
     dev = device if isinstance(device, torch.device) else resolve_device(device)
-    L = to_compute(layer, dev, buffers)
+    L = for_analysis(layer, dev)
     counts = layer_counts(L)
-    s = head_spectra(L) if spectra else None
+    s = head_spectra(L, scratch) if spectra else None
     finite = s.finite if s is not None else layer_finite(L)
     extra = extra_unidentified(L, s) if s is not None else None
     found = layer_findings(L, s, extra, finite)
@@ -107,12 +85,12 @@ def analyze(model, *, device: str | torch.device | None = "cpu", spectra: bool =
     layers: list[dict] = []
     findings: list[dict] = []
     n = model.num_layers
-    k = layer_workers(_float64_bytes(model), n, dev) if workers is None else max(1, int(workers))
+    k = layer_workers(_layer_bytes_in_flight(model), n, dev) if workers is None else max(1, int(workers))
 
-    def one(i: int, buffers: ComputeBuffers) -> tuple[dict, list[dict]]:
-        return analyze_layer(model.layer(i), device=dev, spectra=spectra, buffers=buffers)
+    def one(i: int, scratch: CastScratch) -> tuple[dict, list[dict]]:
+        return analyze_layer(model.layer(i), device=dev, spectra=spectra, scratch=scratch)
 
-    for i, (counts, found) in enumerate(ordered_map(one, n, k, ComputeBuffers)):
+    for i, (counts, found) in enumerate(ordered_map(one, n, k, CastScratch)):
         layers.append(counts)
         findings.extend(found)
         if on_layer is not None:
@@ -125,6 +103,10 @@ def analyze(model, *, device: str | torch.device | None = "cpu", spectra: bool =
     return {"totals": totals, "layers": layers, "findings": findings}
 
 
-def _float64_bytes(model) -> int:
-    """Bytes of one layer's attention tensors in float64 (layer 0's shapes, from the headers)."""
-    return sum(8 * math.prod(model.reader.shape(key)) for key in model.adapter.attention_keys(0))
+def _layer_bytes_in_flight(model) -> int:
+    """Bound on the memory one layer holds while analysed (layer 0's shapes, from the headers): its
+    tensors as read, in the stored dtype, plus a float64 copy of the largest (a GPU's cast, or
+    the QR fallback when every head of it needs one)."""
+    sizes = [(math.prod(model.reader.shape(key)), model.reader.dtype(key).itemsize)
+             for key in model.adapter.attention_keys(0)]
+    return sum(n * size for n, size in sizes) + 8 * max((n for n, _ in sizes), default=0)

@@ -113,7 +113,7 @@ def _live_value_bias_extra(layer: AttentionLayer, R_V: torch.Tensor, rtol: float
     Relative to the structural max(0, G d_v - d): (min(G d_v, d) - t) - [flag] (d - t).
     """
     G, r, dv, d = layer.n_kv_heads, layer.group_size, layer.d_v, layer.d_model
-    S = layer.W_O.reshape(G, r, dv, d).sum(dim=1).reshape(G * dv, d)
+    S = layer.W_O.to(torch.float64).reshape(G, r, dv, d).sum(dim=1).reshape(G * dv, d)
     t = int(_rank(S, rtol))
     escapes = _rank(torch.cat([R_V, layer.b_V[:, None, :]], dim=1), rtol) > _rank(R_V, rtol)
     return (min(G * dv, d) - t) - (d - t) * int(bool(escapes.any()))

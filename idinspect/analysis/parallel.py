@@ -8,7 +8,7 @@ single-threaded torch kernels, keep both cores of a 2-core machine busy: 16 Llam
 which is why torch's thread count is set to 1 while the workers run and restored afterwards).
 
 Memory stays bounded by the layers in flight, never by depth: at most :func:`layer_workers`
-layers (float64 copies within :data:`IN_FLIGHT_BYTES`) exist at a time.
+layers (their tensors within :data:`IN_FLIGHT_BYTES`) exist at a time.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import torch
 T = TypeVar("T")
 S = TypeVar("S")
 
-#: Budget for the float64 copies of the layers analysed at once.
+#: Budget for the tensors of the layers analysed at once (see analyzer._layer_bytes_in_flight).
 IN_FLIGHT_BYTES = 512 * 2**20
 
 
@@ -37,12 +37,12 @@ def usable_cpus() -> int:
     return max(1, os.cpu_count() or 1)
 
 
-def layer_workers(layer_float64_bytes: int, layers: int, device: torch.device) -> int:
+def layer_workers(layer_bytes: int, layers: int, device: torch.device) -> int:
     """How many layers to analyse at once: 1 on a GPU (its stream serialises them anyway); on the
-    CPU one per usable core, within :data:`IN_FLIGHT_BYTES` of float64 copies and the layer count."""
+    CPU one per usable core, within :data:`IN_FLIGHT_BYTES` for the layers in flight and the layer count."""
     if device.type != "cpu":
         return 1
-    by_memory = IN_FLIGHT_BYTES // max(1, layer_float64_bytes)
+    by_memory = IN_FLIGHT_BYTES // max(1, layer_bytes)
     return int(max(1, min(usable_cpus(), by_memory, layers)))
 
 

@@ -74,18 +74,69 @@ class HeadSpectra:
 GRAM_MAX_CONDITION = 1e3
 
 
-def _r_factor(tall: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(R [..., k, k], finite [...]): W = Q R with Q orthonormal for a batch W [..., m, k], m >= k,
-    and whether each W is free of NaN/Inf (R is the identity where it is not).
+class CastScratch:
+    """Float64 scratch for casting a few heads at a time, kept from call to call (one per thread).
 
-    Well-conditioned factors: R = chol(W^T W) (one batched matmul, O(m k^2)); the others: R of a
-    thin QR, so small singular values (numerical rank) stay exact to float64 rounding. The test is
-    cond(W) = cond(R) <= ||R||_F ||R^-1||_F < :data:`GRAM_MAX_CONDITION`, an upper bound (within a
-    factor k of the 2-norm condition) from one triangular inverse, cheaper than the eigenvalues.
-    A NaN or Inf in W makes its Gram matrix non-finite, so finiteness costs no extra pass over W;
-    only the rare non-finite Gram of finite entries (overflow past ~1e154) is told apart elementwise.
+    A fresh tensor per chunk would fault its pages in on every first write; one buffer per
+    (shape, memory order, device) is allocated once and overwritten.
     """
-    gram = tall.transpose(-1, -2) @ tall
+
+    def __init__(self) -> None:
+        self._buffers: dict[tuple, torch.Tensor] = {}
+
+    def take(self, shape: tuple[int, int, int], column_major: bool, device: torch.device) -> torch.Tensor:
+        """An uninitialised float64 [c, m, k] buffer, each [m, k] slice column-major if asked."""
+        key = (shape, column_major, str(device))
+        buf = self._buffers.get(key)
+        if buf is None:
+            c, m, k = shape
+            strides = (m * k, 1, m) if column_major else (m * k, k, 1)
+            buf = self._buffers[key] = torch.empty_strided(shape, strides, dtype=torch.float64, device=device)
+        return buf
+
+
+#: Float64 bytes cast at a time for a Gram matrix on the CPU. The chunk is still in the core's
+#: cache when its matmul reads it, and no float64 copy of a whole weight exists (Llama-1B W_Q,
+#: 2-core Xeon: cast + Gram 7.2 ms per chunk of one head, 8.6 ms casting the whole tensor first).
+CAST_CHUNK_BYTES = 2**20
+
+
+def gram_float64(tall: torch.Tensor, scratch: CastScratch | None = None) -> torch.Tensor:
+    """W^T W [n, k, k] in float64 for W [n, m, k] of any float dtype.
+
+    Float64 input is multiplied as it is; on a GPU the whole tensor is cast at once; on the CPU a
+    few heads (:data:`CAST_CHUNK_BYTES`) are cast into ``scratch`` and multiplied while in cache.
+    """
+    if tall.dtype == torch.float64:
+        return tall.transpose(-1, -2) @ tall
+    if tall.device.type != "cpu":
+        wide = tall.to(torch.float64)
+        return wide.transpose(-1, -2) @ wide
+    n, m, k = tall.shape
+    per = int(max(1, min(n, CAST_CHUNK_BYTES // max(1, 8 * m * k))))
+    column_major = tall.stride(-2) < tall.stride(-1)           # copy in the source's memory order
+    buf = (scratch or CastScratch()).take((per, m, k), column_major, tall.device)
+    out = torch.empty((n, k, k), dtype=torch.float64, device=tall.device)
+    for h in range(0, n, per):
+        chunk = buf[:min(per, n - h)]
+        chunk.copy_(tall[h:h + per])
+        torch.matmul(chunk.transpose(-1, -2), chunk, out=out[h:h + per])
+    return out
+
+
+def _r_factor(tall: torch.Tensor, scratch: CastScratch | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(R [..., k, k] float64, finite [...]): W = Q R with Q orthonormal for a batch W [n, m, k],
+    m >= k, of any float dtype, and whether each W is free of NaN/Inf (R is the identity where not).
+
+    Well-conditioned factors: R = chol(W^T W) (:func:`gram_float64`, O(m k^2)); the others: R of a
+    thin QR in float64, so small singular values (numerical rank) stay exact to float64 rounding.
+    The test is cond(W) = cond(R) <= ||R||_F ||R^-1||_F < :data:`GRAM_MAX_CONDITION`, an upper
+    bound (within a factor k of the 2-norm condition) from one triangular inverse, cheaper than the
+    eigenvalues. A NaN or Inf in W makes its Gram matrix non-finite, so finiteness costs no extra
+    pass over W; only the rare non-finite Gram of finite entries (overflow past ~1e154) is told
+    apart elementwise.
+    """
+    gram = gram_float64(tall, scratch)
     usable = torch.isfinite(gram).flatten(-2).all(dim=-1)
     finite = usable.clone()
     if not bool(usable.all()):
@@ -100,7 +151,7 @@ def _r_factor(tall: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     ok = ok & (bound < GRAM_MAX_CONDITION)
     redo = finite & ~ok
     if bool(redo.any()):
-        R[redo] = torch.linalg.qr(tall[redo], mode="r").R
+        R[redo] = torch.linalg.qr(tall[redo].to(torch.float64), mode="r").R
     return R, finite
 
 
@@ -129,20 +180,20 @@ def layer_finite(layer: AttentionLayer) -> dict[str, torch.Tensor]:
     return {role: finite_slices(t) for role, t in layer.tensors().items()}
 
 
-def head_spectra(layer: AttentionLayer) -> HeadSpectra:
-    """Singular values of every head's W_QK and W_OV (and RoPE planes) of a float64 layer.
+def head_spectra(layer: AttentionLayer, scratch: CastScratch | None = None) -> HeadSpectra:
+    """Singular values of every head's W_QK and W_OV (and RoPE planes) of a layer, in float64.
 
-    ``layer`` must hold float64 tensors (on any device); results come back on the CPU. The
-    finiteness masks (``HeadSpectra.finite``, as :func:`layer_finite` gives them) come out of the
-    Gram matrices.
+    Weights may be in any float dtype (cast to float64 a few heads at a time, into ``scratch`` when
+    given, see :func:`gram_float64`), on any device; results come back on the CPU. The finiteness
+    masks (``HeadSpectra.finite``, as :func:`layer_finite` gives them) come out of the Gram matrices.
     """
     H, d, dk = layer.W_Q.shape
     kv = torch.arange(H, device=layer.W_Q.device) // layer.group_size   # g(h)
 
-    R_Q, fin_Q = _r_factor(layer.W_Q)                       # [H, k, dk]
-    R_K, fin_K = _r_factor(layer.W_K)                       # [G, k, dk]
-    R_V, fin_V = _r_factor(layer.W_V)                       # [G, k, dv]
-    R_O, fin_O = _r_factor(layer.W_O.transpose(-1, -2))     # [H, k, dv]   (W_O^hT = Q R)
+    R_Q, fin_Q = _r_factor(layer.W_Q, scratch)                       # [H, k, dk]
+    R_K, fin_K = _r_factor(layer.W_K, scratch)                       # [G, k, dk]
+    R_V, fin_V = _r_factor(layer.W_V, scratch)                       # [G, k, dv]
+    R_O, fin_O = _r_factor(layer.W_O.transpose(-1, -2), scratch)     # [H, k, dv]   (W_O^hT = Q R)
     finite = {"W_Q": fin_Q, "W_K": fin_K, "W_V": fin_V, "W_O": fin_O}
     qk_ok = finite["W_Q"] & finite["W_K"][kv]
     ov_ok = finite["W_V"][kv] & finite["W_O"]
