@@ -7,6 +7,13 @@ The unscaled "default" type is the formula every rotate_half family shares
 written here so that inspecting does not import the modeling code; a test pins both paths to the
 models' own ``inv_freq`` buffers bit for bit.
 
+The llama3 type (every Llama 3.x checkpoint) is also computed here when config.json states it
+completely in its one common form (:func:`llama3_rope_params`), with the same float32 tensor
+operations in the same order as ``ROPE_INIT_FUNCTIONS["llama3"]``, so the frequencies are the same
+bits (pinned by tests/test_rope_llama3.py over a grid of settings and by the AutoConfig comparisons
+of tests/test_config.py). Importing transformers costs ~0.3-0.65 s, a fifth of a Llama-3.2-1B
+inspection (issue 7); any other llama3 form, and every other scaled type, still goes to transformers.
+
 A :class:`~idinspect.config.CheckpointConfig` (config.json as stored, possibly in the legacy
 ``rope_scaling`` / top-level ``rope_theta`` form) is standardised by transformers'
 ``RotaryEmbeddingConfigMixin.convert_rope_params_to_dict``, the step the config class runs in
@@ -17,6 +24,7 @@ importing transformers.
 from __future__ import annotations
 
 import copy
+import math
 
 import torch
 
@@ -41,6 +49,9 @@ def rotary_spec_from_config(config, pairing: RotaryPairing) -> RotarySpec:
         theta = plain_rope_theta(config)
         if theta is not None:
             return _default_spec(theta, _head_dim(config), pairing)
+        llama3 = llama3_rope_params(config)
+        if llama3 is not None:
+            return _llama3_spec(llama3, _head_dim(config), pairing)
         config = rope_settings(config)
     params = getattr(config, "rope_parameters", None) or {}
     rope_type = params.get("rope_type", "default")
@@ -62,6 +73,61 @@ def _default_spec(base: float, dim: int, pairing: RotaryPairing) -> RotarySpec:
     inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.float) / dim))
     return RotarySpec(pairing=pairing, rotary_dim=2 * inv_freq.numel(), inv_freq=inv_freq,
                       attention_factor=1.0, rope_type="default")
+
+
+def _llama3_spec(params: dict, dim: int, pairing: RotaryPairing) -> RotarySpec:
+    """Llama 3.1 frequency scaling of the default inv_freq (``_compute_llama3_parameters``, op for op).
+
+    With wavelength w_i = 2 pi / f_i, L = original_max_position_embeddings:
+    w_i < L / high_freq_factor keeps f_i; w_i > L / low_freq_factor gives f_i / factor; in between
+    f_i ((1 - s_i) / factor + s_i) with s_i = (L / w_i - low) / (high - low). Attention factor 1.
+    """
+    base, factor = params["rope_theta"], params["factor"]
+    low, high = params["low_freq_factor"], params["high_freq_factor"]
+    old_context_len = params["original_max_position_embeddings"]
+    inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.int64).to(dtype=torch.float) / dim))
+    low_freq_wavelen = old_context_len / low
+    high_freq_wavelen = old_context_len / high
+    wavelen = 2 * math.pi / inv_freq
+    scaled = torch.where(wavelen > low_freq_wavelen, inv_freq / factor, inv_freq)
+    smooth = (old_context_len / wavelen - low) / (high - low)
+    smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+    is_medium = ~(wavelen < high_freq_wavelen) * ~(wavelen > low_freq_wavelen)
+    inv_freq = torch.where(is_medium, smoothed, scaled)
+    return RotarySpec(pairing=pairing, rotary_dim=2 * inv_freq.numel(), inv_freq=inv_freq,
+                      attention_factor=1.0, rope_type="llama3")
+
+
+#: The settings ``_compute_llama3_parameters`` reads besides rope_theta.
+LLAMA3_KEYS = ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")
+
+
+def llama3_rope_params(config: CheckpointConfig) -> dict | None:
+    """{rope_theta, factor, low_freq_factor, high_freq_factor, original_max_position_embeddings} when
+    config.json asks for llama3 RoPE in its common complete form, else None (transformers decides).
+
+    Complete: the RoPE dict (``rope_scaling`` wins over ``rope_parameters``) has type "llama3", each
+    of :data:`LLAMA3_KEYS` as a number, nothing else but a theta, and high != low; config.json has no
+    top-level ``original_max_position_embeddings`` or ``partial_rotary_factor`` (transformers lets
+    those override the dict). The theta is the dict's, else the top-level ``rope_theta``, else
+    :data:`DEFAULT_THETA`, as :func:`plain_rope_theta` resolves it.
+    """
+    params = config.stored("rope_scaling") or config.stored("rope_parameters") or {}
+    if not isinstance(params, dict) or set(params) - {"rope_type", "type", "rope_theta", *LLAMA3_KEYS}:
+        return None
+    if params.get("rope_type", params.get("type")) != "llama3":
+        return None
+    if getattr(config, "original_max_position_embeddings", None) is not None or "partial_rotary_factor" in config:
+        return None
+    out = {"rope_theta": params.get("rope_theta", config.stored("rope_theta", DEFAULT_THETA)),
+           **{k: params.get(k) for k in LLAMA3_KEYS}}
+    if not all(_is_number(v) for v in out.values()) or out["high_freq_factor"] == out["low_freq_factor"]:
+        return None
+    return out
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def plain_rope_theta(config: CheckpointConfig) -> float | None:
