@@ -144,6 +144,23 @@ def ensure_checkpoint(spec: ModelSpec, log=print) -> Path:
     return final
 
 
+def ensure_checkpoint_in_child(spec: ModelSpec, log=print) -> Path:
+    """:func:`ensure_checkpoint` in a child process when a build is needed: a build holds about one
+    shard (~1 GB), which would raise the harness's own peak RSS and with it every later child's
+    measured peak (see :mod:`bench.measure`)."""
+    from .measure import run_child
+
+    final = checkpoint_dir(spec)
+    if final.is_dir() and marker_path(spec).is_file():
+        return final
+    log(f"building {spec.name} ({spec.layers} layers, {spec.dtype}) in a child process ...")
+    res = run_child([sys.executable, "-m", "bench.build", spec.name])
+    if not res.ok or not marker_path(spec).is_file():
+        raise RuntimeError(f"building {spec.name} failed (exit {res.returncode}):\n{res.stderr[-3000:]}")
+    log(res.stdout.strip())
+    return final
+
+
 def _check_disk(spec: ModelSpec) -> None:
     """Refuse to start a build that would leave less than 5 GB free."""
     import torch

@@ -44,38 +44,30 @@ def load_average() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
 
 
-def gpu_description() -> dict:
-    """Whether torch sees a CUDA device, and which."""
-    import torch
-
-    if not torch.cuda.is_available():
-        return {"available": False}
-    return {"available": True, "name": torch.cuda.get_device_name(0), "count": torch.cuda.device_count(),
-            "cuda": torch.version.cuda}
-
-
 def describe() -> dict:
-    """CPU, cores, RAM, library versions, git commit, date (UTC) and the current load average."""
-    import safetensors
-    import torch
-    import transformers
+    """CPU, cores, RAM, library versions, git commit, date (UTC) and the current load average.
+
+    Library facts come from a child process (``bench.tasks facts``): importing torch here would
+    raise the harness's own peak RSS, which every child's measured peak inherits (bench.measure)."""
+    from .measure import run_task_checked
 
     status = _git("status", "--porcelain", "--untracked-files=no")
+    libs = run_task_checked(["facts"])
     return {
         "date_utc": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "cpu_model": _cpu_model(),
         "cores": os.cpu_count(),
         "cores_usable": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
-        "torch_threads": torch.get_num_threads(),
+        "torch_threads": libs["torch_threads"],
         "ram_gb": _mem_total_gb(),
         "platform": platform.platform(),
         "python": sys.version.split()[0],
         "python_executable": sys.executable,
-        "torch": torch.__version__,
-        "transformers": transformers.__version__,
-        "safetensors": safetensors.__version__,
+        "torch": libs["torch"],
+        "transformers": libs["transformers"],
+        "safetensors": libs["safetensors"],
         "git_commit": _git("rev-parse", "HEAD"),
         "git_dirty": bool(status) if status is not None else None,
         "load_average_start": load_average(),
-        "gpu": gpu_description(),
+        "gpu": libs["gpu"],
     }

@@ -5,12 +5,19 @@ reaped descendants), so each measurement is per process, unlike
 ``getrusage(RUSAGE_CHILDREN)``, whose ``ru_maxrss`` is the maximum over every child ever waited
 for. ``ru_maxrss`` is the high-water mark of the resident set (anonymous and file-backed pages,
 i.e. touched ``mmap`` pages count), in KiB on Linux.
+
+One trap: Linux folds the high-water mark of the memory the child was forked from into the child's
+``ru_maxrss`` when it execs, so a child never reports less than the harness's own peak RSS at that
+moment (a 1.5 GB parent makes ``python -c pass`` report 1.5 GB). The harness therefore keeps its
+own process small (torch, transformers, idinspect and checkpoint builds run in children) and every
+result records that floor (``rss_floor_bytes``); a peak at or below it was not measured.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import resource
 import signal
 import statistics
 import subprocess
@@ -39,6 +46,12 @@ class ChildResult:
     stdout: str
     stderr: str
     load_1min: float = 0.0   # 1-minute load average when the child started (noise indicator)
+    rss_floor_bytes: int = 0  # the harness's own peak RSS at spawn: max_rss_bytes cannot be lower
+
+    @property
+    def rss_measured(self) -> bool:
+        """False when ``max_rss_bytes`` is only the inherited floor, not the child's own peak."""
+        return self.max_rss_bytes > self.rss_floor_bytes
 
     @property
     def ok(self) -> bool:
@@ -55,6 +68,7 @@ class ChildResult:
 def run_child(argv: list[str], *, timeout_s: float | None = None, env: dict | None = None) -> ChildResult:
     """Run ``argv`` from the repository root, stdout/stderr to temporary files, and reap it with wait4."""
     load = os.getloadavg()[0]
+    floor = own_peak_rss_bytes()
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         t0 = time.perf_counter()
         proc = subprocess.Popen(argv, stdout=out, stderr=err, cwd=ROOT, env=env)
@@ -74,7 +88,12 @@ def run_child(argv: list[str], *, timeout_s: float | None = None, env: dict | No
         return ChildResult(argv=list(argv), wall_s=wall, user_s=usage.ru_utime, sys_s=usage.ru_stime,
                            max_rss_bytes=usage.ru_maxrss * 1024, returncode=proc.returncode,
                            stdout=out.read().decode(errors="replace"), stderr=err.read().decode(errors="replace"),
-                           load_1min=load)
+                           load_1min=load, rss_floor_bytes=floor)
+
+
+def own_peak_rss_bytes() -> int:
+    """This process's peak resident set so far (the floor of every child's ``ru_maxrss``)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
 def _kill(pid: int) -> None:

@@ -17,8 +17,9 @@ import time
 from pathlib import Path
 
 from . import report, workloads
-from .build import ensure_checkpoint
+from .build import ensure_checkpoint_in_child
 from .machine import describe, load_average
+from .measure import own_peak_rss_bytes
 from .specs import FULL, QUICK, ModelSpec, by_role
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -77,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
         _log("note: " + note)
     skip = set(args.skip) | ({"export"} if not caps.export else set()) | ({"inspect"} if not caps.inspect else set())
 
-    dirs = {s.name: ensure_checkpoint(s, log=_log) for s in specs}
+    dirs = {s.name: ensure_checkpoint_in_child(s, log=_log) for s in specs}
     scratch = Path(tempfile.mkdtemp(prefix="idinspect-bench-"))
     names_files = {}
     for s in specs:
@@ -126,6 +127,9 @@ def main(argv: list[str] | None = None) -> int:
     _log(report.format_targets(verdicts))
 
     machine["load_average_end"] = load_average()
+    machine["harness_peak_rss_bytes"] = own_peak_rss_bytes()
+    _log(f"\nharness peak RSS {machine['harness_peak_rss_bytes'] / 1e6:.0f} MB (no child can report less; "
+         "a peak at or below it is shown as '-')")
     result = {
         "mode": "quick" if args.quick else "full", "device": args.device, "gpu_measured": bool(
             args.device == "cuda" and machine["gpu"]["available"]), "gpu_note": gpu_note,

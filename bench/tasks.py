@@ -8,6 +8,8 @@
   precision of idinspect's spectra; timed on layer 0. Beside it, on the same layer, the cheaper
   float32 ``svdvals`` (values only, ~1e-7 relative accuracy) that earlier runs used as the baseline.
 - ``verify DIR CLASS``: the checkpoint loads in transformers with no missing/unexpected keys.
+- ``names DIR``: the attention tensors idinspect reads (from its own adapter), for the floor.
+- ``facts``: library versions, torch's thread count and GPU, for the result file.
 
 Each prints one line ``BENCH_RESULT {json}`` last. Only what a task needs is imported, so the
 floor pays for ``torch`` and ``safetensors`` and nothing else. The baseline is only run on
@@ -159,6 +161,27 @@ def verify(directory: Path, model_class: str) -> dict:
     return {"load_s": load_s, "checked_tensor": name, "dtype": str(in_model.dtype)}
 
 
+def names(directory: Path) -> dict:
+    """Every tensor idinspect reads for attention, in layer order."""
+    import idinspect
+
+    with idinspect.load(directory) as model:
+        return {"names": [k for i in range(model.num_layers) for k in model.adapter.attention_keys(i)]}
+
+
+def facts() -> dict:
+    """Versions of torch, transformers and safetensors; torch's intra-op threads; the GPU torch sees."""
+    import safetensors
+    import torch
+    import transformers
+
+    gpu: dict = {"available": torch.cuda.is_available()}
+    if gpu["available"]:
+        gpu.update(name=torch.cuda.get_device_name(0), count=torch.cuda.device_count(), cuda=torch.version.cuda)
+    return {"torch": torch.__version__, "transformers": transformers.__version__,
+            "safetensors": safetensors.__version__, "torch_threads": torch.get_num_threads(), "gpu": gpu}
+
+
 def main(argv: list[str]) -> int:
     """Dispatch ``TASK ARGS...`` and print the result line."""
     if not argv:
@@ -173,6 +196,10 @@ def main(argv: list[str]) -> int:
         result = baseline(Path(args[0]), args[1], args[2] if len(args) > 2 else "cpu")
     elif task == "verify":
         result = verify(Path(args[0]), args[1])
+    elif task == "names":
+        result = names(Path(args[0]))
+    elif task == "facts":
+        result = facts()
     else:
         print(f"unknown task {task!r}\n{__doc__}", file=sys.stderr)
         return 2

@@ -11,7 +11,7 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .measure import ChildResult, idinspect_argv, run_child, task_argv
+from .measure import ChildResult, idinspect_argv, run_child, run_task_checked, task_argv
 from .specs import ModelSpec
 
 OUT = Path(__file__).resolve().parent / "cache" / "out"
@@ -49,15 +49,14 @@ def _sample(res: ChildResult, detail: dict | None = None, error: str | None = No
     if not res.ok and error is None:
         error = f"exit {res.returncode}: {res.stderr.strip()[-1500:]}"
     return {"ok": ok, "wall_s": res.wall_s, "user_s": res.user_s, "sys_s": res.sys_s,
-            "max_rss_bytes": res.max_rss_bytes, "load_1min": res.load_1min, "detail": detail or {}, "error": error}
+            "max_rss_bytes": res.max_rss_bytes, "rss_floor_bytes": res.rss_floor_bytes, "load_1min": res.load_1min,
+            "detail": detail or {}, "error": error}
 
 
 def attention_names(directory: Path) -> list[str]:
-    """Every tensor idinspect reads for attention, in layer order (from its own adapter)."""
-    import idinspect
-
-    with idinspect.load(directory) as model:
-        return [k for i in range(model.num_layers) for k in model.adapter.attention_keys(i)]
+    """Every tensor idinspect reads for attention, in layer order (from its own adapter, in a child
+    process so that the harness does not import torch: see :mod:`bench.measure`)."""
+    return run_task_checked(["names", str(directory)])["names"]
 
 
 def floor(directory: Path, names_file: Path) -> dict:
@@ -138,10 +137,12 @@ def baseline(spec: ModelSpec, directory: Path, device: str) -> dict:
 
 
 def warm_page_cache(directory: Path, chunk: int = 1 << 24) -> int:
-    """Read every file once so that all measurements start from a warm page cache."""
+    """Read every file once so that all measurements start from a warm page cache (through one
+    reused buffer, so the harness's own RSS stays small)."""
     total = 0
+    buf = bytearray(chunk)
     for path in sorted(directory.iterdir()):
         with open(path, "rb", buffering=0) as f:
-            while block := f.read(chunk):
-                total += len(block)
+            while n := f.readinto(buf):
+                total += n
     return total
