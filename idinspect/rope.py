@@ -68,9 +68,14 @@ def _head_dim(config) -> int:
     return getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
 
 
+def _default_inv_freq(base: float, dim: int) -> torch.Tensor:
+    """inv_freq_i = 1 / base^(2i / dim), i < dim / 2, in float32 (the expression transformers uses)."""
+    return 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.float) / dim))
+
+
 def _default_spec(base: float, dim: int, pairing: RotaryPairing) -> RotarySpec:
-    """inv_freq_i = 1 / base^(2i / dim), i < dim / 2, over the whole head; attention factor 1."""
-    inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.float) / dim))
+    """The default inv_freq over the whole head; attention factor 1."""
+    inv_freq = _default_inv_freq(base, dim)
     return RotarySpec(pairing=pairing, rotary_dim=2 * inv_freq.numel(), inv_freq=inv_freq,
                       attention_factor=1.0, rope_type="default")
 
@@ -85,7 +90,7 @@ def _llama3_spec(params: dict, dim: int, pairing: RotaryPairing) -> RotarySpec:
     base, factor = params["rope_theta"], params["factor"]
     low, high = params["low_freq_factor"], params["high_freq_factor"]
     old_context_len = params["original_max_position_embeddings"]
-    inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.int64).to(dtype=torch.float) / dim))
+    inv_freq = _default_inv_freq(base, dim)
     low_freq_wavelen = old_context_len / low
     high_freq_wavelen = old_context_len / high
     wavelen = 2 * math.pi / inv_freq
@@ -112,7 +117,7 @@ def llama3_rope_params(config: CheckpointConfig) -> dict | None:
     those override the dict). The theta is the dict's, else the top-level ``rope_theta``, else
     :data:`DEFAULT_THETA`, as :func:`plain_rope_theta` resolves it.
     """
-    params = config.stored("rope_scaling") or config.stored("rope_parameters") or {}
+    params = _stored_rope_dict(config)
     if not isinstance(params, dict) or set(params) - {"rope_type", "type", "rope_theta", *LLAMA3_KEYS}:
         return None
     if params.get("rope_type", params.get("type")) != "llama3":
@@ -130,6 +135,11 @@ def _is_number(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
+def _stored_rope_dict(config: CheckpointConfig):
+    """config.json's RoPE dict: ``rope_scaling`` wins over ``rope_parameters``, as the config class decides."""
+    return config.stored("rope_scaling") or config.stored("rope_parameters") or {}
+
+
 def plain_rope_theta(config: CheckpointConfig) -> float | None:
     """rope_theta when config.json asks for plain unscaled RoPE over the whole head, else None.
 
@@ -137,13 +147,13 @@ def plain_rope_theta(config: CheckpointConfig) -> float | None:
     decides) holds at most a type of "default" and a theta, and no partial_rotary_factor is set.
     The theta is the dict's, else the top-level ``rope_theta``, else :data:`DEFAULT_THETA`.
     """
-    params = config.stored("rope_scaling") or config.stored("rope_parameters") or {}
+    params = _stored_rope_dict(config)
     if not isinstance(params, dict) or set(params) - {"rope_type", "type", "rope_theta"}:
         return None
     if params.get("rope_type", params.get("type", "default")) != "default" or "partial_rotary_factor" in config:
         return None
     theta = params.get("rope_theta", config.stored("rope_theta", DEFAULT_THETA))
-    return float(theta) if isinstance(theta, (int, float)) and not isinstance(theta, bool) else None
+    return float(theta) if _is_number(theta) else None
 
 
 def rope_settings(config: CheckpointConfig):

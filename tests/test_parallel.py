@@ -9,9 +9,10 @@ import torch
 
 import idinspect
 from idinspect.analysis import analyze
-from idinspect.analysis.analyzer import for_analysis, to_compute
-from idinspect.analysis.spectra import CastScratch, gram_float64, head_spectra
+from idinspect.analysis.analyzer import for_analysis
 from idinspect.analysis.parallel import IN_FLIGHT_BYTES, layer_workers, ordered_map
+from idinspect.analysis.spectra import CastScratch, gram_float64, head_spectra
+from tests import tiny
 
 
 @pytest.mark.parametrize("variant", ["llama-gqa", "gpt2", "bert", "qwen2"])
@@ -101,7 +102,7 @@ def test_spectra_from_stored_dtype_equal_spectra_from_float64(variant, tiny_dir,
         assert lean.W_Q.dtype == dtype and all(lean.tensors()[r].dtype == torch.float64
                                                for r in ("b_Q", "b_K", "b_V", "b_O") if r in lean.tensors())
         a = head_spectra(lean, CastScratch())
-        b = head_spectra(to_compute(stored, torch.device("cpu")))
+        b = head_spectra(tiny.float64_layer(stored))
         for name in ("qk", "ov"):
             assert torch.allclose(getattr(a, name), getattr(b, name), rtol=1e-12, atol=0)
         assert {k: v.tolist() for k, v in a.finite.items()} == {k: v.tolist() for k, v in b.finite.items()}

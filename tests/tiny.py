@@ -110,3 +110,9 @@ def capture_attention(model, input_ids: torch.Tensor) -> list[tuple[torch.Tensor
         for h in handles:
             h.remove()
     return [(r["x"], r["y"]) for r in records]
+
+
+def float64_layer(layer):
+    """A canonical layer with every tensor cast to float64 (the reference the analyzer's lean,
+    stored-dtype path is compared with)."""
+    return layer.replace(**{role: t.to(torch.float64) for role, t in layer.tensors().items()})

@@ -26,13 +26,6 @@ from .spectra import CastScratch, head_spectra, layer_finite, spectra_dict
 LayerCallback = Callable[[int, int], None]
 
 
-def to_compute(layer: AttentionLayer, device: torch.device) -> AttentionLayer:
-    """The layer with every tensor cast to float64 on ``device`` (moved in its stored dtype, then
-    cast there: one copy per tensor on the CPU, half the transfer to a GPU)."""
-    return dataclasses.replace(layer, **{role: t.to(device).to(torch.float64)
-                                         for role, t in layer.tensors().items()})
-
-
 def for_analysis(layer: AttentionLayer, device: torch.device) -> AttentionLayer:
     """The layer on ``device`` with its biases in float64 and its weights still in the stored dtype.
 
