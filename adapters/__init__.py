@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..checkpoint import TensorReader
+from ..sources.checkpoint import TensorReader
 from ..errors import IdinspectError
 from .base import Adapter
 from .bert import BertAdapter

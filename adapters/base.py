@@ -11,9 +11,9 @@ from typing import ClassVar
 
 import torch
 
-from ..canonical import AttentionLayer, Positional
-from ..checkpoint import TensorReader
-from ..config import ConfigSpec
+from ..layer.attention_layer import AttentionLayer, Positional
+from ..sources.checkpoint import TensorReader
+from ..sources.config import ConfigSpec
 from ..errors import IdinspectError
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from ..canonical import AttentionLayer
+from ..layer.attention_layer import AttentionLayer
 from .base import (Adapter, ConfigSpec, heads_from_bias, heads_from_linear_cols, heads_from_linear_rows,
                    linear_cols_from_heads, linear_rows_from_heads)
 

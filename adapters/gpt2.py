@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from ..canonical import AttentionLayer
+from ..layer.attention_layer import AttentionLayer
 from .base import Adapter, ConfigSpec
 
 

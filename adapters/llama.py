@@ -6,16 +6,16 @@ Layer i (prefix '' for LlamaModel saves, 'model.' for *ForCausalLM):
     layers.i.self_attn.v_proj.weight [G*hd, d]     bias [G*hd] (same)
     layers.i.self_attn.o_proj.weight [d, H*hd]     bias [d]    (Llama: attention_bias; Qwen2: never)
 hd is config.head_dim when set (not always d / H). Query head h reads kv head h // (H / G).
-RoPE inverse frequencies come from transformers' rope-init functions for the config (idinspect.rope).
+RoPE inverse frequencies come from transformers' rope-init functions for the config (idinspect.sources.rope_config).
 """
 
 from __future__ import annotations
 
 import torch
 
-from ..canonical import AttentionLayer, Positional
+from ..layer.attention_layer import AttentionLayer, Positional
 from ..errors import IdinspectError, one_line
-from ..rope import rotary_spec_from_config
+from ..sources.rope_config import rotary_spec_from_config
 from .base import (Adapter, ConfigSpec, heads_from_bias, heads_from_linear_cols, heads_from_linear_rows,
                    linear_cols_from_heads, linear_rows_from_heads)
 

@@ -18,15 +18,15 @@ try:
 except PackageNotFoundError:  # running from a source tree without installing
     __version__ = "0.0.0+unknown"
 
-from .canonical import AttentionLayer, Positional, RotarySpec
+from .layer.attention_layer import AttentionLayer, Positional, RotarySpec
 from .errors import IdinspectError
-from .inspection import inspect
+from .analysis.inspection import inspect
 from .analysis import analyze
-from .model import Model, load
-from .reference import reference_attention
+from .sources.model import Model, load
+from .layer.reference import reference_attention
 from .gauge import canonicalize, invariant_errors, is_gauge_fixed
-from .export import export  # note: binds idinspect.export to the function (the module stays importable by name)
-from .verify import verify
+from .exporting.pipeline import export  # note: binds idinspect.export to the function (the module stays importable by name)
+from .equivalence.verify import verify
 
 __all__ = ["AttentionLayer", "IdinspectError", "Model", "Positional", "RotarySpec", "__version__", "analyze",
            "canonicalize", "export", "inspect", "invariant_errors", "is_gauge_fixed", "load", "reference_attention",

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import idinspect
-from idinspect.reference import reference_attention
+from idinspect.layer.reference import reference_attention
 from tests import tiny
 
 

@@ -108,13 +108,13 @@ def test_unsupported_model_type_is_a_finding_not_a_crash(zoo):
 
 
 def test_unmodelled_layer_is_an_unsupported_architecture_finding(zoo, monkeypatch):
-    import idinspect.inspection
+    import idinspect.analysis.inspection
     from idinspect.errors import UnsupportedLayerError
 
     def refuse(model, **kwargs):
         raise UnsupportedLayerError("layer 0 has qk_norm (a norm between the projection and the score ...)")
 
-    monkeypatch.setattr(idinspect.inspection, "inspect", refuse)
+    monkeypatch.setattr(idinspect.analysis.inspection, "inspect", refuse)
     code, doc = audit_json(zoo["llama"])
     assert code == 1
     [f] = findings_of(doc)
@@ -215,16 +215,16 @@ def test_the_real_minilm_bert(minilm_dir):
 
 
 def test_an_internal_error_on_one_model_is_exit_2_and_the_rest_still_run(zoo, monkeypatch):
-    import idinspect.inspection
+    import idinspect.analysis.inspection
 
-    real = idinspect.inspection.inspect
+    real = idinspect.analysis.inspection.inspect
 
     def flaky(model, **kwargs):
         if model.provenance.path == zoo["llama"]:
             raise RuntimeError("kaboom")
         return real(model, **kwargs)
 
-    monkeypatch.setattr(idinspect.inspection, "inspect", flaky)
+    monkeypatch.setattr(idinspect.analysis.inspection, "inspect", flaky)
     code, doc = audit_json(zoo["llama"], zoo["llama-nan"])
     assert code == 2
     assert "kaboom" in doc["models"][0]["audit"]["error"]

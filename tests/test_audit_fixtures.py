@@ -61,7 +61,7 @@ def zoo(tiny_dir, tmp_path_factory) -> dict[str, Path]:
     models["llama-rank"] = root / "llama-rank"  # heads 0 and 2 of layer 0: one query column zeroed
     shutil.copytree(models["llama"], models["llama-rank"])
     edit_tensor(models["llama-rank"], RANK_TENSOR, lambda t: zero_rows(t, (0, 8)))
-    from idinspect.export import export
+    from idinspect.exporting.pipeline import export
 
     models["llama-fixed"] = root / "llama-fixed"
     export(models["llama"], models["llama-fixed"])

@@ -16,7 +16,7 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from idinspect import cli as cli_module
-from idinspect import hub
+from idinspect.sources import hub
 from tests.cli import run_cli
 
 MODEL_KEYS = ["source", "revision", "model_type", "architecture", "layers", "hidden_size", "heads", "kv_heads",

@@ -1,4 +1,4 @@
-"""config.json read without the config classes (idinspect.config) agrees with AutoConfig.
+"""config.json read without the config classes (idinspect.sources.config) agrees with AutoConfig.
 
 Two pins: every adapter's ConfigSpec equals its transformers class's field defaults and
 attribute_map; and every fact an adapter derives (sizes, biases, RoPE frequencies bit for bit,
@@ -21,9 +21,9 @@ import transformers as tf
 import idinspect
 from idinspect.adapters import ADAPTERS, adapter_for
 from idinspect.analysis import analyze
-from idinspect.config import CheckpointConfig
-from idinspect.model import Model
-from idinspect.rope import DEFAULT_THETA
+from idinspect.sources.config import CheckpointConfig
+from idinspect.sources.model import Model
+from idinspect.sources.rope_config import DEFAULT_THETA
 from tests import tiny
 
 
@@ -164,7 +164,7 @@ def test_the_edits_reach_what_they_are_about(tiny_dir, tmp_path):
 
 
 def test_inspecting_imports_no_config_class(tiny_dir):
-    """The point of idinspect.config (and of rope's native default and llama3 paths): inspecting these
+    """The point of idinspect.sources.config (and of rope's native default and llama3 paths): inspecting these
     checkpoints imports no part of transformers, nor torch.distributed.tensor."""
     probe = ("import sys, idinspect; idinspect.inspect(sys.argv[1]); "
              "bad = sorted(m for m in sys.modules if m.startswith('transformers') "

@@ -10,10 +10,10 @@ import transformers as tf
 from safetensors import safe_open
 
 import idinspect
-from idinspect import structure
+from idinspect.layer import structure
 from idinspect.analysis import analyze_layer, bias_free_closed_form, resolve_device
 from idinspect.analysis.counts import FORM_GENERAL, FORM_GQA, FORM_MHA, FORM_ROPE
-from idinspect.canonical import AttentionLayer, Positional, RotarySpec
+from idinspect.layer.attention_layer import AttentionLayer, Positional, RotarySpec
 from idinspect.errors import IdinspectError, UnsupportedLayerError
 from tests import tiny
 from tests.cli import run_cli

@@ -15,7 +15,7 @@ import transformers as tf
 from safetensors import safe_open
 
 import idinspect
-from idinspect.shard_writer import write_safetensors
+from idinspect.exporting.shard_writer import write_safetensors
 from tests.cli import run_cli
 from tests.test_gauge import random_gauge
 
@@ -248,8 +248,8 @@ def test_bad_input_is_exit_2(tmp_path):
 
 def test_hub_source_fetches_export_files_and_records_the_commit(tiny_dir, tmp_path, monkeypatch):
     """A hub id goes through snapshot_download with EXPORT_PATTERNS; provenance names id and commit."""
-    import idinspect.model as model_module
-    from idinspect.hub import EXPORT_PATTERNS
+    import idinspect.sources.model as model_module
+    from idinspect.sources.hub import EXPORT_PATTERNS
 
     sha = "0123456789abcdef0123456789abcdef01234567"
     snapshot = tmp_path / "models--org--tiny" / "snapshots" / sha
@@ -294,7 +294,7 @@ def test_non_unique_form_is_reported(tiny_dir, tmp_path):
 def test_one_pass_canonicalises_each_layer_once_and_patches_every_header(tiny_dir, tmp_path, monkeypatch):
     """Each layer is gauge-fixed exactly once; the headers, written before the last layer is known,
     end up with the final largest error and uniqueness in their fixed-width slots."""
-    import idinspect.export_layers as layer_module
+    import idinspect.exporting.layers as layer_module
 
     src = tiny_dir("llama3-rope", max_shard_size="20KB")
     calls = []

@@ -17,7 +17,7 @@ from tests.test_export import tree_hashes
 
 CHILD = textwrap.dedent("""
     import pathlib, sys, time
-    import idinspect.shard_writer as sw
+    import idinspect.exporting.shard_writer as sw
 
     original = sw.ShardWriter.write
     count = {"n": 0}

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 import idinspect
-from idinspect.export_layers import LayerStream, fix_layer
+from idinspect.exporting.layers import LayerStream, fix_layer
 
 
 def _inline(model, layer: int, target=None) -> dict[str, torch.Tensor]:

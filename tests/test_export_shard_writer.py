@@ -10,7 +10,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
-from idinspect.shard_writer import (
+from idinspect.exporting.shard_writer import (
     ShardWriter,
     Slot,
     TensorSpec,

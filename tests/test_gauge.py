@@ -11,11 +11,11 @@ import pytest
 import torch
 
 import idinspect
-from idinspect.canonical import AttentionLayer, Positional, RotarySpec
+from idinspect.layer.attention_layer import AttentionLayer, Positional, RotarySpec
 from idinspect.errors import UnsupportedLayerError
 from idinspect.gauge import canonicalize, gauge_residuals, invariant_errors, is_gauge_fixed
-from idinspect.reference import reference_attention
-from idinspect.structure import unrotated_columns, value_bias_absorbable
+from idinspect.layer.reference import reference_attention
+from idinspect.layer.structure import unrotated_columns, value_bias_absorbable
 from tests import tiny
 
 VARIANTS = ["bert", "gpt2", "llama-gqa", "llama-mqa", "llama-bias", "llama3-rope", "llama-head-dim", "qwen2",

@@ -14,7 +14,7 @@ from idinspect.gauge.gram_path import balance_by_grams
 from idinspect.gauge.linalg import key_side_signs
 from idinspect.gauge.qr_path import balance_by_qr
 from idinspect.gauge.signs import leading_signs
-from idinspect.structure import unrotated_columns
+from idinspect.layer.structure import unrotated_columns
 from tests.test_gauge import IDS, LAYERS, random_gauge, synthetic_layer
 
 FIELDS = ("W_Q", "b_Q", "W_K", "b_K", "W_V", "b_V", "W_O", "s_qk", "principal", "s_vo")
@@ -140,7 +140,7 @@ def test_reused_grams_and_overwriting_give_the_same_errors(name, layer):
 
 def test_workspace_buffers_never_reach_the_result():
     """With a workspace, the float64 form lives in reused buffers; fix_layer's cast result does not."""
-    from idinspect.export_layers import fix_layer
+    from idinspect.exporting.layers import fix_layer
     from idinspect.gauge.workspace import Workspace
 
     layers = [synthetic_layer(rotary_dim=6, biases="qkv", seed=s) for s in (0, 1)]

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from idinspect.inspection import inspect
+from idinspect.analysis.inspection import inspect
 from idinspect.reports.html import write_html
 from tests.report_fixtures import EVIL, llama_result
 

@@ -22,7 +22,7 @@ from huggingface_hub import errors as hf_errors
 
 import idinspect
 from idinspect import cli as cli_module
-from idinspect import hub
+from idinspect.sources import hub
 from tests.cli import run_cli
 
 SHA = "0123456789abcdef0123456789abcdef01234567"

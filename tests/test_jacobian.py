@@ -9,8 +9,8 @@ import transformers as tf
 
 import idinspect
 import idinspect.analysis
-from idinspect import structure
-from idinspect.canonical import AttentionLayer, Positional, RotarySpec
+from idinspect.layer import structure
+from idinspect.layer.attention_layer import AttentionLayer, Positional, RotarySpec
 from tests import tiny
 from tests.jacobian import RTOL, attention_nullity
 

@@ -7,7 +7,7 @@ import torch
 import transformers as tf
 
 import idinspect
-from idinspect import prove as prove_mod
+from idinspect.analysis import prove as prove_mod
 from tests.cli import run_cli
 
 VARIANTS = ["bert", "bert-decoder", "roberta", "gpt2", "llama-mha", "llama-gqa", "llama-mqa", "llama-bias",

@@ -1,6 +1,6 @@
 """llama3 RoPE frequencies computed without importing transformers equal transformers' own, bit for bit.
 
-``idinspect.rope`` computes llama3 scaling itself when config.json states it completely (importing
+``idinspect.sources.rope_config`` computes llama3 scaling itself when config.json states it completely (importing
 transformers is a fifth of a Llama-3.2-1B inspection). These tests pin that path to
 ``ROPE_INIT_FUNCTIONS["llama3"]`` of the installed transformers on a grid of settings, including
 the published Llama 3.1 / 3.2 ones, in both config.json forms; and check that every other form is
@@ -18,9 +18,9 @@ import torch
 import transformers as tf
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
-from idinspect import rope
+from idinspect.sources import rope_config as rope
 from idinspect.adapters import ADAPTERS
-from idinspect.config import CheckpointConfig
+from idinspect.sources.config import CheckpointConfig
 
 SPEC = ADAPTERS["llama"].configs["llama"]
 BASE = {"model_type": "llama", "hidden_size": 2048, "num_attention_heads": 32, "num_key_value_heads": 8,

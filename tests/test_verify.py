@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import idinspect
-from idinspect.shard_writer import write_safetensors
+from idinspect.exporting.shard_writer import write_safetensors
 from tests.cli import run_cli
 from tests.test_export import export_ok, moved_checkpoint
 

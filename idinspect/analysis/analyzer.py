@@ -13,8 +13,8 @@ from collections.abc import Callable
 
 import torch
 
-from .. import structure
-from ..canonical import BIAS_ROLES, AttentionLayer
+from ..layer import structure
+from ..layer.attention_layer import BIAS_ROLES, AttentionLayer
 from .counts import layer_counts, model_parameter_count, model_totals
 from .degeneracy import extra_unidentified
 from .device import resolve_device
@@ -69,7 +69,7 @@ def analyze(model, *, device: str | torch.device | None = "cpu", spectra: bool =
     ``workers``: layers analysed at once (default :func:`parallel.layer_workers`: one per CPU core
     within a memory budget, 1 on a GPU); results and ``on_layer`` calls come in layer order.
     """
-    from ..model import Model, load
+    from ..sources.model import Model, load
 
     if not isinstance(model, Model):
         with load(model) as opened:

@@ -23,8 +23,8 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-from .. import structure
-from ..canonical import BIAS_ROLES, AttentionLayer
+from ..layer import structure
+from ..layer.attention_layer import BIAS_ROLES, AttentionLayer
 
 FORM_MHA = "1/(2H)"
 FORM_GQA = "G/(H(H+G))"

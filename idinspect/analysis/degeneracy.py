@@ -29,8 +29,8 @@ from __future__ import annotations
 
 import torch
 
-from .. import structure
-from ..canonical import AttentionLayer
+from ..layer import structure
+from ..layer.attention_layer import AttentionLayer
 from .spectra import HeadSpectra
 
 

@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import torch
 
-from .. import structure
-from ..canonical import ROLES, AttentionLayer
+from ..layer import structure
+from ..layer.attention_layer import ROLES, AttentionLayer
 from .spectra import RANK_RULE, HeadSpectra, finite_slices
 
 SEVERITY = {"non-finite": "error", "noop-bias": "warning", "absorbable-bias": "note",

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..canonical import AttentionLayer
+from ..layer.attention_layer import AttentionLayer
 
 RANK_RULE = "s_i > max(d, d_k) * eps(float64) * s_max"
 

@@ -152,7 +152,7 @@ class AuditResult:
         return total
 
     def to_dict(self) -> dict:
-        from ..inspection import SCHEMA_VERSION, tool_info
+        from ..analysis.inspection import SCHEMA_VERSION, tool_info
 
         return {
             "schema_version": SCHEMA_VERSION, "tool": tool_info(),
@@ -204,7 +204,7 @@ class Auditor:
         self.cwd = Path(cwd or Path.cwd())
 
     def audit(self, source: str) -> ModelResult:
-        from ..model import load
+        from ..sources.model import load
 
         try:
             model = load(source, **self.load_options)
@@ -238,7 +238,7 @@ class Auditor:
         return model_identity(source, prov.path, prov.kind, self.cwd)
 
     def _unsupported(self, source: str, directory: Path | None, message: str) -> ModelResult:
-        from ..hub import looks_like_path
+        from ..sources.hub import looks_like_path
 
         kind = "local" if looks_like_path(source) else ("hub" if not source.startswith("pkg:") else None)
         identity = model_identity(source, directory, kind, self.cwd)
@@ -248,7 +248,7 @@ class Auditor:
         return result
 
     def _audit_model(self, source: str, model) -> ModelResult:
-        from ..inspection import inspect
+        from ..analysis.inspection import inspect
 
         prov = model.provenance
         identity = self._identity_of(source, model)

@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from ..cli import debug_option, hub_options
-from ..export import DTYPES, ExportResult, export
+from ..exporting.pipeline import DTYPES, ExportResult, export
 
 
 @click.command("export")

@@ -5,8 +5,8 @@ from __future__ import annotations
 import click
 
 from ..cli import debug_option, hub_options
-from ..inspection import inspect
-from ..model import load
+from ..analysis.inspection import inspect
+from ..sources.model import load
 
 
 def report_options(f):

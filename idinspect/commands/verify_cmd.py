@@ -8,7 +8,7 @@ import json
 import click
 
 from ..cli import debug_option, hub_options
-from ..verify import Check, VerifyResult, verify
+from ..equivalence.verify import Check, VerifyResult, verify
 
 
 @click.command("verify")

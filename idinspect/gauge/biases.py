@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import torch
 
-from ..canonical import AttentionLayer
-from ..structure import unrotated_columns, value_bias_absorbable
+from ..layer.attention_layer import AttentionLayer
+from ..layer.structure import unrotated_columns, value_bias_absorbable
 
 
 def effective_output_bias(layer: AttentionLayer) -> torch.Tensor:

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import torch
 
-from ..canonical import AttentionLayer
-from ..structure import require_modelled
+from ..layer.attention_layer import AttentionLayer
+from ..layer.structure import require_modelled
 from .biases import fix_biases
 from .gram_path import balance_by_grams
 from .qr_path import balance_by_qr

@@ -21,8 +21,8 @@ from collections.abc import Iterable
 
 import torch
 
-from ..canonical import AttentionLayer
-from ..structure import require_modelled, unrotated_columns, value_bias_absorbable
+from ..layer.attention_layer import AttentionLayer
+from ..layer.structure import require_modelled, unrotated_columns, value_bias_absorbable
 from .factors import augment, output_stack, stack_groups
 
 #: Default residual tolerance per stored dtype: about 16 units of rounding (unit roundoff u = eps / 2),
@@ -82,7 +82,7 @@ def is_gauge_fixed(model_or_layer, rtol: float | None = None) -> tuple[bool, flo
 
 
 def _layers(obj) -> Iterable[AttentionLayer]:
-    from ..model import Model, load
+    from ..sources.model import Model, load
 
     if isinstance(obj, AttentionLayer):
         return [obj]

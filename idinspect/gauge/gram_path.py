@@ -24,8 +24,8 @@ from __future__ import annotations
 
 import torch
 
-from ..canonical import AttentionLayer
-from ..structure import unrotated_columns
+from ..layer.attention_layer import AttentionLayer
+from ..layer.structure import unrotated_columns
 from .balanced import Balanced
 from .linalg import balancing_transforms, blocks, gram, put_blocks
 from .planes import plane_transforms

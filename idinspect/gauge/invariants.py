@@ -21,8 +21,8 @@ from dataclasses import dataclass
 
 import torch
 
-from ..canonical import AttentionLayer
-from ..structure import unrotated_columns
+from ..layer.attention_layer import AttentionLayer
+from ..layer.structure import unrotated_columns
 from .aligned import align
 from .biases import effective_output_bias
 from .factors import augment

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import torch
 
-from ..canonical import AttentionLayer
-from ..structure import unrotated_columns
+from ..layer.attention_layer import AttentionLayer
+from ..layer.structure import unrotated_columns
 from .balanced import Balanced
 from .factors import (
     augment,

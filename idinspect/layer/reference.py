@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import torch
 
-from .canonical import AttentionLayer
-from .errors import UnsupportedLayerError
-from .rope import apply_rotary, rotary_cos_sin
+from .attention_layer import AttentionLayer
+from ..errors import UnsupportedLayerError
+from .rotary import apply_rotary, rotary_cos_sin
 
 
 def reference_attention(layer: AttentionLayer, x: torch.Tensor, positions: torch.Tensor | None = None,

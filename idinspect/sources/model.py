@@ -13,11 +13,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from .adapters import Adapter, adapter_for, supported_model_types
-from .canonical import AttentionLayer
+from ..adapters import Adapter, adapter_for, supported_model_types
+from ..layer.attention_layer import AttentionLayer
 from .config import CONFIG_FILE, CheckpointConfig, read_config
 from .checkpoint import INDEX_FILE, SINGLE_FILE, SafetensorsCheckpoint, ShapeOnlyReader, StateDictReader, TensorReader
-from .errors import IdinspectError, one_line
+from ..errors import IdinspectError, one_line
 from .hub import COMMIT_SHA, HUB_ID, INSPECT_PATTERNS, download_snapshot, looks_like_path, split_revision
 
 
@@ -35,7 +35,7 @@ class Model:
     """A checkpoint seen through its adapter."""
 
     def __init__(self, config, reader: TensorReader, adapter: Adapter, provenance: Provenance):
-        #: What the adapter reads: a :class:`~idinspect.config.CheckpointConfig` for a folder, the
+        #: What the adapter reads: a :class:`~idinspect.sources.config.CheckpointConfig` for a folder, the
         #: model's own transformers config for a model in memory.
         self.config = config
         self.reader = reader

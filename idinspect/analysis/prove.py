@@ -19,9 +19,9 @@ import warnings
 
 import torch
 
-from . import structure
-from .analysis.parallel import single_threaded_kernels
-from .errors import IdinspectError
+from ..layer import structure
+from .parallel import single_threaded_kernels
+from ..errors import IdinspectError
 
 #: Relative singular-value cut of the Jacobian.
 RTOL = 1e-9

@@ -35,7 +35,7 @@ class RotarySpec:
 
     ``inv_freq`` [rotary_dim / 2] is what transformers' rope-init function gives for the config,
     in the dtype it computes it (float32): the default and llama3 types are computed op for op in
-    :mod:`idinspect.rope` (pinned bit for bit by tests), every other type by transformers itself.
+    :mod:`idinspect.sources.rope_config` (pinned bit for bit by tests), every other type by transformers itself.
     Plane p rotates dims (p, p + rotary_dim/2) for ``pairing="half"`` (rotate_half) or
     (2p, 2p + 1) for ``"interleaved"`` (GPT-J), by the angle ``t * inv_freq[p]``; cos and sin are
     multiplied by ``attention_factor``.

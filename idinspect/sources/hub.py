@@ -13,7 +13,7 @@ import json
 import re
 from pathlib import Path
 
-from .errors import IdinspectError, first_line
+from ..errors import IdinspectError, first_line
 
 HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
 COMMIT_SHA = re.compile(r"^[0-9a-f]{40}$")
@@ -94,7 +94,7 @@ def _unmatched_shards(folder: Path) -> list[str]:
 
 
 def _call(repo_id: str, revision: str | None, patterns: list[str], *, token, cache_dir, local_files_only) -> str:
-    from .progress import current_hub_tqdm
+    from ..progress import current_hub_tqdm
 
     extra = {"tqdm_class": current_hub_tqdm()} if current_hub_tqdm() is not None else {}
     try:

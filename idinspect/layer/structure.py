@@ -17,8 +17,8 @@ import math
 
 import torch
 
-from .canonical import AttentionLayer, RotarySpec
-from .errors import UnsupportedLayerError
+from .attention_layer import AttentionLayer, RotarySpec
+from ..errors import UnsupportedLayerError
 
 #: Flags under which the score is not shift-invariant over keys / rows do not sum to one, or the
 #: map from weights to scores is not bilinear: none of the counts below would hold.

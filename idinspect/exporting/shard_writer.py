@@ -29,7 +29,7 @@ from typing import Self
 
 import torch
 
-from .errors import IdinspectError
+from ..errors import IdinspectError
 
 #: safetensors dtype codes in the order of the format's Dtype enum (ascending alignment).
 DTYPE_CODES: dict[torch.dtype, str] = {

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from .model import Model, load
+from ..sources.model import Model, load
 
 SCHEMA_VERSION = 1
 
 
 def tool_info() -> dict:
-    from . import __version__
+    from .. import __version__
 
     return {"name": "idinspect", "version": __version__}
 
@@ -25,7 +25,7 @@ def inspect(source, *, revision: str | None = None, token: str | None = None, de
     ``on_layer(i, n)`` is called after layer ``i`` (0-based) of ``n``. ``device`` ("cpu" or
     "cuda") is where the linear algebra runs; CUDA without a GPU falls back to cpu with a warning.
     """
-    from .analysis import analyze
+    from . import analyze
 
     opened = not isinstance(source, Model)
     model = load(source, revision=revision, token=token) if opened else source

@@ -14,7 +14,7 @@ import re
 import shutil
 from pathlib import Path
 
-from .errors import IdinspectError
+from ..errors import IdinspectError
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle", ".h5", ".msgpack",
                    ".onnx", ".onnx_data", ".gguf", ".tflite", ".ot", ".npz", ".pb")

@@ -1,4 +1,4 @@
-"""RoPE frequencies from transformers' own machinery, and the rotation they define.
+"""RoPE frequencies from config.json, through transformers' own machinery where needed.
 
 Scaled RoPE (llama3, yarn, linear, dynamic, longrope, ...) comes from transformers'
 ``ROPE_INIT_FUNCTIONS`` for the config, exactly as the model's rotary-embedding module calls it.
@@ -14,7 +14,7 @@ bits (pinned by tests/test_rope_llama3.py over a grid of settings and by the Aut
 of tests/test_config.py). Importing transformers costs ~0.3-0.65 s, a fifth of a Llama-3.2-1B
 inspection (issue 7); any other llama3 form, and every other scaled type, still goes to transformers.
 
-A :class:`~idinspect.config.CheckpointConfig` (config.json as stored, possibly in the legacy
+A :class:`~idinspect.sources.config.CheckpointConfig` (config.json as stored, possibly in the legacy
 ``rope_scaling`` / top-level ``rope_theta`` form) is standardised by transformers'
 ``RotaryEmbeddingConfigMixin.convert_rope_params_to_dict``, the step the config class runs in
 ``__post_init__``; only plain unscaled RoPE (a theta and nothing else) is resolved here without
@@ -28,7 +28,7 @@ import math
 
 import torch
 
-from .canonical import RotaryPairing, RotarySpec
+from ..layer.attention_layer import RotaryPairing, RotarySpec
 from .config import CheckpointConfig
 
 #: ``RotaryEmbeddingConfigMixin.default_theta``, the rope_theta of a config that names none.
@@ -177,32 +177,3 @@ def rope_settings(config: CheckpointConfig):
     settings.rope_parameters = config.stored("rope_parameters")
     settings.convert_rope_params_to_dict(**{k: config.stored(k) for k in _ROPE_LEGACY if k in config})
     return settings
-
-
-def rotary_cos_sin(spec: RotarySpec, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos, sin [..., rotary_dim/2] per plane at integer ``positions`` [...].
-
-    Angles are formed in float32 exactly as transformers does (``position.float() * inv_freq.float()``),
-    then scaled by the attention factor and cast to ``dtype``: the reference then agrees with the
-    Hugging Face modules to float64 rounding.
-    """
-    angles = positions[..., None].float() * spec.inv_freq.float()
-    cos = angles.cos() * spec.attention_factor
-    sin = angles.sin() * spec.attention_factor
-    return cos.to(dtype), sin.to(dtype)
-
-
-def apply_rotary(x: torch.Tensor, spec: RotarySpec, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate the planes of ``x`` [..., T, d_k]; cos/sin are [T, rotary_dim/2].
-
-    For plane p with columns (a, b): x_a' = x_a cos - x_b sin, x_b' = x_b cos + x_a sin.
-    Dims past ``rotary_dim`` pass through unchanged.
-    """
-    cols = spec.plane_columns()
-    a = torch.tensor([c[0] for c in cols])
-    b = torch.tensor([c[1] for c in cols])
-    xa, xb = x[..., a], x[..., b]
-    out = x.clone()
-    out[..., a] = xa * cos - xb * sin
-    out[..., b] = xb * cos + xa * sin
-    return out

@@ -9,7 +9,7 @@ config class declares for those settings, with the class's attribute aliases (a 
 per model type, in each adapter's ``configs``). What a class derives in ``__post_init__``
 (``head_dim``, ``num_key_value_heads``, Qwen2's ``layer_types``) the adapters derive as they do for a
 live model's config, and RoPE settings are standardised by transformers' own
-``RotaryEmbeddingConfigMixin`` (:mod:`idinspect.rope`). tests/test_config.py pins the defaults to
+``RotaryEmbeddingConfigMixin`` (:mod:`idinspect.sources.rope_config`). tests/test_config.py pins the defaults to
 the classes and every adapter fact to ``AutoConfig``'s.
 
 Whatever needs the real class (``--prove``'s twin model, ``verify``'s model runs) uses
@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import IdinspectError, one_line
+from ..errors import IdinspectError, one_line
 
 CONFIG_FILE = "config.json"
 
@@ -80,7 +80,7 @@ class CheckpointConfig:
 
 def read_config(folder: Path) -> CheckpointConfig:
     """``folder/config.json`` for a supported ``model_type``; every failure is a one-line error naming the file."""
-    from .adapters import ADAPTERS, supported_model_types  # the adapters' table (they import this module)
+    from ..adapters import ADAPTERS, supported_model_types  # the adapters' table (they import this module)
 
     path = Path(folder) / CONFIG_FILE
     if not path.is_file():

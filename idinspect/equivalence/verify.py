@@ -24,10 +24,10 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
-from .canonical import AttentionLayer
-from .gauge import INVARIANTS, invariant_errors
-from .model import Model, load
-from . import verify_functional as fn
+from ..layer.attention_layer import AttentionLayer
+from ..gauge import INVARIANTS, invariant_errors
+from ..sources.model import Model, load
+from . import functional as fn
 
 FIXED_TOLERANCES = {torch.float64: {"invariants": 1e-10, "functional": 1e-6},
                     torch.float32: {"invariants": 1e-6, "functional": 1e-6}}

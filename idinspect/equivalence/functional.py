@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from .errors import IdinspectError
+from ..errors import IdinspectError
 
 #: Part of the available memory a float64 copy of a model may take before offloading.
 MEMORY_FRACTION = 0.5

@@ -21,10 +21,10 @@ from typing import Self
 
 import torch
 
-from .canonical import AttentionLayer
-from .gauge import Degeneracy, InvariantError, canonicalize, largest_invariant_error
-from .gauge.workspace import Workspace
-from .model import Model
+from ..layer.attention_layer import AttentionLayer
+from ..gauge import Degeneracy, InvariantError, canonicalize, largest_invariant_error
+from ..gauge.workspace import Workspace
+from ..sources.model import Model
 
 #: progress(stage, done, total); here stage "gauge" counts layers.
 Progress = Callable[[str, int, int], None]

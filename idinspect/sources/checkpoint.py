@@ -16,7 +16,7 @@ from typing import BinaryIO
 import torch
 from safetensors import SafetensorError, safe_open
 
-from .errors import IdinspectError
+from ..errors import IdinspectError
 
 SINGLE_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"

@@ -5,7 +5,7 @@ check -> adapter.write_layer (original names / orientation / fusion) -> shard wr
 (the layer work in :mod:`.export_layers`). Every other tensor is
 copied bit for bit (or cast, with ``dtype``); shard names, weight map and header metadata are
 kept, with an ``idinspect`` provenance entry added to every shard. Tensors kept bit for bit are
-copied file to file by the kernel (:meth:`~idinspect.shard_writer.ShardWriter.copy`), never read
+copied file to file by the kernel (:meth:`~idinspect.exporting.shard_writer.ShardWriter.copy`), never read
 into memory.
 
 One streaming pass: each shard is written header first, then tensor by tensor in file order; each
@@ -36,13 +36,13 @@ from pathlib import Path
 
 import torch
 
-from .checkpoint import INDEX_FILE, SafetensorsCheckpoint
-from .errors import IdinspectError
-from .export_files import CONFIG, config_text, copy_files, index_text, plan_copies
-from .export_layers import LayerStream
-from .gauge import GAUGE_NAME, GAUGE_VERSION, Degeneracy
-from .hub import EXPORT_PATTERNS
-from .model import Model, load
+from ..sources.checkpoint import INDEX_FILE, SafetensorsCheckpoint
+from ..errors import IdinspectError
+from .files import CONFIG, config_text, copy_files, index_text, plan_copies
+from .layers import LayerStream
+from ..gauge import GAUGE_NAME, GAUGE_VERSION, Degeneracy
+from ..sources.hub import EXPORT_PATTERNS
+from ..sources.model import Model, load
 from .shard_writer import (
     ShardWriter,
     Slot,
@@ -216,7 +216,7 @@ def _provenance(model: Model, dtype_name: str) -> tuple[str, dict[str, Slot]]:
     ``null`` padded with spaces to :data:`SLOT_WIDTHS` (valid JSON, so every header parses at
     every moment), overwritten by :func:`_slot_values`.
     """
-    from . import __version__
+    from .. import __version__
 
     info = {"tool": "idinspect", "version": __version__, "gauge": {"name": GAUGE_NAME, "version": GAUGE_VERSION},
             "source": model.provenance.source, "revision": model.provenance.revision, "dtype": dtype_name,
