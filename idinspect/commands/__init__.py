@@ -16,6 +16,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "export": ("export_cmd", "export_command"),
     "verify": ("verify_cmd", "verify_command"),
     "audit": ("audit_cmd", "audit_command"),
+    "diff": ("diff_cmd", "diff_command"),
 }
 
 

@@ -1,0 +1,48 @@
+"""``idinspect diff A B``: how much of the step from A to B moves along A's gauge orbit."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from ..cli import debug_option, hub_options
+
+
+@click.command("diff")
+@click.argument("a")
+@click.argument("b")
+@hub_options
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True,
+              help="text: a table per layer; json: the diff document on stdout.")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), metavar="PATH", help="Also write the JSON to PATH.")
+@click.option("--html", "html_path", type=click.Path(dir_okay=False), metavar="PATH",
+              help="Also write the single-file HTML report (charts of rho and beta per layer) to PATH.")
+@click.option("--heads", is_flag=True, help="Text: one line per kv group (= head without GQA) and side.")
+@debug_option
+def diff_command(a: str, b: str, token: str | None, cache_dir: str | None, offline: bool, fmt: str,
+                 json_path: str | None, html_path: str | None, heads: bool) -> None:
+    """Per layer and kv group: rho (the share of B - A along A's gauge orbit, beside 1/(2H)),
+    the imbalances beta and tau of A and B, mu, and the invariant change against the raw change.
+
+    A and B must be checkpoints of the same model (same family and shapes).
+    """
+    from ..errors import IdinspectError
+    from ..reports.atomic import write_text_atomic
+    from ..reports.diff_html import write_diff_html
+    from ..reports.diff_text import render_diff
+    from ..training.diff import diff
+
+    doc = diff(a, b, token=token, cache_dir=cache_dir, local_files_only=offline)
+    text = json.dumps(doc, indent=1, allow_nan=False)
+    for kind, path, write in (("JSON", json_path, lambda p: write_text_atomic(p, text + "\n")),
+                              ("HTML", html_path, lambda p: write_diff_html(doc, p))):
+        if path is None:
+            continue
+        try:
+            write(path)
+        except OSError as exc:
+            raise IdinspectError(f"cannot write the {kind} report to {path}: {exc.strerror or exc}; "
+                                 "check that the folder exists and is writable") from None
+        click.echo(f"wrote the {kind} report to {path}", err=True)
+    click.echo(text if fmt == "json" else render_diff(doc, heads=heads))

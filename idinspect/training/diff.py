@@ -1,0 +1,120 @@
+"""``idinspect diff A B``: how much of the step from checkpoint A to B moves along A's gauge orbit.
+
+Streams one layer of each checkpoint at a time (O(d d_k^2) per group, never a d x d matrix) and
+returns the diff document (``idinspect/schemas/diff.schema.json``).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ..errors import IdinspectError
+from ..gauge.invariants import invariant_errors
+from ..layer.attention_layer import AttentionLayer
+from ..sources.model import Model, load
+from .metrics import SIDES, layer_metrics, pooled_rho
+
+SCHEMA_VERSION = "1"
+
+
+def _norm_sq(layer: AttentionLayer) -> float:
+    return sum(float(t.to(torch.float64).square().sum()) for t in layer.tensors().values())
+
+
+def _diff_norm_sq(a: AttentionLayer, b: AttentionLayer) -> float:
+    return sum(float((tb.to(torch.float64) - a.tensors()[r].to(torch.float64)).square().sum())
+               for r, tb in b.tensors().items())
+
+
+def diff_layer(a: AttentionLayer, b: AttentionLayer) -> dict:
+    """The diff record of one layer (see the schema)."""
+    groups = layer_metrics(a, b)
+    r = a.group_size
+    out_groups = []
+    for g, m in enumerate(groups):
+        out_groups.append({"group": g, "heads": list(range(g * r, (g + 1) * r)),
+                           **{side: m[side].to_dict() for side in SIDES}})
+    raw_a = math.sqrt(_norm_sq(a))
+    raw = math.sqrt(_diff_norm_sq(a, b))
+    inv = invariant_errors(a, b)
+    summary = {}
+    for side in SIDES:
+        sides = [m[side] for m in groups]
+        summary[side] = {
+            "rho": pooled_rho(groups, (side,)),
+            "reference": sides[0].reference,
+            "beta_a": math.sqrt(sum(s.beta_a ** 2 for s in sides)),
+            "beta_b": math.sqrt(sum(s.beta_b ** 2 for s in sides)),
+            "tau_a": sum(s.tau_a for s in sides),
+            "tau_b": sum(s.tau_b for s in sides),
+            "mu_min": min(s.mu for s in sides),
+            "ill_posed_groups": [g for g, s in enumerate(sides) if s.ill_posed],
+        }
+    return {
+        "index": a.index,
+        "rho": pooled_rho(groups),
+        **summary,
+        "raw_change": {"absolute": raw, "relative": raw / raw_a if raw_a > 0 else None},
+        "invariant_change": {k: v.error for k, v in inv.items()},
+        "invariant_change_max": max((v.error for v in inv.values()), default=0.0),
+        "groups": out_groups,
+    }
+
+
+def _check_same_model(A: Model, B: Model) -> None:
+    sa, sb = A.summary(), B.summary()
+    for key in ("model_type", "layers", "hidden_size", "heads", "kv_heads", "head_dim", "positional", "rotary_dim"):
+        if sa.get(key) != sb.get(key):
+            raise IdinspectError(f"A and B differ in {key} ({sa.get(key)} vs {sb.get(key)}); diff compares two "
+                                 "checkpoints of the same model (same family and shapes)")
+    if A.num_layers != B.num_layers:
+        raise IdinspectError(f"A has {A.num_layers} layers but B has {B.num_layers}; diff needs the same model")
+
+
+def diff(a, b, *, token: str | None = None, cache_dir: str | None = None, local_files_only: bool = False,
+         progress=None) -> dict:
+    """The diff document of checkpoints (or models) ``a`` -> ``b``: per layer and kv group rho, beta,
+    tau, mu for QK and VO, and the invariant change against the raw change."""
+    kw = dict(token=token, cache_dir=cache_dir, local_files_only=local_files_only)
+    with _opened(a, kw) as A, _opened(b, kw) as B:
+        _check_same_model(A, B)
+        layers = []
+        for i in range(A.num_layers):
+            layers.append(diff_layer(A.layer(i), B.layer(i)))
+            if progress is not None:
+                progress(i + 1, A.num_layers)
+        sa, sb = A.summary(), B.summary()
+    H = sa["heads"]
+    step = sum(g[s]["step_sq"] for L in layers for g in L["groups"] for s in SIDES)
+    along = sum(g[s]["along_sq"] for L in layers for g in L["groups"] for s in SIDES)
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "kind": "idinspect-diff",
+        "a": {"source": sa["source"], "revision": sa["revision"]},
+        "b": {"source": sb["source"], "revision": sb["revision"]},
+        "model": {k: v for k, v in sa.items() if k not in ("source", "revision")},
+        "one_over_2H": 1 / (2 * H) if H else None,
+        "totals": {"rho": along / step if step > 0 else 0.0,
+                   "ill_posed": [[L["index"], s, g] for L in layers for s in SIDES for g in L[s]["ill_posed_groups"]],
+                   "invariant_change_max": max((L["invariant_change_max"] for L in layers), default=0.0)},
+        "layers": layers,
+    }
+
+
+class _opened:
+    """Open a source (or accept an already opened Model / live module) and close what we opened."""
+
+    def __init__(self, source, kw):
+        self.source, self.kw, self.model = source, kw, None
+
+    def __enter__(self) -> Model:
+        if isinstance(self.source, Model):
+            return self.source
+        self.model = load(self.source, **self.kw) if isinstance(self.source, str) else load(self.source)
+        return self.model
+
+    def __exit__(self, *exc) -> None:
+        if self.model is not None:
+            self.model.close()
