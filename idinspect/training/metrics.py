@@ -117,8 +117,7 @@ def side_metrics(a: AttentionLayer, g: int, side: str, b: AttentionLayer | None 
     k = L.shape[1]
     reference = algebra.dimension / ((L.shape[0] + R.shape[0]) * k)
     if b is None:
-        zero = torch.zeros(())
-        proj = project_step(L, R, zero.expand_as(L), zero.expand_as(R), algebra)
+        proj = project_step(L, R, torch.zeros_like(L), torch.zeros_like(R), algebra)
         return SideMetrics(beta, tau, full, proj.mu, proj.ill_posed, reference)
     Lb, Rb = group_factors(b, g, side)
     beta_b, tau_b, full_b = imbalance(Lb, Rb, algebra)
