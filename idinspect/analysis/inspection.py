@@ -32,6 +32,9 @@ def inspect(source, *, revision: str | None = None, token: str | None = None, de
     try:
         result = {"schema_version": SCHEMA_VERSION, "tool": tool_info(), "model": model.summary()}
         result.update(analyze(model, device=device, spectra=spectra, on_layer=on_layer))
+        fetched = model.fetch_summary()
+        if fetched is not None:   # a hub checkpoint read in part: known once every layer was read
+            result["model"]["fetch"] = fetched
         if prove:
             from .prove import prove as run_proof
 

@@ -33,6 +33,9 @@ def report_options(f):
 @click.argument("model")
 @click.option("--revision", help="Hub branch, tag or commit (same as MODEL@REVISION).")
 @hub_options
+@click.option("--download", is_flag=True,
+              help="Hub ids: download whole safetensors files into the hub cache instead of reading only the "
+                   "headers and attention tensors' byte ranges.")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True,
               help="text: rich report on the terminal; json: the machine contract on stdout.")
 @click.option("--device", default="cpu", show_default=True,
@@ -43,7 +46,7 @@ def report_options(f):
 @report_options
 @debug_option
 def inspect_command(model: str, revision: str | None, token: str | None, cache_dir: str | None, offline: bool,
-                    fmt: str, device: str, prove: bool, json_path: str | None, html_path: str | None, heads: bool,
+                    download: bool, fmt: str, device: str, prove: bool, json_path: str | None, html_path: str | None, heads: bool,
                     layers: str, progress: str, quiet: bool, timestamp: bool) -> None:
     """Report a model's attention structure and parameter identification."""
     from ..progress import ProgressReporter, silence_library_progress
@@ -53,7 +56,8 @@ def inspect_command(model: str, revision: str | None, token: str | None, cache_d
     silence_library_progress()
     with ProgressReporter("never" if quiet or fmt == "json" else progress) as bars:
         with bars.stage(f"opening {model}"):
-            opened = load(model, revision=revision, token=token, cache_dir=cache_dir, local_files_only=offline)
+            opened = load(model, revision=revision, token=token, cache_dir=cache_dir, local_files_only=offline,
+                          whole_files=download)
         with opened:
             bars.track_model(opened)
             result = inspect(opened, device=device, prove=prove, on_layer=bars.on_layer)

@@ -74,7 +74,7 @@ def verify(a, b, *, functional: bool = True, tokens: int = 16, decode: int = 8, 
     ``max_memory`` (bytes) bounds what a float64 model copy may take before the functional check
     switches to accelerate's disk offload (default: half the available memory).
     """
-    opts = dict(token=token, cache_dir=cache_dir, local_files_only=local_files_only)
+    opts = dict(token=token, cache_dir=cache_dir, local_files_only=local_files_only, whole_files=True)
     A = a if isinstance(a, Model) else load(a, **opts)
     try:
         B = b if isinstance(b, Model) else load(b, **opts)

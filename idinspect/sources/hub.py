@@ -29,6 +29,20 @@ _INDEX = "model.safetensors.index.json"
 _TRANSPORT_MODULES = ("httpx", "httpx2", "httpcore", "requests", "urllib3")
 
 
+class HubUnreachable(Exception):
+    """The hub could not be reached at all (no HTTP answer); ``error`` is the message for the user.
+    Raised instead of ``error`` where a cached copy may stand in (as huggingface_hub itself does)."""
+
+    def __init__(self, error: IdinspectError):
+        super().__init__(str(error))
+        self.error = error
+
+
+def is_transport_error(exc: BaseException) -> bool:
+    """A failure to reach the server (DNS, refused, reset, timeout), not an HTTP answer."""
+    return type(exc).__module__.split(".")[0] in _TRANSPORT_MODULES or isinstance(exc, (ConnectionError, TimeoutError))
+
+
 def snapshot_download(*args, **kwargs) -> str:
     """``huggingface_hub.snapshot_download``, imported on first use: the hub client costs ~0.1 s to
     import, which a local inspection never needs."""
@@ -147,7 +161,7 @@ def hub_error(exc: BaseException, repo_id: str, revision: str | None, offline: b
             return IdinspectError(f"{repo_id}: the hub refused the token (HTTP 401); check --token / HF_TOKEN")
         return IdinspectError(f"{repo_id}: the hub answered HTTP {status} ({first_line(exc)}); retry later, "
                               "or pass a local directory")
-    if type(exc).__module__.split(".")[0] in _TRANSPORT_MODULES or isinstance(exc, (ConnectionError, TimeoutError)):
+    if is_transport_error(exc):
         return IdinspectError(f"{ref}: network error while downloading ({type(exc).__name__}: {first_line(exc)}); "
                               "check the connection and retry, or pass a local directory")
     return None

@@ -18,7 +18,7 @@ from ..layer.attention_layer import AttentionLayer
 from .config import CONFIG_FILE, CheckpointConfig, read_config
 from .checkpoint import INDEX_FILE, SINGLE_FILE, SafetensorsCheckpoint, ShapeOnlyReader, StateDictReader, TensorReader
 from ..errors import IdinspectError, one_line
-from .hub import COMMIT_SHA, HUB_ID, INSPECT_PATTERNS, download_snapshot, looks_like_path, split_revision
+from .hub import COMMIT_SHA, HUB_ID, INSPECT_PATTERNS, HubUnreachable, download_snapshot, looks_like_path, split_revision
 
 
 @dataclass(frozen=True)
@@ -117,6 +117,12 @@ class Model:
             "rotary_dim": pos.rotary_dim,
         }
 
+    def fetch_summary(self) -> dict | None:
+        """For a hub checkpoint read in part: bytes fetched, checkpoint size, header and attention
+        bytes, requests, commit (see :mod:`idinspect.sources.remote`); None otherwise."""
+        summary = getattr(self.reader, "fetch_summary", None)
+        return summary() if callable(summary) else None
+
     def close(self) -> None:
         self.reader.close()
 
@@ -129,13 +135,16 @@ class Model:
 
 def load(source, *, revision: str | None = None, token: str | None = None,
          allow_patterns: list[str] | None = None, cache_dir: str | Path | None = None,
-         local_files_only: bool = False) -> Model:
+         local_files_only: bool = False, whole_files: bool = False) -> Model:
     """Open ``source``: a directory, ``org/name[@revision]`` on the hub, or a ``PreTrainedModel``.
 
     Anything that looks like a path (starts with ``.``, ``/`` or ``~``, exists, or has more than one
-    ``/``) is read locally and never sent to the hub. ``cache_dir`` and ``local_files_only``
-    (offline) go to ``huggingface_hub.snapshot_download``. Nothing is instantiated: headers are
-    checked against the config on open, tensors are read lazily, one layer at a time.
+    ``/``) is read locally and never sent to the hub. A hub id is read in part (config.json,
+    safetensors headers, then only the attention tensors' byte ranges, cached by commit: see
+    :mod:`idinspect.sources.remote`) unless ``whole_files`` or ``allow_patterns`` ask for whole
+    files through ``huggingface_hub.snapshot_download`` (export and verify do). ``cache_dir`` and
+    ``local_files_only`` (offline) apply to both. Nothing is instantiated: headers are checked
+    against the config on open, tensors are read lazily, one layer at a time.
     """
     if not isinstance(source, (str, Path)):
         if revision is not None:
@@ -158,10 +167,45 @@ def load(source, *, revision: str | None = None, token: str | None = None,
                              "check the spelling, or run 'idinspect --help' for the commands")
     if rev is not None and revision is not None and rev != revision:
         raise IdinspectError(f"{text}: revision given twice ({rev!r} and --revision {revision!r}); give one")
+    if allow_patterns is None and not whole_files:
+        return _from_hub_ranges(repo_id, rev or revision, token, cache_dir, local_files_only)
     folder, commit = download_snapshot(repo_id, revision=rev or revision, token=token,
                                        allow_patterns=allow_patterns or INSPECT_PATTERNS,
                                        cache_dir=cache_dir, local_files_only=local_files_only)
     return _from_directory(folder, Provenance(source=repo_id, kind="hub", revision=commit, path=folder))
+
+
+def _from_hub_ranges(repo_id: str, revision: str | None, token: str | None, cache_dir, local_files_only: bool) -> Model:
+    """A hub id read in part. Offline (or with the hub unreachable), a complete snapshot in the hub
+    cache is read as files; otherwise the range cache answers (see :func:`open_remote`)."""
+    from .hub import is_offline
+    from .remote import open_remote
+
+    offline = is_offline(local_files_only)
+    if offline:
+        try:
+            folder, commit = download_snapshot(repo_id, revision=revision, token=token, allow_patterns=INSPECT_PATTERNS,
+                                               cache_dir=cache_dir, local_files_only=True)
+            return _from_directory(folder, Provenance(source=repo_id, kind="hub", revision=commit, path=folder))
+        except IdinspectError:
+            pass   # no complete snapshot: the range cache may still hold what inspection reads
+    try:
+        folder, reader = open_remote(repo_id, revision, token=token, cache_dir=cache_dir, offline=offline)
+    except HubUnreachable as exc:
+        try:
+            return _from_hub_ranges(repo_id, revision, token, cache_dir, True)
+        except IdinspectError:
+            raise exc.error from None
+    provenance = Provenance(source=repo_id, kind="hub", revision=reader.commit, path=folder)
+    try:
+        config = read_config(folder)
+        model = Model(config, reader, adapter_for(config, reader), provenance)
+        model.check_layout()
+        reader.plan(k for i in range(model.num_layers) for k in model.adapter.attention_keys(i))
+    except BaseException:
+        reader.close()
+        raise
+    return model
 
 
 def cache_revision(path: Path) -> str | None:

@@ -1,0 +1,308 @@
+"""A hub checkpoint read in part: config.json, safetensors headers and the attention tensors' bytes.
+
+:func:`open_remote` resolves the revision to a commit (``HfApi.model_info``), pins every later
+request to it, downloads ``config.json`` (and the shard index) with ``hf_hub_download`` into the
+hub cache, and reads each shard's header as huggingface_hub's safetensors-metadata helper does
+(8 bytes of length, then the JSON). :class:`RemoteCheckpoint` then serves tensors from the byte
+ranges in :mod:`.remote_cache`; the tensors the model registers with :meth:`RemoteCheckpoint.plan`
+(every layer's attention tensors) are fetched together on the first read: spans sorted by offset,
+adjacent ones coalesced, split into :data:`CHUNK` pieces and fetched :data:`WORKERS` at a time.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from pathlib import Path
+
+import torch
+
+from ..errors import IdinspectError
+from .checkpoint import _DTYPES, INDEX_FILE, PICKLE_SUFFIXES, SINGLE_FILE, TensorReader
+from .remote_cache import RangeCache, repo_folder
+from .remote_http import RangeFetcher, RemoteFile, resolve_commit
+
+#: Largest single range request (bytes); bigger coalesced spans are split.
+CHUNK = 32 << 20
+#: Range requests in flight at once.
+WORKERS = 4
+_MAX_HEADER = 100_000_000
+
+
+class RemoteCheckpoint(TensorReader):
+    """Tensors of one commit's safetensors, read through the range cache (fetching what is missing)."""
+
+    def __init__(self, repo_id: str, commit: str, files: dict[str, RemoteFile], cache: RangeCache,
+                 fetcher: RangeFetcher | None, shard_files: list[str], weight_map: dict[str, str] | None,
+                 tqdm_class: type | None = None):
+        self.repo_id, self.commit, self.cache, self.fetcher = repo_id, commit, cache, fetcher
+        self.files = files
+        self.shard_files = shard_files
+        self._tqdm = tqdm_class
+        self._where: dict[str, str] = {}
+        self._meta: dict[str, tuple[str, tuple[int, ...], int, int]] = {}   # name -> (dtype code, shape, start, end)
+        self._planned: set[str] = set()
+        self._lock = threading.Lock()
+        self.header_bytes = 0
+        self.bytes_from_cache = 0
+        for fname in shard_files:
+            for name, meta in self._header(fname).items():
+                if name in self._where:
+                    raise IdinspectError(f"{self._ref(fname)}: tensor {name} is also stored in {self._where[name]}; "
+                                         "a checkpoint must store each tensor once")
+                self._where[name] = fname
+                self._meta[name] = meta
+        if weight_map is not None:
+            for name, fname in weight_map.items():
+                if self._where.get(name) != fname:
+                    raise IdinspectError(f"{self._ref(INDEX_FILE)}: tensor {name} is indexed in {fname} but that shard "
+                                         "does not contain it; the checkpoint is incomplete or the index is stale")
+
+    # TensorReader ----------------------------------------------------------------------
+    def keys(self) -> list[str]:
+        return sorted(self._where)
+
+    def _entry(self, name: str):
+        try:
+            return self._meta[name]
+        except KeyError:
+            raise IdinspectError(f"{self.repo_id}@{self.commit}: no tensor named {name}") from None
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        return self._entry(name)[1]
+
+    def dtype(self, name: str) -> torch.dtype:
+        code = self._entry(name)[0]
+        if code not in _DTYPES:
+            raise IdinspectError(f"{self._ref(self._where[name])}: tensor {name} has dtype {code}, which idinspect cannot "
+                                 f"read (readable: {', '.join(_DTYPES)})")
+        return _DTYPES[code]
+
+    def file_of(self, name: str) -> str | None:
+        return self._where.get(name)
+
+    def get(self, name: str) -> torch.Tensor:
+        """Read ``name`` from the range cache, first fetching every planned range not yet cached."""
+        _, shape, start, end = self._entry(name)
+        fname = self._where[name]
+        out = torch.empty(shape, dtype=self.dtype(name))
+        if end - start != out.numel() * out.element_size():
+            raise IdinspectError(f"{self._ref(fname)}: tensor {name} spans {end - start} bytes but its shape and dtype "
+                                 f"need {out.numel() * out.element_size()}; the file is corrupt")
+        if end == start:
+            return out
+        with self._lock:
+            if self.cache.missing(fname, start, end):
+                self._fetch(self._planned | {name})
+            else:
+                self.bytes_from_cache += end - start
+        try:
+            self.cache.read_into(fname, start, memoryview(out.reshape(-1).view(torch.uint8).numpy()))
+        except (KeyError, OSError):
+            raise IdinspectError(f"{self._ref(fname)}: cached bytes of tensor {name} vanished during the run "
+                                 f"({self.cache.root}); rerun") from None
+        return out
+
+    # planning and fetching ----------------------------------------------------------------
+    def plan(self, names) -> None:
+        """Tensors to fetch together on the first read that misses the cache."""
+        self._planned |= {n for n in names if n in self._meta}
+
+    def planned_bytes(self) -> int:
+        return sum(self._meta[n][3] - self._meta[n][2] for n in self._planned)
+
+    def total_bytes(self) -> int:
+        """Size of every weight file of the checkpoint (what a full download would fetch)."""
+        return sum(max(self.files[f].size, 0) for f in self.shard_files if f in self.files)
+
+    def fetch_summary(self) -> dict:
+        """The ``fetch`` object of the JSON report's ``model``."""
+        return {"bytes_fetched": self.fetcher.bytes_fetched if self.fetcher is not None else 0,
+                "requests": self.fetcher.requests if self.fetcher is not None else 0,
+                "checkpoint_bytes": self.total_bytes(), "header_bytes": self.header_bytes,
+                "attention_bytes": self.planned_bytes(), "commit": self.commit}
+
+    def _fetch(self, names: set[str]) -> None:
+        spans: dict[str, list[tuple[int, int]]] = {}
+        for n in names:
+            _, _, a, b = self._meta[n]
+            spans.setdefault(self._where[n], []).append((a, b))
+        jobs = []
+        for fname, ranges in spans.items():
+            for a, b in coalesce(ranges):
+                for ga, gb in self.cache.missing(fname, a, b):
+                    jobs += [(fname, s, min(s + CHUNK, gb)) for s in range(ga, gb, CHUNK)]
+        if not jobs:
+            return
+        if self.fetcher is None:
+            fname, a, b = jobs[0]
+            raise IdinspectError(f"{self._ref(fname)}: bytes {a}-{b - 1} are not in the range cache ({self.cache.root}) and "
+                                 "offline mode is on (HF_HUB_OFFLINE or --offline); run once online")
+        total = sum(b - a for _, a, b in jobs)
+        bar = self._bar(total, f"fetching attention tensors of {self.repo_id}")
+        try:
+            with ThreadPoolExecutor(max_workers=min(WORKERS, len(jobs))) as pool:
+                futures = {pool.submit(self._fetch_range, *job): job for job in jobs}
+                try:
+                    for future in as_completed(futures):
+                        future.result()
+                        if bar is not None:
+                            _, a, b = futures[future]
+                            bar.update(b - a)
+                except BaseException:
+                    for f in futures:
+                        f.cancel()
+                    raise
+        finally:
+            if bar is not None:
+                bar.close()
+
+    def _fetch_range(self, fname: str, start: int, end: int) -> None:
+        with self.cache.writer(fname, start, end) as out:
+            self.fetcher.fetch(self.files[fname], start, end, out)
+
+    def _bar(self, total: int, desc: str):
+        if self._tqdm is None:
+            return None
+        try:
+            return self._tqdm(total=total, unit="B", desc=desc)
+        except Exception:  # noqa: BLE001 - progress must never break a read
+            return None
+
+    # headers ------------------------------------------------------------------------------
+    def _bytes(self, fname: str, start: int, end: int) -> bytes:
+        buf = bytearray(end - start)
+        with self._lock:
+            if self.cache.missing(fname, start, end):
+                if self.fetcher is None:
+                    raise IdinspectError(f"{self._ref(fname)}: its safetensors header is not in the range cache "
+                                         f"({self.cache.root}) and offline mode is on (HF_HUB_OFFLINE or --offline); "
+                                         "run once online")
+                self._fetch_range(fname, start, end)
+        self.cache.read_into(fname, start, memoryview(buf))
+        return bytes(buf)
+
+    def _header(self, fname: str) -> dict[str, tuple[str, tuple[int, ...], int, int]]:
+        size = self.files[fname].size if fname in self.files else -1
+        if 0 <= size < 8:
+            raise IdinspectError(f"{self._ref(fname)}: {size} bytes, too small to be a safetensors file")
+        n = int.from_bytes(self._bytes(fname, 0, 8), "little")
+        if n > _MAX_HEADER or (size >= 0 and 8 + n > size):
+            raise IdinspectError(f"{self._ref(fname)}: not a safetensors file (header length {n} of a {size}-byte file)")
+        self.header_bytes += 8 + n
+        try:
+            header = json.loads(self._bytes(fname, 8, 8 + n))
+            out = {}
+            for name, v in header.items():
+                if name == "__metadata__":
+                    continue
+                a, b = (8 + n + int(o) for o in v["data_offsets"])
+                shape = tuple(int(s) for s in v["shape"])
+                if not 8 + n <= a <= b or (size >= 0 and b > size):
+                    raise ValueError(f"tensor {name} data_offsets out of the file")
+                out[name] = (str(v["dtype"]), shape, a, b)
+            return out
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise IdinspectError(f"{self._ref(fname)}: not a readable safetensors header ({exc})") from None
+
+    def _ref(self, fname: str) -> str:
+        return f"{self.repo_id}@{self.commit[:12]}/{fname}"
+
+
+def coalesce(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Sorted ``[start, end)`` ranges with touching or overlapping ones merged."""
+    out: list[list[int]] = []
+    for a, b in sorted(ranges):
+        if out and a <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], b)
+        else:
+            out.append([a, b])
+    return [(a, b) for a, b in out]
+
+
+def open_remote(repo_id: str, revision: str | None, *, token: str | None = None, cache_dir: str | Path | None = None,
+                offline: bool = False) -> tuple[Path, RemoteCheckpoint]:
+    """Resolve, read config and headers; returns (folder holding config.json, reader).
+
+    Online, the revision is resolved on every call (so a moved branch is seen) and written to the
+    range cache's ``refs/``; offline, the commit comes from there (or from the hub cache's refs).
+    """
+    from ..progress import current_hub_tqdm
+    from .hub import COMMIT_SHA, HubUnreachable, hub_error, is_transport_error
+
+    folder = repo_folder(cache_dir, repo_id)
+    rev = revision or "main"
+    try:
+        if offline:
+            commit = rev if COMMIT_SHA.match(rev) else (RangeCache.read_ref(folder, rev) or _hub_ref(folder, rev))
+            files = RangeCache(folder, commit).read_files() if commit else None
+            if commit is None or files is None:
+                raise IdinspectError(f"{repo_id}{'@' + revision if revision else ''} is not in the local cache ({folder.parent.parent}) and offline mode "
+                                     "is on (HF_HUB_OFFLINE or --offline): inspect it once online, or pass a local directory")
+            fetcher = None
+        else:
+            commit, files = resolve_commit(repo_id, revision, token)
+            fetcher = RangeFetcher(repo_id, commit, token)
+        cache = RangeCache(folder, commit)
+        if not offline:
+            cache.write_files(files)
+            if not COMMIT_SHA.match(rev):
+                cache.write_ref(rev)
+        config_path = _download(repo_id, "config.json", commit, token, cache_dir, offline)
+        shard_files, weight_map = _weights(repo_id, commit, files, token, cache_dir, offline)
+        reader = RemoteCheckpoint(repo_id, commit, files, cache, fetcher, shard_files, weight_map, current_hub_tqdm())
+    except IdinspectError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - huggingface_hub failures become one line; anything else re-raised
+        error = hub_error(exc, repo_id, revision, offline=offline, cache_dir=cache_dir)
+        if error is None:
+            raise
+        if not offline and is_transport_error(exc):
+            raise HubUnreachable(error) from None
+        raise error from None
+    return config_path.parent, reader
+
+
+def _hub_ref(folder: Path, rev: str) -> str | None:
+    """The commit huggingface_hub's own ``refs/<rev>`` names (a snapshot downloaded earlier)."""
+    try:
+        return (folder.parent / "refs" / rev).read_text().strip() or None
+    except OSError:
+        return None
+
+
+def _download(repo_id: str, filename: str, commit: str, token, cache_dir, offline: bool) -> Path:
+    from huggingface_hub import hf_hub_download
+
+    return Path(hf_hub_download(repo_id, filename, revision=commit, token=token,
+                                cache_dir=str(cache_dir) if cache_dir is not None else None, local_files_only=offline))
+
+
+def _weights(repo_id: str, commit: str, files: dict[str, RemoteFile], token, cache_dir,
+             offline: bool) -> tuple[list[str], dict[str, str] | None]:
+    """(shard files, index weight map or None) of the commit."""
+    from .checkpoint import _read_index
+
+    if SINGLE_FILE in files:
+        return [SINGLE_FILE], None
+    if INDEX_FILE in files:
+        weight_map, _ = _read_index(_download(repo_id, INDEX_FILE, commit, token, cache_dir, offline))
+        shards = sorted(set(weight_map.values()))
+        absent = [s for s in shards if s not in files]
+        if absent:
+            raise IdinspectError(f"{repo_id}@{commit[:12]}/{INDEX_FILE}: names shard {absent[0]}, which the repository "
+                                 "does not hold; the checkpoint is incomplete")
+        return shards, weight_map
+    pickles = sorted(n for n in files if n.endswith(PICKLE_SUFFIXES))
+    others = sorted(n for n in files if n.endswith(".safetensors"))
+    if others:
+        raise IdinspectError(f"{repo_id}@{commit[:12]}: safetensors files {others[:3]} but neither {SINGLE_FILE} nor "
+                             f"{INDEX_FILE} (not a transformers checkpoint layout)")
+    if pickles:
+        raise IdinspectError(f"{repo_id}@{commit[:12]}: only pickle weights ({', '.join(pickles[:3])}) and no safetensors; "
+                             "idinspect never unpickles (loading a pickle can run arbitrary code)")
+    raise IdinspectError(f"{repo_id}@{commit[:12]}: no {SINGLE_FILE} or {INDEX_FILE} in the repository")
+
+
+__all__ = ["CHUNK", "WORKERS", "RemoteCheckpoint", "coalesce", "open_remote"]
