@@ -246,6 +246,10 @@ def _handler(hub: LocalHub, role: str):
 
         # the hub ---------------------------------------------------------------------------
         def _hub(self, path: str, head: bool, fault: Fault | None) -> None:
+            m = re.match(r"^/api/models/([^/]+/[^/]+)/tree/([^/]+)$", path)
+            if m:
+                self._tree(m.group(1), m.group(2), head)
+                return
             m = re.match(r"^/api/models/([^/]+/[^/]+?)(?:/revision/(.+))?$", path)
             if m:
                 self._api(m.group(1), m.group(2) or "main", head)
@@ -287,6 +291,19 @@ def _handler(hub: LocalHub, role: str):
                                "gated": "auto" if repo.gated else False, "disabled": False, "downloads": 0,
                                "likes": 0, "tags": [], "siblings": siblings}).encode()
             self._send(200, {"Content-Type": "application/json"}, body, head)
+
+        def _tree(self, repo_id: str, rev: str, head: bool) -> None:
+            """``list_repo_tree(recursive=True)``, which ``snapshot_download`` asks for (one page)."""
+            repo, commit = self._lookup(repo_id, rev, head)
+            if repo is None:
+                return
+            entries = []
+            for name, blob in sorted(repo.commits[commit].items()):
+                e = {"type": "file", "oid": blob.git_sha, "size": blob.size, "path": name}
+                if name.endswith(".safetensors"):
+                    e["lfs"] = {"oid": blob.sha256, "size": blob.size, "pointerSize": 134}
+                entries.append(e)
+            self._send(200, {"Content-Type": "application/json"}, json.dumps(entries).encode(), head)
 
         def _resolve(self, repo_id: str, rev: str, filename: str, head: bool, fault: Fault | None) -> None:
             repo, commit = self._lookup(repo_id, rev, head)

@@ -16,7 +16,7 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from idinspect import cli as cli_module
-from idinspect.sources import hub
+from idinspect.sources import hub, remote
 from tests.cli import run_cli
 
 MODEL_KEYS = ["source", "revision", "model_type", "architecture", "layers", "hidden_size", "heads", "kv_heads",
@@ -39,6 +39,7 @@ def hub_calls(monkeypatch):
         raise AssertionError("sent to the hub")
 
     monkeypatch.setattr(hub, "snapshot_download", fake)
+    monkeypatch.setattr(remote, "resolve_commit", fake)   # the partial-read path's first request
     return calls
 
 

@@ -22,7 +22,7 @@ from huggingface_hub import errors as hf_errors
 
 import idinspect
 from idinspect import cli as cli_module
-from idinspect.sources import hub
+from idinspect.sources import hub, remote
 from tests.cli import run_cli
 
 SHA = "0123456789abcdef0123456789abcdef01234567"
@@ -59,11 +59,16 @@ class FakeHub:
         return str(self.folder)
 
 
+def refuse_partial_read(*args, **kwargs):
+    raise AssertionError("sent to the hub (partial read)")
+
+
 @pytest.fixture
 def fake_hub(monkeypatch):
     def install(folder: Path | None = None, error: BaseException | None = None) -> FakeHub:
         fake = FakeHub(folder, error)
         monkeypatch.setattr(hub, "snapshot_download", fake)
+        monkeypatch.setattr(remote, "resolve_commit", refuse_partial_read)
         return fake
 
     return install
@@ -82,11 +87,11 @@ def response(status: int) -> httpx2.Response:
     return httpx2.Response(status, request=httpx2.Request("GET", f"https://huggingface.co/api/models/{REPO}"))
 
 
-# what goes to snapshot_download -----------------------------------------------------------------
+# what goes to snapshot_download (--download: whole files, as export and verify fetch them) -----------------------------------------------------------------
 
 def test_hub_id_downloads_only_config_and_safetensors(fake_hub, snapshot):
     fake = fake_hub(snapshot)
-    r = run_cli(REPO, "--format", "json")
+    r = run_cli(REPO, "--download", "--format", "json")
     assert r.code == 0, r.stderr
     (call,) = fake.calls
     assert call["repo_id"] == REPO and call["revision"] is None and call["local_files_only"] is False
@@ -108,7 +113,7 @@ def test_hub_id_downloads_only_config_and_safetensors(fake_hub, snapshot):
                                             ([f"{REPO}@{SHA}", "--revision", SHA], SHA)])
 def test_revision_is_passed(args, revision, fake_hub, snapshot):
     fake = fake_hub(snapshot)
-    r = run_cli(*args, "--format", "json")
+    r = run_cli(*args, "--download", "--format", "json")
     assert r.code == 0, r.stderr
     assert fake.calls[0]["revision"] == revision and fake.calls[0]["repo_id"] == REPO
     assert json.loads(r.stdout)["model"]["revision"] == SHA
@@ -123,22 +128,22 @@ def test_revision_given_twice_differently(fake_hub, snapshot):
 def test_token_from_option_and_environment(fake_hub, snapshot, monkeypatch):
     fake = fake_hub(snapshot)
     monkeypatch.delenv("HF_TOKEN", raising=False)
-    assert run_cli(REPO, "--format", "json").code == 0
-    assert run_cli(REPO, "--token", "hf_option", "--format", "json").code == 0
+    assert run_cli(REPO, "--download", "--format", "json").code == 0
+    assert run_cli(REPO, "--download", "--token", "hf_option", "--format", "json").code == 0
     monkeypatch.setenv("HF_TOKEN", "hf_environment")
-    assert run_cli(REPO, "--format", "json").code == 0
+    assert run_cli(REPO, "--download", "--format", "json").code == 0
     assert [c["token"] for c in fake.calls] == [None, "hf_option", "hf_environment"]
 
 
 def test_cache_dir_and_offline_are_passed(fake_hub, snapshot, tmp_path):
     fake = fake_hub(snapshot)
-    assert run_cli(REPO, "--cache-dir", str(tmp_path / "c"), "--offline", "--format", "json").code == 0
+    assert run_cli(REPO, "--download", "--cache-dir", str(tmp_path / "c"), "--offline", "--format", "json").code == 0
     assert fake.calls[0]["cache_dir"] == str(tmp_path / "c") and fake.calls[0]["local_files_only"] is True
 
 
 def test_library_load_passes_everything(fake_hub, snapshot, tmp_path):
     fake = fake_hub(snapshot)
-    model = idinspect.load(f"{REPO}@main", token="t", cache_dir=tmp_path, local_files_only=True)
+    model = idinspect.load(f"{REPO}@main", token="t", cache_dir=tmp_path, local_files_only=True, whole_files=True)
     assert model.provenance.kind == "hub" and model.provenance.revision == SHA
     assert model.provenance.path == snapshot
     assert fake.calls[0] == {"repo_id": REPO, "revision": "main", "token": "t", "cache_dir": str(tmp_path),
@@ -168,7 +173,7 @@ def test_shards_with_unusual_names_are_fetched_by_name(fake_hub, snapshot):
 
     fake = fake_hub(snapshot)
     hub.snapshot_download = download  # monkeypatched attribute; restored by the fixture
-    model = idinspect.load(REPO)
+    model = idinspect.load(REPO, whole_files=True)
     assert len(fake.calls) == 2
     assert fake.calls[1]["allow_patterns"] == [f"weights-part{i}.safetensors" for i in range(len(names))]
     assert fake.calls[1]["revision"] == SHA          # pinned to the commit the first call resolved
@@ -203,7 +208,7 @@ def test_hub_id_shaped_input_does_reach_the_hub(fake_hub, tmp_path, monkeypatch)
     """The positive control for the test above: the fake is really in the path."""
     monkeypatch.chdir(tmp_path)
     fake = fake_hub(error=hf_errors.RepositoryNotFoundError("404", response=response(404)))
-    one_line_error(run_cli("org/name"), r"^error: org/name: not a local directory, and no such model on the hub")
+    one_line_error(run_cli("org/name", "--download"), r"^error: org/name: not a local directory, and no such model on the hub")
     assert [c["repo_id"] for c in fake.calls] == ["org/name"]
 
 
@@ -232,20 +237,20 @@ def test_hub_errors_are_one_line(case, fake_hub):
     error, match = HUB_ERRORS[case]
     fake_hub(error=error)
     args = [f"{REPO}@nope"] if case == "bad revision" else [REPO]
-    one_line_error(run_cli(*args), match)
+    one_line_error(run_cli(*args, "--download"), match)
 
 
 def test_unreachable_hub_without_cache(fake_hub):
     error = hf_errors.LocalEntryNotFoundError("Got: ConnectError ... cannot find the appropriate snapshot folder")
     error.__cause__ = httpx2.ConnectError("down")
     fake_hub(error=error)
-    one_line_error(run_cli(REPO), rf"{REPO}: the hub cannot be reached \(ConnectError\) and it is not in the local "
+    one_line_error(run_cli(REPO, "--download"), rf"{REPO}: the hub cannot be reached \(ConnectError\) and it is not in the local "
                                   r"cache .*set HF_HUB_OFFLINE=1")
 
 
 def test_offline_without_cache(fake_hub):
     fake_hub(error=hf_errors.LocalEntryNotFoundError("Cannot find an appropriate cached snapshot folder"))
-    one_line_error(run_cli(REPO, "--offline"), rf"{REPO} is not in the local cache .* offline mode is on")
+    one_line_error(run_cli(REPO, "--download", "--offline"), rf"{REPO} is not in the local cache .* offline mode is on")
 
 
 def test_other_exceptions_are_not_disguised():
@@ -335,7 +340,7 @@ def test_unreachable_hub_falls_back_to_the_cache(hf_cache, no_network, monkeypat
 
 def test_download_progress_is_fed_when_progress_is_shown(fake_hub, snapshot):
     fake = fake_hub(snapshot)
-    assert run_cli(REPO, "--progress", "always").code == 0
-    assert run_cli(REPO, "--progress", "never").code == 0
+    assert run_cli(REPO, "--download", "--progress", "always").code == 0
+    assert run_cli(REPO, "--download", "--progress", "never").code == 0
     assert fake.calls[0].get("tqdm_class") is not None      # the reporter's bar class
     assert "tqdm_class" not in fake.calls[1]

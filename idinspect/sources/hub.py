@@ -121,6 +121,10 @@ def _call(repo_id: str, revision: str | None, patterns: list[str], *, token, cac
         raise error from None
 
 
+def _site(hf_constants) -> str:
+    return str(getattr(hf_constants, "ENDPOINT", "https://huggingface.co")).rstrip("/")
+
+
 def hub_error(exc: BaseException, repo_id: str, revision: str | None, offline: bool,
               cache_dir: str | Path | None = None) -> IdinspectError | None:
     """The one-line error for a huggingface_hub failure, or None if ``exc`` is not one."""
@@ -130,7 +134,7 @@ def hub_error(exc: BaseException, repo_id: str, revision: str | None, offline: b
     ref = f"{repo_id}@{revision}" if revision else repo_id
     cache = str(cache_dir) if cache_dir is not None else str(getattr(hf_constants, "HF_HUB_CACHE", "the hub cache"))
     if isinstance(exc, hf_errors.GatedRepoError):
-        return IdinspectError(f"{repo_id} is gated: accept its terms at https://huggingface.co/{repo_id} "
+        return IdinspectError(f"{repo_id} is gated: accept its terms at {_site(hf_constants)}/{repo_id} "
                               "and pass --token or set HF_TOKEN")
     if isinstance(exc, hf_errors.RepositoryNotFoundError):
         return IdinspectError(f"{repo_id}: not a local directory, and no such model on the hub "
@@ -159,6 +163,15 @@ def hub_error(exc: BaseException, repo_id: str, revision: str | None, offline: b
         status = getattr(getattr(exc, "response", None), "status_code", None)
         if status == 401:
             return IdinspectError(f"{repo_id}: the hub refused the token (HTTP 401); check --token / HF_TOKEN")
+        if status == 403:
+            return IdinspectError(f"{repo_id}: access denied (HTTP 403); if the model is gated, accept its licence at "
+                                  f"{_site(hf_constants)}/{repo_id} and pass --token or set HF_TOKEN with that account's token")
+        if status == 404:
+            return IdinspectError(f"{ref}: not found on the hub (HTTP 404: {first_line(exc)}); check the id, revision and "
+                                  "--token")
+        if status == 429:
+            return IdinspectError(f"{repo_id}: rate limited by the hub (HTTP 429); retry later, or pass --token "
+                                  "(authenticated requests get a higher limit)")
         return IdinspectError(f"{repo_id}: the hub answered HTTP {status} ({first_line(exc)}); retry later, "
                               "or pass a local directory")
     if is_transport_error(exc):

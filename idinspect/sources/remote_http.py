@@ -48,7 +48,7 @@ class RangeFetcher:
     """GET byte ranges of files at one commit of one repo; counts the body bytes it receives."""
 
     def __init__(self, repo_id: str, commit: str, token: str | bool | None, endpoint: str | None = None,
-                 sleep: Callable[[float], None] = time.sleep):
+                 sleep: Callable[[float], None] | None = None):
         self.repo_id, self.commit, self.token = repo_id, commit, token
         self.endpoint = endpoint
         self.bytes_fetched = 0
@@ -62,7 +62,23 @@ class RangeFetcher:
         return hf_hub_url(self.repo_id, filename, revision=self.commit, endpoint=self.endpoint)
 
     def fetch(self, file: RemoteFile, start: int, end: int, out: BinaryIO) -> None:
-        """Write bytes ``[start, end)`` of ``file`` to ``out`` (resuming after drops; see the module)."""
+        """Write bytes ``[start, end)`` of ``file`` to ``out`` (resuming after drops; see the module).
+
+        Failures are one-line :class:`IdinspectError` s (hub errors as :func:`~.hub.hub_error` words them).
+        """
+        from .hub import hub_error
+
+        try:
+            self._fetch(file, start, end, out)
+        except IdinspectError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - huggingface_hub's errors become one line, anything else re-raised
+            error = hub_error(exc, self.repo_id, self.commit, offline=False)
+            if error is None:
+                raise
+            raise error from None
+
+    def _fetch(self, file: RemoteFile, start: int, end: int, out: BinaryIO) -> None:
         import httpx2
         from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status
 
@@ -106,7 +122,7 @@ class RangeFetcher:
                                          f"({type(exc).__name__}, {MAX_TRIES} tries); check the connection and retry") from None
                 wait = backoff
             if wait is not None and pos < end:
-                self._sleep(wait)
+                (self._sleep or time.sleep)(wait)
                 backoff = min(backoff * 2, 8.0)
 
     def _retry_wait(self, response, file: RemoteFile, backoff: float) -> float:
@@ -156,13 +172,31 @@ def _normalise_etag(etag: str | None) -> str | None:
     return etag.removeprefix("W/").strip('"')
 
 
-def resolve_commit(repo_id: str, revision: str | None, token: str | bool | None,
-                   endpoint: str | None = None) -> tuple[str, dict[str, RemoteFile]]:
+def resolve_commit(repo_id: str, revision: str | None, token: str | bool | None, endpoint: str | None = None,
+                   sleep: Callable[[float], None] | None = None) -> tuple[str, dict[str, RemoteFile]]:
     """``revision`` -> (commit sha, files of that commit) with ``HfApi.model_info(files_metadata=True)``
     (``GET /api/models/{repo}/revision/{rev}?blobs=true``)."""
     from huggingface_hub import HfApi
+    from huggingface_hub.errors import HfHubHTTPError
 
-    info = HfApi(endpoint=endpoint, token=token).model_info(repo_id, revision=revision, files_metadata=True)
+    api = HfApi(endpoint=endpoint, token=token)
+    for attempt in range(1, MAX_TRIES + 1):
+        try:
+            info = api.model_info(repo_id, revision=revision, files_metadata=True)
+            break
+        except HfHubHTTPError as exc:
+            response = getattr(exc, "response", None)
+            if getattr(response, "status_code", None) != 429 or attempt == MAX_TRIES:
+                raise
+            after = response.headers.get("Retry-After")
+            try:
+                wait = float(after) if after is not None else BASE_BACKOFF_S * 2 ** attempt
+            except ValueError:
+                wait = BASE_BACKOFF_S * 2 ** attempt
+            if wait > MAX_WAIT_S:
+                raise IdinspectError(f"{repo_id}: rate limited by the hub (HTTP 429, Retry-After {after} s); retry later, "
+                                     "or pass --token (authenticated requests get a higher limit)") from None
+            (sleep or time.sleep)(max(wait, 0.0))
     files = {}
     for s in info.siblings or []:
         lfs = getattr(s, "lfs", None)
