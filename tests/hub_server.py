@@ -131,7 +131,7 @@ class LocalHub:
         for role in ("hub", "cdn"):
             server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self, role))
             server.daemon_threads = True
-            threading.Thread(target=server.serve_forever, daemon=True).start()
+            threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True).start()
             self._servers.append(server)
         self.endpoint = f"http://127.0.0.1:{self._servers[0].server_address[1]}"
         self.cdn = f"http://127.0.0.1:{self._servers[1].server_address[1]}"
