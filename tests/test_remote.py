@@ -85,6 +85,13 @@ def one_line_error(r, match: str) -> str:
     return lines[0]
 
 
+def validator():
+    import jsonschema
+
+    schema = json.loads((Path(idinspect.__file__).parent / "schemas" / "report.schema.json").read_text())
+    return jsonschema.Draft202012Validator(schema)
+
+
 def partial_files(cache: Path) -> list[Path]:
     return [p for p in cache.rglob("*") if p.name.startswith(".part-")]
 
@@ -103,6 +110,7 @@ def test_hub_id_reads_headers_and_attention_bytes_only(hub, sharded, cache):
     assert fetch["header_bytes"] == headers and fetch["attention_bytes"] == attention
     assert fetch["checkpoint_bytes"] == sum(p.stat().st_size for p in sharded.glob("*.safetensors"))
     assert got["model"]["revision"] == commit == fetch["commit"]
+    validator().validate(got)                                       # "fetch" is part of the contract
     resolves = [e for e in hub.log if "/resolve/" in e["path"]]
     assert resolves and all(f"/resolve/{commit}/" in e["path"] for e in resolves)   # pinned to the commit
     assert all(e["range"] for e in hub.log if e["host"] == "cdn")                  # never a whole file
