@@ -1,17 +1,61 @@
-"""Architecture adapters, keyed by ``model_type`` (the table every other module looks up)."""
+"""Architecture adapters, keyed by ``model_type``: the table every other module looks up.
+
+The table is discovered, never edited by hand: every module of this package that defines
+``ADAPTERS`` (a tuple of :class:`Adapter` subclasses) contributes each class under each of its
+``model_types``; a module may also define ``REFUSED`` (model_type -> why idinspect does not count
+it), which turns an unsupported model type into a refusal that says why. Adding a family is adding
+one module (docs/adding-a-family.md).
+"""
 
 from __future__ import annotations
 
-from ..sources.checkpoint import TensorReader
-from ..errors import IdinspectError
-from .base import Adapter
-from .bert import BertAdapter
-from .gpt2 import GPT2Adapter
-from .llama import LlamaAdapter
+import importlib
+import pkgutil
+from collections.abc import Iterator, Mapping
 
-ADAPTERS: dict[str, type[Adapter]] = {
-    model_type: cls for cls in (BertAdapter, GPT2Adapter, LlamaAdapter) for model_type in cls.configs
-}
+from ..errors import IdinspectError
+from ..sources.checkpoint import TensorReader
+from .base import Adapter, Site
+from .layout import Block, Projection
+
+
+class Registry(Mapping[str, type[Adapter]]):
+    """model_type -> adapter class, plus the model types refused by name and why."""
+
+    def __init__(self) -> None:
+        self._adapters: dict[str, type[Adapter]] = {}
+        self.refused: dict[str, str] = {}
+        for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
+            if info.name in ("base", "layout"):
+                continue
+            module = importlib.import_module(f"{__name__}.{info.name}")
+            for cls in getattr(module, "ADAPTERS", ()):
+                for model_type in cls.model_types:
+                    if model_type in self._adapters:
+                        raise RuntimeError(f"model_type {model_type!r} claimed by {self._adapters[model_type].__name__} "
+                                           f"and {cls.__name__}")
+                    self._adapters[model_type] = cls
+            self.refused.update(getattr(module, "REFUSED", {}))
+
+    def __getitem__(self, model_type: str) -> type[Adapter]:
+        return self._adapters[model_type]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._adapters)
+
+    def __len__(self) -> int:
+        return len(self._adapters)
+
+    def refuse(self, model_type: str, where: str) -> None:
+        """Raise the one-line error for an unsupported ``model_type`` (with the reason where one is known)."""
+        reason = self.refused.get(model_type)
+        if reason:
+            raise IdinspectError(f"{where}: model_type {model_type!r} is refused: {reason}")
+        raise IdinspectError(f"{where}: model_type {model_type!r} is not supported; "
+                             f"supported: {', '.join(supported_model_types())}")
+
+
+ADAPTERS = Registry()
 
 
 def supported_model_types() -> list[str]:
@@ -21,10 +65,9 @@ def supported_model_types() -> list[str]:
 def adapter_for(config, reader: TensorReader) -> Adapter:
     """The adapter for ``config.model_type`` over ``reader``; a clear error for unknown types."""
     model_type = getattr(config, "model_type", None)
-    cls = ADAPTERS.get(model_type)
-    if cls is None:
-        raise IdinspectError(f"model_type '{model_type}' is not supported; supported: {', '.join(supported_model_types())}")
-    return cls(config, reader)
+    if model_type not in ADAPTERS:
+        ADAPTERS.refuse(model_type, "config")
+    return ADAPTERS[model_type](config, reader)
 
 
-__all__ = ["ADAPTERS", "Adapter", "adapter_for", "supported_model_types"]
+__all__ = ["ADAPTERS", "Adapter", "Block", "Projection", "Site", "adapter_for", "supported_model_types"]

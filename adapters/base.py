@@ -1,70 +1,94 @@
-"""What every adapter shares: finding the layer prefix, checked tensor reads, Linear layouts.
+"""The generic adapter: reads and writes the attention blocks a family module describes as data.
 
-An adapter knows tensor names, orientation, fusion and prefixes, and nothing about mathematics.
-Layout helpers here only slice, transpose and reshape, so read -> write is bit-exact.
+A family module (``adapters/llama.py``, ...) subclasses :class:`Adapter` and sets class data:
+``model_types``, ``layer_container`` (the layer list's path, e.g. ``"layers"``), ``block`` (or
+:meth:`Adapter.blocks` when blocks depend on the config), size names in ``config_names``; it
+overrides a method only for a true special case (a scale, a positional scheme, a sliding window).
+Everything else (finding the prefix, checked reads, fused splits, orientation, the write-back, the
+list of stored tensors) happens here, the same way for every family. Nothing here knows any
+mathematics.
+
+Attention blocks are numbered flat, in layer order (for a layer with self- and cross-attention:
+self first); :attr:`AttentionLayer.index` is that number, :attr:`AttentionLayer.layer` the layer
+number within its stack.
 """
 
 from __future__ import annotations
 
 import re
-from typing import ClassVar
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any, ClassVar
 
 import torch
 
+from ..errors import IdinspectError, one_line
 from ..layer.attention_layer import AttentionLayer, Positional
 from ..sources.checkpoint import TensorReader
-from ..sources.config import ConfigSpec
-from ..errors import IdinspectError
+from ..sources.config import setting_optional
+from .layout import (Block, Projection, fused_rows, heads_from_linear_cols, heads_from_linear_rows,
+                     linear_cols_from_heads, linear_rows_from_heads)
+
+ROLE_COUNT = {"q": "H", "k": "G", "v": "G"}
+
+
+@dataclass(frozen=True)
+class Site:
+    """Where one attention block lives: ``path`` of its layer (relative to the model prefix, e.g.
+    ``"decoder.layers.3"``), the ``stack`` it belongs to ("" for one-stack models) and its layer
+    number there."""
+
+    path: str
+    stack: str
+    layer: int
+    block: Block
 
 
 class Adapter:
-    """Maps one architecture family's checkpoint tensors to :class:`AttentionLayer` and back.
-
-    Subclasses set ``configs`` (a :class:`ConfigSpec` per ``model_type`` handled),
-    ``layer_container`` (e.g. ``"encoder.layer"``) and ``probe_suffix`` (a tensor every layer has,
-    relative to the layer) and implement
-    :meth:`read_layer`, :meth:`write_layer` and :meth:`attention_keys`.
-    """
+    """Maps one architecture family's checkpoint tensors to :class:`AttentionLayer` and back."""
 
     family: ClassVar[str]
-    configs: ClassVar[dict[str, ConfigSpec]]
+    #: model_type values (config.json) this adapter reads.
+    model_types: ClassVar[tuple[str, ...]]
+    #: Path of the layer list relative to the model prefix (``"layers"``, ``"encoder.layer"``, ``"h"``).
     layer_container: ClassVar[str]
-    probe_suffix: ClassVar[str]
+    #: The one attention block every layer has, unless :meth:`blocks` says otherwise.
+    block: ClassVar[Block]
+    #: config.json names of the sizes, where they are not transformers' standard names.
+    config_names: ClassVar[dict[str, str]] = {}
     #: Suffixes of stored tensors that are buffers, not parameters (never counted, never biases).
     buffer_suffixes: ClassVar[tuple[str, ...]] = ()
+    #: Attention module of the twin and test models: ``(module, output module or None)``, relative
+    #: to the layer, for each block kind (the module takes the hidden states; a separate output
+    #: module, as BERT's ``attention.output.dense``, is applied to its output).
+    hf_modules: ClassVar[dict[str, tuple[str, str | None]]] = {}
 
     def __init__(self, config, reader: TensorReader):
         self.config = config
         self.reader = reader
+        check_sizes(self)
         self.prefix = self._find_prefix(reader.keys())
-        self._positional: Positional | None = None
 
-    # names ------------------------------------------------------------------
-    def _find_prefix(self, keys: list[str]) -> str:
-        """The part before the layer container: '' for base-model saves, 'bert.' etc. for task models."""
-        pattern = re.compile(r"^((?:.+\.)?)" + re.escape(f"{self.layer_container}.0.{self.probe_suffix}") + "$")
-        prefixes = sorted({m.group(1) for k in keys if (m := pattern.match(k))}, key=len)
-        if not prefixes:
-            raise IdinspectError(
-                f"no tensor named '*{self.layer_container}.0.{self.probe_suffix}' in the checkpoint; "
-                f"config.json says model_type '{self.config.model_type}': check that the weights belong to this config")
-        return prefixes[0]
+    # config ----------------------------------------------------------------------
+    def setting(self, name: str) -> Any:
+        """A setting under transformers' standard name (``hidden_size``), read under the family's own."""
+        return getattr(self.config, self.config_names.get(name, name))
 
-    def key(self, layer: int, suffix: str) -> str:
-        return f"{self.prefix}{self.layer_container}.{layer}.{suffix}"
+    def optional(self, name: str, default: Any = None) -> Any:
+        """A setting the modeling code reads with ``getattr(config, name, default)``."""
+        return setting_optional(self.config, self.config_names.get(name, name), default)
 
     @property
     def num_layers(self) -> int:
-        return int(self.config.num_hidden_layers)
+        return int(self.setting("num_hidden_layers"))
 
-    # shape facts for the summary ------------------------------------------------
     @property
     def hidden_size(self) -> int:
-        return int(self.config.hidden_size)
+        return int(self.setting("hidden_size"))
 
     @property
     def n_heads(self) -> int:
-        return int(self.config.num_attention_heads)
+        return int(self.setting("num_attention_heads"))
 
     @property
     def n_kv_heads(self) -> int:
@@ -77,33 +101,123 @@ class Adapter:
     @property
     def architecture(self) -> str:
         archs = getattr(self.config, "architectures", None) or []
-        return archs[0] if archs else self.configs[self.config.model_type].class_name.replace("Config", "Model")
+        return str(archs[0]) if archs else f"{self.family} ({self.config.model_type})"
 
-    def positional(self) -> Positional:
-        if self._positional is None:
-            self._positional = self._make_positional()
-        return self._positional
+    # structure -------------------------------------------------------------------
+    def blocks(self, layer: int) -> tuple[Block, ...]:
+        """The attention blocks of ``layer`` (default: the family's one ``block``)."""
+        return (self.block,)
 
-    def _make_positional(self) -> Positional:
+    def layer_path(self, layer: int) -> str:
+        return f"{self.layer_container}.{layer}"
+
+    @cached_property
+    def sites(self) -> list[Site]:
+        """Every attention block of the model, in flat block order."""
+        return [Site(self.layer_path(i), "", i, b) for i in range(self.num_layers) for b in self.blocks(i)]
+
+    @property
+    def num_blocks(self) -> int:
+        return len(self.sites)
+
+    def containers(self) -> dict[str, int]:
+        """Each layer list's path -> its number of layers (to catch weights of layers the config lacks)."""
+        out: dict[str, int] = {}
+        for s in self.sites:
+            container = s.path.rsplit(".", 1)[0]
+            out[container] = max(out.get(container, 0), s.layer + 1)
+        return out
+
+    # per-block facts (override for special cases) ---------------------------------------
+    def scale(self, site: Site) -> float:
+        return self.head_dim ** -0.5
+
+    def causal(self, site: Site) -> bool:
+        return True
+
+    def positional(self, site: Site | None = None) -> Positional:
+        """How positions enter attention; absolute embeddings (outside attention) by default."""
         return Positional("absolute")
+
+    def sliding_window(self, site: Site) -> int | None:
+        return None
+
+    def flags(self, site: Site) -> frozenset[str]:
+        return frozenset()
 
     def is_buffer(self, key: str) -> bool:
         return any(key.endswith(s) for s in self.buffer_suffixes)
 
-    # reading and writing ----------------------------------------------------------
-    def read_layer(self, i: int) -> AttentionLayer:
-        raise NotImplementedError
+    # names -------------------------------------------------------------------------
+    def _find_prefix(self, keys: list[str]) -> str:
+        """The part before the first layer's path: '' for base-model saves, 'model.' etc. for task models."""
+        first = self.sites[0]
+        probe = f"{first.path}.{first.block.projections[0].weight_name}"
+        pattern = re.compile(r"^((?:.+\.)?)" + re.escape(probe) + "$")
+        prefixes = sorted({m.group(1) for k in keys if (m := pattern.match(k))}, key=len)
+        if not prefixes:
+            raise IdinspectError(f"no tensor named '*{probe}' in the checkpoint; config.json says model_type "
+                                 f"'{self.config.model_type}': check that the weights belong to this config")
+        return prefixes[0]
 
-    def write_layer(self, layer: AttentionLayer, dtype: torch.dtype | None = None) -> dict[str, torch.Tensor]:
-        """Tensors under their checkpoint names, orientation and fusion.
+    def key(self, site: Site, name: str) -> str:
+        return f"{self.prefix}{site.path}.{name}"
 
-        ``dtype=None`` keeps each tensor's checkpoint dtype; otherwise everything is cast to ``dtype``.
-        """
-        raise NotImplementedError
+    def _counts(self) -> dict[str, int]:
+        return {"q": self.n_heads, "k": self.n_kv_heads, "v": self.n_kv_heads}
 
-    def attention_keys(self, i: int) -> list[str]:
-        """Every checkpoint tensor that :meth:`write_layer` produces for layer ``i``."""
-        raise NotImplementedError
+    def _stored(self, site: Site) -> list[tuple[Projection, str, str | None]]:
+        """(projection, weight key, bias key or None) of each stored module of the block."""
+        return [(p, self.key(site, p.weight_name), self.key(site, p.bias_name) if p.bias else None)
+                for p in site.block.projections]
+
+    def attention_keys(self, n: int) -> list[str]:
+        """Every checkpoint tensor that :meth:`write_layer` produces for block ``n``."""
+        return [k for _, w, b in self._stored(self.sites[n]) for k in (w, b) if k is not None]
+
+    # reading -------------------------------------------------------------------------
+    def read_layer(self, n: int) -> AttentionLayer:
+        """Block ``n`` in canonical form (tensors are views of the stored ones, in their dtype)."""
+        site = self.sites[n]
+        H, G, hd, d = self.n_heads, self.n_kv_heads, self.head_dim, self.hidden_size
+        counts = self._counts()
+        t: dict[str, torch.Tensor] = {}
+        names: dict[str, str] = {}
+        for p, wkey, bkey in self._stored(site):
+            if p.roles == "o":
+                shape = (H * hd, d) if p.conv1d else (d, H * hd)
+                w = self._load(wkey, shape)
+                t["W_O"] = w.reshape(H, hd, d) if p.conv1d else heads_from_linear_cols(w, H, hd)
+                names["W_O"] = wkey
+                if bkey:
+                    t["b_O"], names["b_O"] = self._load(bkey, (d,)), bkey
+                continue
+            rows = sum(counts[r] for r in p.roles) * hd
+            w = self._load(wkey, (d, rows) if p.conv1d else (rows, d))
+            w = w.T if p.conv1d else w
+            b = self._load(bkey, (rows,)) if bkey else None
+            index = fused_rows(p.layout, p.roles, counts, hd) if len(p.roles) > 1 else None
+            for role in p.roles:
+                R = role.upper()
+                n_heads = counts[role]
+                if index is None:
+                    wr, br = w, b
+                    names[f"W_{R}"] = wkey
+                    if bkey:
+                        names[f"b_{R}"] = bkey
+                else:
+                    idx = index[role]
+                    wr, br = w[idx], (b[idx] if b is not None else None)
+                    names[f"W_{R}"] = f"{wkey}[:, {_describe(idx)}]" if p.conv1d else f"{wkey}[{_describe(idx)}]"
+                    if bkey:
+                        names[f"b_{R}"] = f"{bkey}[{_describe(idx)}]"
+                t[f"W_{R}"] = heads_from_linear_rows(wr, n_heads, hd)
+                if br is not None:
+                    t[f"b_{R}"] = br.reshape(n_heads, hd)
+        return AttentionLayer(index=n, **t, scale=self.scale(site), causal=self.causal(site),
+                              positional=self.positional(site), sliding_window=self.sliding_window(site),
+                              flags=self.flags(site), kind=site.block.kind, stack=site.stack, layer=site.layer,
+                              tensor_names=names)
 
     def _load(self, name: str, shape: tuple[int, ...]) -> torch.Tensor:
         """Read ``name``, checking its shape against what the config implies."""
@@ -116,35 +230,90 @@ class Adapter:
                                  "the checkpoint does not match its config")
         return self.reader.get(name)
 
+    # writing -------------------------------------------------------------------------
+    def write_layer(self, layer: AttentionLayer, dtype: torch.dtype | None = None) -> dict[str, torch.Tensor]:
+        """Tensors under their checkpoint names, orientation and fusion.
+
+        ``dtype=None`` keeps each tensor's checkpoint dtype; otherwise everything is cast to ``dtype``.
+        """
+        site = self.sites[layer.index]
+        counts = self._counts()
+        hd = self.head_dim
+        out: dict[str, torch.Tensor] = {}
+        for p, wkey, bkey in self._stored(site):
+            if p.roles == "o":
+                out[wkey] = layer.W_O.reshape(-1, layer.W_O.shape[2]) if p.conv1d else linear_cols_from_heads(layer.W_O)
+                if bkey:
+                    out[bkey] = layer.b_O
+                continue
+            parts = {r: linear_rows_from_heads(getattr(layer, f"W_{r.upper()}")) for r in p.roles}
+            biases = {r: getattr(layer, f"b_{r.upper()}").reshape(-1) for r in p.roles} if bkey else {}
+            if len(p.roles) == 1:
+                w, b = parts[p.roles], biases.get(p.roles)
+            else:
+                index = fused_rows(p.layout, p.roles, counts, hd)
+                first = parts[p.roles[0]]
+                rows = sum(v.shape[0] for v in parts.values())
+                w = first.new_empty((rows, first.shape[1]))
+                b = first.new_empty((rows,)) if bkey else None
+                for r in p.roles:
+                    w[index[r]] = parts[r]
+                    if b is not None:
+                        b[index[r]] = biases[r].to(b.dtype)
+            out[wkey] = w.T if p.conv1d else w
+            if bkey:
+                out[bkey] = b
+        return {k: self._cast(k, v, dtype) for k, v in out.items()}
+
     def _cast(self, name: str, t: torch.Tensor, dtype: torch.dtype | None) -> torch.Tensor:
         target = dtype if dtype is not None else self.reader.dtype(name)
         return t.to(target).contiguous()
 
+    # --prove and tests ---------------------------------------------------------------
+    def twin_settings(self, hf_config, shape: dict) -> dict[str, Any]:
+        """config keyword arguments of a one-layer twin of ``shape`` (heads, kv_heads, head_dim,
+        hidden_size) with this model's bias pattern, positional scheme and causality (see
+        :mod:`idinspect.analysis.prove`)."""
+        raise IdinspectError(f"--prove has no twin recipe for the {self.family} family")
 
-# Linear layouts: nn.Linear stores weight [out, in] and computes y = x W^T + b. ------------------
-
-def heads_from_linear_rows(weight: torch.Tensor, n: int, head_dim: int) -> torch.Tensor:
-    """weight [n*head_dim, d] -> [n, d, head_dim], head h = weight[h*hd:(h+1)*hd, :].T."""
-    return weight.reshape(n, head_dim, weight.shape[1]).transpose(1, 2)
-
-
-def linear_rows_from_heads(W: torch.Tensor) -> torch.Tensor:
-    """Inverse of :func:`heads_from_linear_rows`: [n, d, hd] -> [n*hd, d]."""
-    n, d, hd = W.shape
-    return W.transpose(1, 2).reshape(n * hd, d)
-
-
-def heads_from_linear_cols(weight: torch.Tensor, n: int, head_dim: int) -> torch.Tensor:
-    """Output projection weight [d, n*hd] -> W_O [n, hd, d], head h = weight[:, h*hd:(h+1)*hd].T."""
-    return weight.T.reshape(n, head_dim, weight.shape[0])
+    def live_modules(self, hf_model, n: int):
+        """(module taking the hidden states, separate output module or None) of block ``n`` in a live
+        transformers model of this checkpoint."""
+        site = self.sites[n]
+        layer = hf_model.get_submodule(f"{self.prefix}{site.path}".rstrip("."))
+        module, output = self.hf_modules[site.block.kind]
+        return layer.get_submodule(module), (layer.get_submodule(output) if output else None)
 
 
-def linear_cols_from_heads(W_O: torch.Tensor) -> torch.Tensor:
-    """Inverse of :func:`heads_from_linear_cols`: [n, hd, d] -> [d, n*hd]."""
-    n, hd, d = W_O.shape
-    return W_O.reshape(n * hd, d).T
+#: Settings that must be integers where set (a transformers config class would refuse anything else).
+_SIZE_SETTINGS = ("num_hidden_layers", "hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim")
 
 
-def heads_from_bias(bias: torch.Tensor, n: int, head_dim: int) -> torch.Tensor:
-    """bias [n*hd] -> [n, hd]."""
-    return bias.reshape(n, head_dim)
+def check_sizes(a: Adapter) -> None:
+    """Layer and head counts the shape checks rely on, with the config field named."""
+    for name in _SIZE_SETTINGS:
+        value = a.optional(name)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            raise IdinspectError(f"config.json: {name} is {value!r}, not an integer; fix the config")
+    try:
+        numbers = {"layers": a.num_layers, "heads": a.n_heads, "kv_heads": a.n_kv_heads,
+                   "hidden_size": a.hidden_size, "head_dim": a.head_dim}
+    except (TypeError, ValueError, AttributeError, ZeroDivisionError) as exc:
+        raise IdinspectError(f"config.json: layer/head sizes are missing or not integers ({one_line(exc)})") from None
+    bad = [k for k, v in numbers.items() if v < 1]
+    if bad:
+        raise IdinspectError(f"config.json: {', '.join(f'{k}={numbers[k]}' for k in bad)} must be positive; fix the config")
+    if numbers["heads"] % numbers["kv_heads"]:
+        raise IdinspectError(f"config.json: {numbers['heads']} attention heads do not divide into "
+                             f"{numbers['kv_heads']} key/value heads; fix the config")
+    if a.optional("head_dim") is None and numbers["hidden_size"] % numbers["heads"]:
+        raise IdinspectError(f"config.json: hidden size {numbers['hidden_size']} is not divisible by "
+                             f"{numbers['heads']} attention heads; fix the config")
+
+
+def _describe(idx: torch.Tensor) -> str:
+    """A slice for a contiguous run of rows ("8:16"), else "rows of <layout>"."""
+    lo, hi = int(idx[0]), int(idx[-1]) + 1
+    if hi - lo == idx.numel() and bool((idx == torch.arange(lo, hi)).all()):
+        return f"{lo}:{hi}"
+    return f"{idx.numel()} interleaved rows"

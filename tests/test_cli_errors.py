@@ -19,7 +19,7 @@ from idinspect import cli as cli_module
 from idinspect.sources import hub, remote
 from tests.cli import run_cli
 
-MODEL_KEYS = ["source", "revision", "model_type", "architecture", "layers", "hidden_size", "heads", "kv_heads",
+MODEL_KEYS = ["source", "revision", "model_type", "family", "architecture", "attention_blocks", "block_kinds", "layers", "hidden_size", "heads", "kv_heads",
               "head_dim", "positional", "rotary_dim"]
 
 

@@ -22,7 +22,7 @@ from idinspect.sources import rope_config as rope
 from idinspect.adapters import ADAPTERS
 from idinspect.sources.config import CheckpointConfig
 
-SPEC = ADAPTERS["llama"].configs["llama"]
+
 BASE = {"model_type": "llama", "hidden_size": 2048, "num_attention_heads": 32, "num_key_value_heads": 8,
         "max_position_embeddings": 131072}
 
@@ -42,7 +42,7 @@ def _transformers(settings: dict) -> tuple[torch.Tensor, float]:
 
 
 def _ours(settings: dict):
-    return rope.rotary_spec_from_config(CheckpointConfig(settings, SPEC), "half")
+    return rope.rotary_spec_from_config(CheckpointConfig(settings), "half")
 
 
 def _assert_same_bits(settings: dict) -> None:
@@ -67,7 +67,7 @@ def test_published_llama3_settings(name, form):
     hd, theta, factor, low, high, orig = PUBLISHED[name]
     settings = form(hd, theta, factor=factor, low_freq_factor=low, high_freq_factor=high,
                     original_max_position_embeddings=orig)
-    assert rope.llama3_rope_params(CheckpointConfig(settings, SPEC)) is not None     # the native path
+    assert rope.llama3_rope_params(CheckpointConfig(settings)) is not None     # the native path
     _assert_same_bits(settings)
 
 
@@ -85,7 +85,7 @@ def test_llama3_grid_is_bit_identical(hd, theta, factor, lowhigh, orig):
     low, high = lowhigh
     settings = _modern(hd, theta, factor=factor, low_freq_factor=low, high_freq_factor=high,
                        original_max_position_embeddings=orig)
-    assert rope.llama3_rope_params(CheckpointConfig(settings, SPEC)) is not None
+    assert rope.llama3_rope_params(CheckpointConfig(settings)) is not None
     _assert_same_bits(settings)
 
 
@@ -115,7 +115,7 @@ LEFT_TO_TRANSFORMERS = {
 @pytest.mark.parametrize("name", sorted(LEFT_TO_TRANSFORMERS))
 def test_other_llama3_forms_are_left_to_transformers(name):
     params = LEFT_TO_TRANSFORMERS[name]
-    cfg = CheckpointConfig(_modern(64, 500000.0, **params), SPEC)
+    cfg = CheckpointConfig(_modern(64, 500000.0, **params))
     assert rope.llama3_rope_params(cfg) is None
 
 
@@ -124,7 +124,7 @@ def test_top_level_overrides_are_left_to_transformers(top):
     """transformers lets a top-level original_max_position_embeddings replace the dict's (Phi-3's
     convention), and a top-level partial_rotary_factor shorten the rotary part."""
     settings = {**_legacy(128, 500000.0, **LLAMA3), **top}
-    assert rope.llama3_rope_params(CheckpointConfig(settings, SPEC)) is None
+    assert rope.llama3_rope_params(CheckpointConfig(settings)) is None
     _assert_same_bits(settings)
 
 
@@ -138,7 +138,7 @@ def test_rope_scaling_wins_over_rope_parameters_as_in_transformers():
     settings = {**_modern(64, 10000.0, factor=2.0, low_freq_factor=1.0, high_freq_factor=2.0,
                           original_max_position_embeddings=64),
                 "rope_scaling": {"rope_type": "llama3", "rope_theta": 500000.0, **LLAMA3}}
-    assert rope.llama3_rope_params(CheckpointConfig(settings, SPEC))["rope_theta"] == 500000.0
+    assert rope.llama3_rope_params(CheckpointConfig(settings))["rope_theta"] == 500000.0
     _assert_same_bits(settings)
 
 

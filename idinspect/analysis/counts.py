@@ -67,6 +67,9 @@ def layer_counts(layer: AttentionLayer) -> dict:
     pos = layer.positional
     return {
         "index": layer.index,
+        "kind": layer.kind,
+        "stack": layer.stack,
+        "layer": layer.layer,
         "attention_parameters": P,
         "unidentified_parameters": U,
         "qk_gauge": qk,

@@ -45,48 +45,11 @@ def twin_shape(model) -> dict:
 
 
 def _twin_config(model, shape: dict):
+    """The twin's transformers config: the family's recipe (:meth:`Adapter.twin_settings`) over one layer."""
     cfg = model.hf_config
-    family = model.adapter.family
-    common = {"num_hidden_layers": 1, "vocab_size": 32, "intermediate_size": 16, "bos_token_id": None,
-              "eos_token_id": None, "pad_token_id": None}
-    if family == "bert":
-        kw = {"hidden_size": shape["hidden_size"], "num_attention_heads": shape["heads"],
-              "is_decoder": bool(getattr(cfg, "is_decoder", False)), "max_position_embeddings": TOKENS + 4}
-        if cfg.model_type == "roberta":
-            kw["pad_token_id"] = 1
-    elif family == "gpt2":
-        kw = {"n_embd": shape["hidden_size"], "n_head": shape["heads"], "n_inner": 16, "n_positions": TOKENS,
-              "scale_attn_weights": getattr(cfg, "scale_attn_weights", True),
-              "scale_attn_by_inverse_layer_idx": getattr(cfg, "scale_attn_by_inverse_layer_idx", False),
-              "reorder_and_upcast_attn": getattr(cfg, "reorder_and_upcast_attn", False)}
-        common.pop("intermediate_size")
-    elif family == "llama":
-        kw = {"hidden_size": shape["hidden_size"], "num_attention_heads": shape["heads"],
-              "num_key_value_heads": shape["kv_heads"], "head_dim": shape["head_dim"],
-              "max_position_embeddings": getattr(cfg, "max_position_embeddings", 2048)}
-        rope = getattr(cfg, "rope_parameters", None)
-        if rope:
-            kw["rope_parameters"] = dict(rope)
-        for name in ("attention_bias", "sliding_window", "use_sliding_window", "max_window_layers"):
-            if hasattr(cfg, name):
-                kw[name] = getattr(cfg, name)
-        layer_types = getattr(cfg, "layer_types", None)
-        if layer_types:
-            kw["layer_types"] = list(layer_types[:1])
-    else:
-        raise IdinspectError(f"--prove has no twin recipe for the {family} family")
-    return type(cfg)(**{**common, **kw})
-
-
-def _attention_modules(hf, family: str):
-    """(module taking the hidden states, output projection if separate) of layer 0."""
-    base = getattr(hf, "base_model", hf)
-    if family == "bert":
-        layer = base.encoder.layer[0]
-        return layer.attention.self, layer.attention.output.dense
-    if family == "gpt2":
-        return base.h[0].attn, None
-    return base.layers[0].self_attn, None
+    common = {"num_hidden_layers": 1, "vocab_size": 32, "bos_token_id": None, "eos_token_id": None,
+              "pad_token_id": None}
+    return type(cfg)(**{**common, **model.adapter.twin_settings(cfg, shape)})
 
 
 def build_twin(model, seed: int = 0):
@@ -128,11 +91,12 @@ def _capture(hf, src, batch: int, generator: torch.Generator) -> tuple[tuple, di
     return args, kwargs
 
 
-def attention_jacobian(hf, family: str, batch: int, seed: int = 0) -> torch.Tensor:
-    """d(attention output of layer 0)/d(its parameters) as a [B T d, P] float64 matrix."""
+def attention_jacobian(hf, adapter, batch: int, seed: int = 0) -> torch.Tensor:
+    """d(attention output of block 0 of the live model ``hf``)/d(its parameters) as a [B T d, P]
+    float64 matrix; ``adapter`` (idinspect's adapter over ``hf``) says where the block lives."""
     from torch.func import functional_call, jacrev
 
-    src, out = _attention_modules(hf, family)
+    src, out = adapter.live_modules(hf, 0)
     args, kwargs = _capture(hf, src, batch, torch.Generator().manual_seed(seed + 1))
     params = {f"a.{k}": v.detach() for k, v in src.named_parameters()}
     if out is not None:
@@ -171,7 +135,7 @@ def prove(model, seed: int = 0) -> dict:
     structure.require_modelled(layer)
     P = layer.parameter_count()
     batch = max(2, math.ceil(2 * P / (TOKENS * layer.d_model)))
-    J = attention_jacobian(hf, model.adapter.family, batch, seed)
+    J = attention_jacobian(hf, twin.adapter, batch, seed)
     if J.shape[1] != P:
         raise IdinspectError(f"--prove: the twin's attention module has {J.shape[1]} parameters, "
                              f"idinspect reads {P}; the adapter misses a tensor")

@@ -1,6 +1,6 @@
 """The canonical per-head attention form every adapter maps onto.
 
-Row-vector convention (see ../shared/MATH.md):
+Row-vector convention (docs/mathematics.md):
 
     q^h = x W_Q^h + b_Q^h            W_Q [H, d, d_k]
     k^g = x W_K^g + b_K^g            W_K [G, d, d_k]
@@ -92,6 +92,12 @@ class AttentionLayer:
     flags: frozenset[str] = frozenset()
     sliding_window: int | None = None
     tensor_names: dict[str, str] = field(default_factory=dict)
+    #: "self", "cross" (keys and values from the encoder's output) or "shared" (one block every layer reuses).
+    kind: str = "self"
+    #: The stack the block belongs to ("" for one-stack models; "encoder", "decoder", "text", "vision").
+    stack: str = ""
+    #: The block's layer number within its stack (``index`` numbers blocks flat across the model).
+    layer: int | None = None
 
     def __post_init__(self) -> None:
         unknown = set(self.flags) - KNOWN_FLAGS

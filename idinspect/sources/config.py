@@ -1,16 +1,17 @@
-"""A checkpoint's config.json as the adapters read it, without importing its transformers config class.
+"""A checkpoint's config.json as the adapters read it: the stored values, transformers only where needed.
 
-Importing a model's config class (``transformers.models.llama.configuration_llama``) imports
-``transformers.utils.type_validators``, which pulls in ``activations`` -> ``core_model_loading`` ->
-``torch.distributed.tensor`` and sympy: about 1.1 s on every run of a 2-core machine, more than
-reading and analysing a 1B model's attention (bench/, docs/benchmarks.md). The adapters read a
-dozen settings, so :class:`CheckpointConfig` holds config.json's values over the defaults its
-config class declares for those settings, with the class's attribute aliases (a :class:`ConfigSpec`
-per model type, in each adapter's ``configs``). What a class derives in ``__post_init__``
-(``head_dim``, ``num_key_value_heads``, Qwen2's ``layer_types``) the adapters derive as they do for a
-live model's config, and RoPE settings are standardised by transformers' own
-``RotaryEmbeddingConfigMixin`` (:mod:`idinspect.sources.rope_config`). tests/test_config.py pins the defaults to
-the classes and every adapter fact to ``AutoConfig``'s.
+``save_pretrained`` writes every setting of a model's config class, so for almost every checkpoint
+config.json alone answers what an adapter asks, and importing the model's transformers config
+class (``transformers.utils.type_validators`` pulls in ``torch.distributed.tensor`` and sympy:
+about a second on a 2-core machine, more than analysing a 1B model's attention) is not needed.
+
+:class:`CheckpointConfig` answers an attribute from config.json when it stores it, and otherwise
+asks transformers' own config class, built once from the same settings (``CONFIG_MAPPING[model_type]
+.from_dict``), so a sparse or legacy config.json gets exactly the value (class default, alias,
+``__post_init__`` derivation) that transformers would use. Each fallback is logged at debug level
+(``--debug`` shows it). :meth:`CheckpointConfig.optional` is for settings the modeling code itself
+reads with ``getattr(config, name, default)`` (Qwen2's ``head_dim``): stored value or the default,
+never an import.
 
 Whatever needs the real class (``--prove``'s twin model, ``verify``'s model runs) uses
 :attr:`idinspect.Model.hf_config`, which is ``AutoConfig.from_pretrained`` of the same folder.
@@ -18,10 +19,11 @@ Whatever needs the real class (``--prove``'s twin model, ``verify``'s model runs
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+import logging
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -29,53 +31,90 @@ from ..errors import IdinspectError, one_line
 
 CONFIG_FILE = "config.json"
 
-
-@dataclass(frozen=True)
-class ConfigSpec:
-    """What idinspect needs to know of a ``model_type``'s transformers config class, without importing it.
-
-    ``defaults``: the class's field defaults for every setting the adapter (and its callers) read,
-    applied where config.json omits the key; ``aliases``: the class's ``attribute_map`` (GPT-2's
-    ``hidden_size`` is stored as ``n_embd``). tests/test_config.py pins both to the class itself.
-    """
-
-    class_name: str
-    defaults: dict[str, Any] = field(default_factory=dict)
-    aliases: dict[str, str] = field(default_factory=dict)
+log = logging.getLogger("idinspect")
 
 
 class CheckpointConfig:
-    """Attribute access to config.json's settings: stored value, else the class default, else
-    ``AttributeError`` (so ``getattr(config, name, default)`` behaves as on a transformers config)."""
+    """Attribute access to config.json's settings: stored value, else transformers' config class's
+    value, else ``AttributeError`` (so ``getattr(config, name, default)`` behaves as on a transformers
+    config)."""
 
-    def __init__(self, settings: Mapping[str, Any], spec: ConfigSpec):
+    def __init__(self, settings: Mapping[str, Any], source: str = CONFIG_FILE):
         self._settings = dict(settings)
-        self._spec = spec
+        self._source = source
+        self._full = None
+
+    @property
+    def model_type(self) -> str:
+        return self._settings["model_type"]
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_"):
             raise AttributeError(name)
-        key = self._spec.aliases.get(name, name)
-        if key in self._settings:
-            return self._settings[key]
-        if key in self._spec.defaults:
-            return self._spec.defaults[key]
-        raise AttributeError(f"config.json has no setting {name!r}")
+        if name in self._settings:
+            return self._settings[name]
+        full = self.full_config()
+        if not hasattr(full, name):
+            raise AttributeError(f"{self._source} has no setting {name!r}")
+        log.debug("%s stores no %r; using transformers' %s value %r", self._source, name, type(full).__name__,
+                  getattr(full, name))
+        return getattr(full, name)
+
+    def optional(self, name: str, default: Any = None) -> Any:
+        """config.json's value of ``name``, else ``default`` (for settings the modeling code reads with
+        ``getattr(config, name, default)``); never consults the config class."""
+        return self._settings.get(name, default)
 
     def __contains__(self, name: str) -> bool:
-        """True where config.json itself stores ``name`` (defaults do not count)."""
-        return self._spec.aliases.get(name, name) in self._settings
+        """True where config.json itself stores ``name``."""
+        return name in self._settings
 
     def stored(self, name: str, default: Any = None) -> Any:
-        """config.json's own value of ``name`` (a copy), ignoring the class default."""
-        return copy.deepcopy(self._settings.get(self._spec.aliases.get(name, name), default))
+        """config.json's own value of ``name`` (a copy)."""
+        return copy.deepcopy(self._settings.get(name, default))
 
     def to_dict(self) -> dict[str, Any]:
         """config.json as stored."""
         return copy.deepcopy(self._settings)
 
+    def full_config(self):
+        """transformers' config class built from these settings (imported and built on first use)."""
+        if self._full is None:
+            from transformers import CONFIG_MAPPING
+
+            log.debug("%s: building transformers' config class for model_type %r", self._source, self.model_type)
+            try:
+                with quiet_transformers():
+                    self._full = CONFIG_MAPPING[self.model_type].from_dict(copy.deepcopy(self._settings))
+            except Exception as exc:  # the class's own validation: any failure is a config problem
+                raise IdinspectError(f"{self._source}: transformers cannot read it ({one_line(exc)}); "
+                                     "fix or re-download it") from None
+        return self._full
+
     def __repr__(self) -> str:
-        return f"CheckpointConfig({self._spec.class_name}, {len(self._settings)} settings)"
+        return f"CheckpointConfig({self._settings.get('model_type')!r}, {len(self._settings)} settings)"
+
+
+def setting_optional(config, name: str, default: Any = None) -> Any:
+    """``config.optional(name, default)`` for a :class:`CheckpointConfig`, ``getattr`` for a live config."""
+    if isinstance(config, CheckpointConfig):
+        return config.optional(name, default)
+    value = getattr(config, name, default)
+    return default if value is None and default is not None else value
+
+
+@contextlib.contextmanager
+def quiet_transformers() -> Iterator[None]:
+    """Hold back transformers' config warnings (e.g. generation token ids outside a tiny vocabulary),
+    which say nothing about attention and would clutter the report's stderr; errors still raise."""
+    from transformers.utils import logging as hf_logging
+
+    previous = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(previous)
 
 
 def read_config(folder: Path) -> CheckpointConfig:
@@ -88,14 +127,15 @@ def read_config(folder: Path) -> CheckpointConfig:
                              "(save_pretrained writes it)")
     try:
         settings = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:
         raise IdinspectError(f"{path}: not valid JSON ({one_line(exc)}); fix or re-download it") from None
     if not isinstance(settings, dict):
         raise IdinspectError(f"{path}: not a JSON object of settings; fix or re-download it")
     model_type = settings.get("model_type")
     if not model_type:
         raise IdinspectError(f"{path}: no model_type; add it (supported: {', '.join(supported_model_types())})")
+    if not isinstance(model_type, str):
+        raise IdinspectError(f"{path}: model_type is {type(model_type).__name__}, not a string; fix the config")
     if model_type not in ADAPTERS:
-        raise IdinspectError(f"{path}: model_type {model_type!r} is not supported; "
-                             f"supported: {', '.join(supported_model_types())}")
-    return CheckpointConfig(settings, ADAPTERS[model_type].configs[model_type])
+        ADAPTERS.refuse(model_type, path)
+    return CheckpointConfig(settings, str(path))

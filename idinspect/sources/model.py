@@ -15,7 +15,7 @@ from pathlib import Path
 
 from ..adapters import Adapter, adapter_for, supported_model_types
 from ..layer.attention_layer import AttentionLayer
-from .config import CONFIG_FILE, CheckpointConfig, read_config
+from .config import CONFIG_FILE, CheckpointConfig, quiet_transformers, read_config
 from .checkpoint import INDEX_FILE, SINGLE_FILE, SafetensorsCheckpoint, ShapeOnlyReader, StateDictReader, TensorReader
 from ..errors import IdinspectError, one_line
 from .hub import COMMIT_SHA, HUB_ID, INSPECT_PATTERNS, HubUnreachable, download_snapshot, looks_like_path, split_revision
@@ -52,7 +52,8 @@ class Model:
 
     @property
     def num_layers(self) -> int:
-        return self.adapter.num_layers
+        """Attention blocks (one per layer, two where a layer also cross-attends, one if layers share it)."""
+        return self.adapter.num_blocks
 
     def layer(self, i: int) -> AttentionLayer:
         """Attention layer ``i`` in canonical form, in the checkpoint's dtype."""
@@ -67,18 +68,17 @@ class Model:
         Raises :class:`IdinspectError` naming the tensor. No tensor data is read.
         """
         a = self.adapter
-        _check_config_numbers(a)
-        a.positional()  # computed once, shared with the probe
         probe = copy.copy(a)  # the same adapter, reading through a shape-only view
         probe.reader = ShapeOnlyReader(self.reader)
         for i in range(self.num_layers):
             _validated(probe.read_layer(i))
-        pattern = re.compile(re.escape(f"{a.prefix}{a.layer_container}.") + r"(\d+)\.")
-        indices = {int(m.group(1)) for k in self.reader.keys() if (m := pattern.match(k))}
-        if indices and max(indices) >= self.num_layers:
-            raise IdinspectError(f"the checkpoint has tensors for layer {max(indices)} ({a.prefix}{a.layer_container}."
-                                 f"{max(indices)}.*) but config.json says {self.num_layers} layers; the weights do "
-                                 "not belong to this config")
+        for container, count in a.containers().items():
+            pattern = re.compile(re.escape(f"{a.prefix}{container}.") + r"(\d+)\.")
+            indices = {int(m.group(1)) for k in self.reader.keys() if (m := pattern.match(k))}
+            if indices and max(indices) >= count:
+                raise IdinspectError(f"the checkpoint has tensors for layer {max(indices)} ({a.prefix}{container}."
+                                     f"{max(indices)}.*) but config.json says {count} layers; the weights do "
+                                     "not belong to this config")
 
     def layers(self) -> Iterator[AttentionLayer]:
         """Every attention layer, read lazily one at a time."""
@@ -107,7 +107,10 @@ class Model:
             "source": self.provenance.source,
             "revision": self.provenance.revision,
             "model_type": self.config.model_type,
+            "family": a.family,
             "architecture": a.architecture,
+            "attention_blocks": a.num_blocks,
+            "block_kinds": sorted({s.block.kind for s in a.sites}),
             "layers": a.num_layers,
             "hidden_size": a.hidden_size,
             "heads": a.n_heads,
@@ -270,50 +273,10 @@ def auto_config(path: Path):
 
     cfg_file = path / CONFIG_FILE
     try:
-        with _quiet_transformers():
+        with quiet_transformers():
             return AutoConfig.from_pretrained(str(path), trust_remote_code=False)
     except (OSError, ValueError, TypeError, KeyError, AttributeError, StrictDataclassError) as exc:
         raise IdinspectError(f"{cfg_file}: transformers cannot read it ({one_line(exc)}); fix or re-download it") from None
-
-
-@contextlib.contextmanager
-def _quiet_transformers() -> Iterator[None]:
-    """Hold back transformers' config warnings (e.g. generation token ids outside a tiny vocabulary),
-    which say nothing about attention and would clutter the report's stderr; errors still raise."""
-    from transformers.utils import logging as hf_logging
-
-    previous = hf_logging.get_verbosity()
-    hf_logging.set_verbosity_error()
-    try:
-        yield
-    finally:
-        hf_logging.set_verbosity(previous)
-
-
-#: Settings that must be integers where set (a transformers config class would refuse anything else).
-_SIZE_SETTINGS = ("num_hidden_layers", "hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim")
-
-
-def _check_config_numbers(a: Adapter) -> None:
-    """Layer and head counts the shape checks rely on, with the config field named."""
-    for name in _SIZE_SETTINGS:
-        value = getattr(a.config, name, None)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
-            raise IdinspectError(f"config.json: {name} is {value!r}, not an integer; fix the config")
-    try:
-        numbers = {"layers": a.num_layers, "heads": a.n_heads, "kv_heads": a.n_kv_heads,
-                   "hidden_size": a.hidden_size, "head_dim": a.head_dim}
-    except (TypeError, ValueError, AttributeError, ZeroDivisionError) as exc:
-        raise IdinspectError(f"config.json: layer/head sizes are missing or not integers ({one_line(exc)})") from None
-    bad = [k for k, v in numbers.items() if v < 1]
-    if bad:
-        raise IdinspectError(f"config.json: {', '.join(f'{k}={numbers[k]}' for k in bad)} must be positive; fix the config")
-    if numbers["heads"] % numbers["kv_heads"]:
-        raise IdinspectError(f"config.json: {numbers['heads']} attention heads do not divide into "
-                             f"{numbers['kv_heads']} key/value heads; fix the config")
-    if getattr(a.config, "head_dim", None) is None and numbers["hidden_size"] % numbers["heads"]:
-        raise IdinspectError(f"config.json: hidden size {numbers['hidden_size']} is not divisible by "
-                             f"{numbers['heads']} attention heads; fix the config")
 
 
 def _validated(layer: AttentionLayer) -> AttentionLayer:

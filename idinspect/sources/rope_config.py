@@ -29,7 +29,7 @@ import math
 import torch
 
 from ..layer.attention_layer import RotaryPairing, RotarySpec
-from .config import CheckpointConfig
+from .config import CheckpointConfig, setting_optional
 
 #: ``RotaryEmbeddingConfigMixin.default_theta``, the rope_theta of a config that names none.
 DEFAULT_THETA = 10_000.0
@@ -65,7 +65,7 @@ def rotary_spec_from_config(config, pairing: RotaryPairing) -> RotarySpec:
 
 
 def _head_dim(config) -> int:
-    return getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    return setting_optional(config, "head_dim") or config.hidden_size // config.num_attention_heads
 
 
 def _default_inv_freq(base: float, dim: int) -> torch.Tensor:
@@ -122,7 +122,7 @@ def llama3_rope_params(config: CheckpointConfig) -> dict | None:
         return None
     if params.get("rope_type", params.get("type")) != "llama3":
         return None
-    if getattr(config, "original_max_position_embeddings", None) is not None or "partial_rotary_factor" in config:
+    if config.optional("original_max_position_embeddings") is not None or "partial_rotary_factor" in config:
         return None
     out = {"rope_theta": params.get("rope_theta", config.stored("rope_theta", DEFAULT_THETA)),
            **{k: params.get(k) for k in LLAMA3_KEYS}}
