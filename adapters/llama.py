@@ -1,4 +1,4 @@
-"""Llama, Mistral and Qwen2: unfused q/k/v/o_proj with GQA, RoPE rotate_half over the head.
+"""Llama, Mistral, Mixtral (its experts are MLPs, not read) and Qwen2: unfused q/k/v/o_proj with GQA, RoPE rotate_half over the head.
 
 Layer i (prefix '' for LlamaModel saves, 'model.' for *ForCausalLM):
     layers.i.self_attn.q_proj.weight [H*hd, d]     bias [H*hd] (Llama: attention_bias; Qwen2: always)
@@ -28,7 +28,7 @@ def qkvo_block(qkv_bias: bool, o_bias: bool, attn: str = "self_attn", o: str = "
 
 class LlamaAdapter(Adapter):
     family = "llama"
-    model_types = ("llama", "mistral", "qwen2")
+    model_types = ("llama", "mistral", "mixtral", "qwen2")
     layer_container = "layers"
     buffer_suffixes = (".rotary_emb.inv_freq",)
     hf_modules = {"self": ("self_attn", None)}
@@ -45,7 +45,7 @@ class LlamaAdapter(Adapter):
         """(q/k/v have biases, o_proj has a bias), as the modeling code decides."""
         if self.config.model_type == "qwen2":
             return True, False
-        if self.config.model_type == "mistral":
+        if self.config.model_type in ("mistral", "mixtral"):
             return False, False
         bias = bool(self.config.attention_bias)
         return bias, bias
@@ -69,7 +69,7 @@ class LlamaAdapter(Adapter):
         """Layer i's window, as the config class resolves it (Qwen2Config.__post_init__: the window only
         with use_sliding_window, and by default on layers i >= max_window_layers). Llama has none."""
         cfg, i = self.config, site.layer
-        if cfg.model_type == "mistral":
+        if cfg.model_type in ("mistral", "mixtral"):
             return cfg.sliding_window
         if cfg.model_type != "qwen2":
             return None

@@ -49,8 +49,7 @@ def test_live_model_reads_like_its_checkpoint(tiny_dir):
     assert from_memory.provenance.kind == "memory"
 
 
-ROPE_VARIANTS = sorted(v for v in tiny.VARIANTS if tiny.VARIANTS[v][1].__module__.split(".")[-1].split("_")[-1]
-                       in ("llama", "mistral", "qwen2"))
+ROPE_VARIANTS = tiny.variants("rope")
 
 
 @pytest.mark.parametrize("variant", ROPE_VARIANTS)

@@ -16,10 +16,11 @@ from safetensors import safe_open
 
 import idinspect
 from idinspect.exporting.shard_writer import write_safetensors
+from tests import tiny
 from tests.cli import run_cli
 from tests.test_gauge import random_gauge
 
-FAMILIES = ["bert", "gpt2", "llama3-rope", "qwen2", "llama-bias"]
+FAMILIES = tiny.variants()
 
 
 def tree_hashes(root: Path) -> dict[str, str]:
@@ -57,7 +58,8 @@ def auto_class(directory: Path):
 
 
 def outputs(directory: Path, ids: torch.Tensor) -> torch.Tensor:
-    model = auto_class(directory).from_pretrained(directory, dtype=torch.float64, attn_implementation="sdpa").eval()
+    model = auto_class(directory).from_pretrained(directory, dtype=torch.float64, attn_implementation="sdpa",
+                                                 experts_implementation="eager").eval()
     with torch.no_grad():
         out = model(input_ids=ids)
     return out.logits if getattr(out, "logits", None) is not None else out.last_hidden_state
@@ -79,12 +81,29 @@ def test_stock_transformers_computes_the_original_function(variant, tiny_dir, tm
     export_ok(src, tmp_path / "out")
     ids = torch.randint(0, 64, (2, 11), generator=torch.Generator().manual_seed(0))
     # float64 end to end for BERT/GPT-2; Llama-family RMSNorm rounds to float32 inside transformers
-    bound = 1e-12 if variant in ("bert", "gpt2") else 1e-6
+    bound = tiny.VARIANTS[variant].export_bound
     assert rel(outputs(src, ids), outputs(tmp_path / "out", ids)) <= bound
     # and the attention tensors really changed
     a, b = read_all(src), read_all(tmp_path / "out")
     attn = set(idinspect.load(src).adapter.attention_keys(0))
     assert all(not torch.equal(a[k], b[k]) for k in attn if k.endswith("weight"))
+
+
+@pytest.mark.parametrize("variant", tiny.variants("lm"))
+def test_float32_export_keeps_logits_and_greedy_decodes(variant, tiny_dir, tmp_path):
+    """A float32 checkpoint exported in float32: stock transformers gives the original logits (1e-6
+    relative) and the same greedy continuation."""
+    src = tiny_dir(variant, dtype=torch.float32)
+    export_ok(src, tmp_path / "out")
+    ids = torch.randint(0, 64, (2, 7), generator=torch.Generator().manual_seed(1))
+    loaded = [auto_class(d).from_pretrained(d, dtype=torch.float32, attn_implementation="sdpa",
+                                                 experts_implementation="eager").eval()
+              for d in (src, tmp_path / "out")]
+    with torch.no_grad():
+        logits = [m(input_ids=ids).logits.double() for m in loaded]
+        decoded = [m.generate(ids, max_new_tokens=6, do_sample=False, pad_token_id=0) for m in loaded]
+    assert rel(logits[0], logits[1]) <= 1e-6
+    assert torch.equal(decoded[0], decoded[1])
 
 
 def test_real_minilm_export_keeps_its_embeddings(minilm_dir, tmp_path):
@@ -105,7 +124,8 @@ def test_orbit_invariance_through_export(variant, tiny_dir, tmp_path):
     export_ok(src, tmp_path / "a")
     export_ok(moved, tmp_path / "b")
     before, a, b = read_all(src), read_all(tmp_path / "a"), read_all(tmp_path / "b")
-    attn = {k for i in range(2) for k in idinspect.load(src).adapter.attention_keys(i)}
+    model = idinspect.load(src)
+    attn = {k for i in range(model.num_layers) for k in model.adapter.attention_keys(i)}
     assert max(rel(before[k], read_all(moved)[k]) for k in attn if "weight" in k) > 1e-2
     for k in a:
         if k in attn:
@@ -189,7 +209,8 @@ def test_dtype_cast_changes_only_the_config_dtype(tiny_dir, tmp_path):
     tensors = read_all(tmp_path / "out")
     assert {t.dtype for t in tensors.values()} == {torch.bfloat16}
     before = read_all(src)
-    attn = {k for i in range(2) for k in idinspect.load(src).adapter.attention_keys(i)}
+    model = idinspect.load(src)
+    attn = {k for i in range(model.num_layers) for k in model.adapter.attention_keys(i)}
     assert all(torch.equal(t, before[k].to(torch.bfloat16)) for k, t in tensors.items() if k not in attn)
 
 

@@ -18,8 +18,7 @@ from idinspect.layer.reference import reference_attention
 from idinspect.layer.structure import unrotated_columns, value_bias_absorbable
 from tests import tiny
 
-VARIANTS = ["bert", "gpt2", "llama-gqa", "llama-mqa", "llama-bias", "llama3-rope", "llama-head-dim", "qwen2",
-            "mistral"]
+VARIANTS = tiny.variants()
 
 
 # helpers ---------------------------------------------------------------------------------------

@@ -8,10 +8,10 @@ import transformers as tf
 
 import idinspect
 from idinspect.analysis import prove as prove_mod
+from tests import tiny
 from tests.cli import run_cli
 
-VARIANTS = ["bert", "bert-decoder", "roberta", "gpt2", "llama-mha", "llama-gqa", "llama-mqa", "llama-bias",
-            "llama-head-dim", "llama3-rope", "mistral", "qwen2"]
+VARIANTS = tiny.variants()
 
 
 @pytest.mark.parametrize("variant", VARIANTS)

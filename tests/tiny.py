@@ -1,61 +1,77 @@
 """Tiny random Hugging Face models for tests, built from transformers configs and save_pretrained.
 
 Every parameter (biases and norms included) is randomised so that zeros hide nothing.
-``VARIANTS`` names each family/variant the adapters must handle.
+
+``VARIANTS`` is the tagged registry of family variants: every entry takes part in every generic
+test (equivalence with the HF attention module in float64, read/write round trip, Jacobian nullity
+equal to the reported count, export logits through stock transformers, ``--prove``). Adding a
+family = its adapter module + entries here (docs/adding-a-family.md). Tags select subsets:
+``rope`` (RoPE frequencies compared with the model's own rotary module), ``lm`` (greedy decoding
+after export), ``cross`` (has cross-attention blocks).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 import transformers as tf
 
-_LLAMA = dict(hidden_size=16, intermediate_size=32, num_hidden_layers=2, num_attention_heads=4,
-              num_key_value_heads=4, vocab_size=64, max_position_embeddings=64)
+
+@dataclass(frozen=True)
+class Variant:
+    """One family variant: how to build its config, the model class, tags, and the export bound.
+
+    ``export_bound``: relative logit error allowed after a float64 export read by stock
+    transformers (1e-12 where the family computes in float64 end to end; 1e-6 where transformers
+    rounds inside, e.g. RMSNorm in float32).
+    """
+
+    config: Callable[[], object]
+    model_class: type
+    tags: frozenset[str] = field(default_factory=frozenset)
+    export_bound: float = 1e-6
+
+    def __iter__(self):  # (config factory, model class), as the registry's entries once were
+        return iter((self.config, self.model_class))
+
+    def __getitem__(self, i: int):
+        return (self.config, self.model_class)[i]
 
 
-def _llama(**kw):
-    return tf.LlamaConfig(**{**_LLAMA, **kw})
+def variants(*tags: str) -> list[str]:
+    """Names of the registered variants carrying every tag in ``tags`` (all of them with none)."""
+    return sorted(name for name, v in VARIANTS.items() if set(tags) <= v.tags)
 
 
-VARIANTS: dict[str, tuple] = {
-    # name: (config factory, model class)
-    "bert": (lambda: tf.BertConfig(hidden_size=16, num_attention_heads=4, num_hidden_layers=2, intermediate_size=32,
-                                   vocab_size=64, max_position_embeddings=64), tf.BertForMaskedLM),
-    "bert-base-model": (lambda: tf.BertConfig(hidden_size=16, num_attention_heads=2, num_hidden_layers=2,
-                                              intermediate_size=32, vocab_size=64, max_position_embeddings=64), tf.BertModel),
-    "bert-decoder": (lambda: tf.BertConfig(hidden_size=16, num_attention_heads=4, num_hidden_layers=2, intermediate_size=32,
-                                           vocab_size=64, max_position_embeddings=64, is_decoder=True), tf.BertForMaskedLM),
-    "roberta": (lambda: tf.RobertaConfig(hidden_size=16, num_attention_heads=4, num_hidden_layers=2, intermediate_size=32,
-                                         vocab_size=64, max_position_embeddings=64), tf.RobertaForMaskedLM),
-    "gpt2": (lambda: tf.GPT2Config(n_embd=16, n_head=4, n_layer=2, vocab_size=64, n_positions=64), tf.GPT2LMHeadModel),
-    "gpt2-base-model": (lambda: tf.GPT2Config(n_embd=16, n_head=2, n_layer=2, vocab_size=64, n_positions=64), tf.GPT2Model),
-    "gpt2-inverse-layer-scale": (lambda: tf.GPT2Config(n_embd=16, n_head=4, n_layer=3, vocab_size=64, n_positions=64,
-                                                       scale_attn_by_inverse_layer_idx=True), tf.GPT2LMHeadModel),
-    "llama-mha": (lambda: _llama(), tf.LlamaForCausalLM),
-    "llama-gqa": (lambda: _llama(num_key_value_heads=2), tf.LlamaForCausalLM),
-    "llama-mqa": (lambda: _llama(num_key_value_heads=1), tf.LlamaForCausalLM),
-    "llama-bias": (lambda: _llama(num_key_value_heads=2, attention_bias=True), tf.LlamaForCausalLM),
-    "llama-head-dim": (lambda: _llama(num_key_value_heads=2, head_dim=8), tf.LlamaForCausalLM),
-    "llama3-rope": (lambda: _llama(num_key_value_heads=2, tie_word_embeddings=True, max_position_embeddings=256,
-                                   rope_parameters={"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0,
-                                                    "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-                                                    "original_max_position_embeddings": 64}), tf.LlamaForCausalLM),
-    "llama-yarn": (lambda: _llama(num_key_value_heads=2, rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0,
-                                                                           "factor": 4.0, "original_max_position_embeddings": 16}),
-                   tf.LlamaForCausalLM),
-    "llama-base-model": (lambda: _llama(num_key_value_heads=2), tf.LlamaModel),
-    "mistral": (lambda: tf.MistralConfig(**{**_LLAMA, "num_key_value_heads": 2, "sliding_window": 4}), tf.MistralForCausalLM),
-    "qwen2": (lambda: tf.Qwen2Config(**{**_LLAMA, "num_key_value_heads": 2}), tf.Qwen2ForCausalLM),
-}
+def _discover() -> dict[str, Variant]:
+    """Every ``VARIANTS`` dict of the modules in tests/families/ (one module per family)."""
+    import importlib
+    import pkgutil
+
+    from tests import families
+
+    found: dict[str, Variant] = {}
+    for info in sorted(pkgutil.iter_modules(families.__path__), key=lambda m: m.name):
+        module = importlib.import_module(f"tests.families.{info.name}")
+        for name, v in module.VARIANTS.items():
+            if name in found:
+                raise RuntimeError(f"variant {name!r} registered twice")
+            found[name] = v
+    return found
+
+
+VARIANTS: dict[str, Variant] = _discover()
 
 
 def build(variant: str, dtype: torch.dtype = torch.float64, seed: int = 0):
     """A randomised HF model of ``variant`` in ``dtype`` (eval mode, sdpa attention)."""
-    make_config, cls = VARIANTS[variant]
-    config = make_config()
+    v = VARIANTS[variant]
+    config, cls = v.config(), v.model_class
     config._attn_implementation = "sdpa"
+    config._experts_implementation = "eager"   # MoE grouped_mm kernels take no float64
     torch.manual_seed(seed)
     model = cls(config).to(dtype).eval()
     with torch.no_grad():
@@ -74,25 +90,24 @@ def save(model, directory: Path, max_shard_size: str | None = None, dtype: torch
 
 
 def attention_modules(model, i: int):
-    """(module whose input is the attention's hidden states, module whose output is W_O z + b_O) of layer i."""
-    base = getattr(model, "base_model", model)
-    mt = model.config.model_type
-    if mt in ("bert", "roberta"):
-        layer = base.encoder.layer[i]
-        return layer.attention.self, layer.attention.output.dense
-    if mt == "gpt2":
-        attn = base.h[i].attn
-        return attn, attn
-    attn = base.layers[i].self_attn
-    return attn, attn
+    """(module whose input is the attention's hidden states, module whose output is W_O z + b_O) of
+    attention block i, where idinspect's adapter for ``model`` says the block lives."""
+    import idinspect
+
+    src, out = idinspect.load(model).adapter.live_modules(model, i)
+    return src, (out if out is not None else src)
 
 
 def capture_attention(model, input_ids: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """Run ``model`` and return, per layer, (attention input hidden states, attention output)."""
-    records: list[dict] = [dict() for _ in range(model.config.num_hidden_layers)]
+    """Run ``model`` and return, per attention block, (attention input hidden states, attention output)."""
+    import idinspect
+
+    adapter = idinspect.load(model).adapter
+    records: list[dict] = [dict() for _ in range(adapter.num_blocks)]
     handles = []
-    for i in range(model.config.num_hidden_layers):
-        src, dst = attention_modules(model, i)
+    for i in range(adapter.num_blocks):
+        src, dst = adapter.live_modules(model, i)
+        dst = dst if dst is not None else src
 
         def pre(module, args, kwargs, i=i):
             records[i]["x"] = (kwargs.get("hidden_states") if "hidden_states" in kwargs else args[0]).detach().clone()

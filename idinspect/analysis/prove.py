@@ -59,6 +59,7 @@ def build_twin(model, seed: int = 0):
     shape = twin_shape(model)
     config = _twin_config(model, shape)
     config._attn_implementation = "sdpa"
+    config._experts_implementation = "eager"   # MoE grouped_mm kernels take no float64
     hf = AutoModel.from_config(config).to(torch.float64).eval()
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():

@@ -97,7 +97,8 @@ def run_model(path: Path, ids: torch.Tensor, decode: int, plan: LoadPlan,
 
     config = AutoConfig.from_pretrained(str(path))
     cls = model_class(config)
-    kwargs: dict = {"dtype": plan.compute_dtype, "attn_implementation": "sdpa"}
+    kwargs: dict = {"dtype": plan.compute_dtype, "attn_implementation": "sdpa",
+                    "experts_implementation": "eager"}   # MoE grouped_mm kernels take no float64
     offload_dir = None
     if plan.offload:
         offload_dir = tempfile.TemporaryDirectory(prefix="idinspect-offload-")

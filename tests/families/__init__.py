@@ -1,0 +1,1 @@
+"""Tiny-model variants, one module per adapter family; tests/tiny.py collects their ``VARIANTS``."""

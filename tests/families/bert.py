@@ -1,0 +1,19 @@
+"""Tiny BERT/RoBERTa variants for the generic tests (see tests/tiny.py)."""
+
+import transformers as tf
+
+from tests.tiny import Variant
+
+
+
+def _bert(cls=tf.BertConfig, **kw):
+    return cls(**{**dict(hidden_size=16, num_attention_heads=4, num_hidden_layers=2, intermediate_size=32,
+                         vocab_size=64, max_position_embeddings=64), **kw})
+
+
+VARIANTS = {
+    "bert": Variant(lambda: _bert(), tf.BertForMaskedLM, export_bound=1e-12),
+    "bert-base-model": Variant(lambda: _bert(num_attention_heads=2), tf.BertModel, export_bound=1e-12),
+    "bert-decoder": Variant(lambda: _bert(is_decoder=True), tf.BertForMaskedLM, export_bound=1e-12),
+    "roberta": Variant(lambda: _bert(tf.RobertaConfig), tf.RobertaForMaskedLM, export_bound=1e-12),
+}
