@@ -223,9 +223,8 @@ def test_non_models_are_refused(thing):
 
 
 def test_live_model_of_an_unsupported_type_lists_the_supported():
-    hf = tf.OPTForCausalLM(tf.OPTConfig(hidden_size=16, num_attention_heads=2, num_hidden_layers=1, ffn_dim=32,
-                                        vocab_size=64, max_position_embeddings=32, word_embed_proj_dim=16))
-    with pytest.raises(idinspect.IdinspectError, match="'opt' is not supported; supported: bert, gpt2, llama"):
+    hf = tf.MambaForCausalLM(tf.MambaConfig(hidden_size=16, num_hidden_layers=1, vocab_size=64, state_size=4))
+    with pytest.raises(idinspect.IdinspectError, match="'mamba' is not supported; supported: bert, gpt2, llama"):
         idinspect.load(hf)
 
 
