@@ -1,6 +1,6 @@
 """Structural facts of one canonical layer: gauge dimensions and which bias dims are inert.
 
-These follow ../shared/MATH.md and depend only on shapes, bias pattern and positional scheme,
+These follow docs/mathematics.md and depend only on shapes, bias pattern and positional scheme,
 never on weight values (weight-level facts are findings, in the analyzer).
 
     QK gauge per kv group:  GL(d_k)                        -> d_k^2          (no RoPE)
