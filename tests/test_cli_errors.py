@@ -129,7 +129,7 @@ def test_malformed_config(text, match, tiny_dir, tmp_path):
     fails(str(d), match=match)
 
 
-@pytest.mark.parametrize("model_type", ["opt", "no-such-architecture"])
+@pytest.mark.parametrize("model_type", ["mamba", "no-such-architecture"])
 def test_unknown_model_type_lists_the_supported(model_type, tiny_dir, tmp_path):
     d = copy_of(tiny_dir, tmp_path)
     edit_config(d, model_type=model_type)
