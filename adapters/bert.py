@@ -1,9 +1,10 @@
-"""BERT and RoBERTa: unfused nn.Linear query/key/value and output.dense, all four biases.
+"""BERT, RoBERTa, XLM-RoBERTa and ELECTRA: unfused nn.Linear query/key/value and output.dense, all four biases.
 
-Layer i (prefix '' for base-model saves such as all-MiniLM-L6-v2, 'bert.' / 'roberta.' for task models):
+Layer i (prefix '' for base-model saves such as all-MiniLM-L6-v2, 'bert.' / 'roberta.' / 'electra.' for task models):
     encoder.layer.i.attention.self.{query,key,value}.{weight [d, d], bias [d]}
     encoder.layer.i.attention.output.dense.{weight [d, d], bias [d]}
 Positions are learned absolute embeddings added to the input; nothing positional inside attention.
+ELECTRA's embedding_size projection sits before the layers; attention is d = hidden_size wide.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ SELF = Block("self", (
 
 class BertAdapter(Adapter):
     family = "bert"
-    model_types = ("bert", "roberta")
+    model_types = ("bert", "roberta", "xlm-roberta", "electra")
     layer_container = "encoder.layer"
     block = SELF
     hf_modules = {"self": ("attention.self", "attention.output.dense")}
@@ -30,7 +31,7 @@ class BertAdapter(Adapter):
     def twin_settings(self, hf_config, shape: dict) -> dict:
         kw = {"hidden_size": shape["hidden_size"], "num_attention_heads": shape["heads"],
               "is_decoder": bool(hf_config.is_decoder), "max_position_embeddings": 16, "intermediate_size": 16}
-        if hf_config.model_type == "roberta":
+        if hf_config.model_type in ("roberta", "xlm-roberta"):
             kw["pad_token_id"] = 1
         return kw
 
