@@ -26,12 +26,16 @@ from __future__ import annotations
 
 import fnmatch
 import os
-import tomllib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ..errors import IdinspectError
 from .rules import LEVELS, RULES_BY_ID, SEVERITIES, is_known
+
+try:
+    import tomllib  # novermin: Python 3.10 takes the tomli fallback below
+except ModuleNotFoundError:
+    import tomli as tomllib  # the same parser, before it joined the standard library
 
 TABLE = "[tool.idinspect.audit]"
 _SETTING_KEYS = ("severity", "disable", "require-gauge-fixed", "gauge-rtol", "max-unidentified-ratio")

@@ -17,7 +17,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Self
 
 import torch
 
@@ -114,7 +113,7 @@ class LayerStream:
         self._pending = None
         self._pool.shutdown(wait=True, cancel_futures=True)
 
-    def __enter__(self) -> Self:
+    def __enter__(self) -> LayerStream:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -25,7 +25,6 @@ import struct
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Self
 
 import torch
 
@@ -272,7 +271,7 @@ class ShardWriter:
             fd, self._fd = self._fd, None
             os.close(fd)
 
-    def __enter__(self) -> Self:
+    def __enter__(self) -> ShardWriter:
         return self
 
     def __exit__(self, exc_type, *rest) -> None:
