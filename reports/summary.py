@@ -190,16 +190,6 @@ def head_rows(layer: dict, top: int = 3) -> list[HeadRow]:
             for i in range(n)]
 
 
-def rank_deficient(layer: dict) -> dict[str, list[int]]:
-    """``{"qk": [heads], "ov": [heads]}`` whose rank is below d_k (d_v for OV)."""
-    spectra = layer.get("spectra") or {}
-    out = {}
-    for side, full in (("qk", layer.get("d_k")), ("ov", layer.get("d_v"))):
-        ranks = spectra.get(f"{side}_rank") or []
-        out[side] = [i for i, rk in enumerate(ranks) if full is not None and rk is not None and rk < full]
-    return out
-
-
 def revision_text(model: dict) -> str:
     """The resolved revision, or a word saying why there is none."""
     rev = model.get("revision")

@@ -1,6 +1,6 @@
 """Hand-made inspection results (the JSON contract of docs/json-contract.md) for the report tests.
 
-The numbers follow ../shared/MATH.md for the shape given, so the writers are exercised with
+The numbers follow docs/mathematics.md ("Counting") for the shape given, so the writers are exercised with
 realistic, self-consistent data without running the analyzer. Spectra are pseudo-random but
 seeded (deterministic) and descending.
 """
@@ -38,7 +38,7 @@ def _condition(values: list[float], tol: float = 1e-9) -> tuple[int, float | Non
 def make_layer(index: int, *, heads: int, kv_heads: int, d: int, d_k: int, rotary_dim: int = 0,
                q_bias: bool = False, k_bias: bool = False, v_bias: bool = False, o_bias: bool = False,
                seed: int = 0, deficient_heads: tuple[int, ...] = ()) -> dict:
-    """One ``layers[]`` entry with counts from MATH.md and seeded spectra."""
+    """One ``layers[]`` entry with counts from docs/mathematics.md and seeded spectra."""
     h, g, d_v = heads, kv_heads, d_k
     params = h * d * d_k + g * d * d_k + g * d * d_v + h * d_v * d
     params += (h * d_k if q_bias else 0) + (g * d_k if k_bias else 0) + (g * d_v if v_bias else 0) + (d if o_bias else 0)

@@ -239,3 +239,16 @@ def test_finiteness_comes_out_of_the_gram_matrices():
     assert finite.tolist() == [True, False, False, True, True]
     assert torch.equal(R[1], torch.eye(4, dtype=torch.float64))
     assert torch.allclose(torch.linalg.svdvals(R[3]), torch.linalg.svdvals(W[3]), rtol=1e-12)
+
+
+def test_spectra_dict_reports_an_overflowed_core_as_null_and_leaves_its_input_alone():
+    from idinspect.analysis.spectra import HeadSpectra, spectra_dict
+
+    qk = torch.tensor([[2.0, 1.0], [float("inf"), 1.0]], dtype=torch.float64)
+    ov = torch.tensor([[3.0, 1.0], [2.0, 0.5]], dtype=torch.float64)
+    ok = torch.tensor([True, True])
+    s = HeadSpectra(qk=qk, ov=ov, qk_planes=None, qk_ok=ok.clone(), ov_ok=ok.clone(), rtol=1e-12)
+    out = spectra_dict(s)
+    assert out["qk"] == [[2.0, 1.0], None] and out["qk_rank"] == [2, None]
+    assert out["ov"] == [[3.0, 1.0], [2.0, 0.5]]
+    assert s.qk_ok.tolist() == [True, True] and s.ov_ok.tolist() == [True, True]

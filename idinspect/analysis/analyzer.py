@@ -15,7 +15,7 @@ import torch
 
 from ..layer import structure
 from ..layer.attention_layer import BIAS_ROLES, AttentionLayer
-from .counts import layer_counts, model_parameter_count, model_totals
+from .counts import layer_counts, model_totals
 from .degeneracy import extra_unidentified
 from .device import resolve_device
 from .findings import layer_findings
@@ -88,7 +88,7 @@ def analyze(model, *, device: str | torch.device | None = "cpu", spectra: bool =
         findings.extend(found)
         if on_layer is not None:
             on_layer(i, n)
-    totals = model_totals(layers, model_parameter_count(model))
+    totals = model_totals(layers, model.parameter_count())
     extras = [layer["extra_unidentified"] for layer in layers]
     known = bool(extras) and all(e is not None for e in extras)
     totals["extra_unidentified"] = sum(extras) if known else None

@@ -1,4 +1,4 @@
-"""Structural identification counts of one layer and of the whole model (see ../shared/MATH.md).
+"""Structural identification counts of one layer and of the whole model (docs/mathematics.md, "Counting").
 
 Per layer, with P the attention parameters and U the unidentified ones:
 
@@ -125,9 +125,3 @@ def model_totals(layers: list[dict], model_parameters: int) -> dict:
         "attention_share_of_model": P / model_parameters if model_parameters else 0.0,
         "layers": len(layers),
     }
-
-
-def model_parameter_count(model) -> int:
-    """All model parameters, tied embeddings once (``Model.parameter_count``: stored tensors only;
-    a live model's reader keeps aliased tensors once)."""
-    return model.parameter_count()

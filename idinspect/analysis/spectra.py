@@ -233,19 +233,20 @@ def _masked(rows: list, ok: torch.Tensor) -> list:
 
 
 def spectra_dict(s: HeadSpectra) -> dict:
-    """The ``spectra`` object of the JSON contract; heads with NaN/Inf factors are ``null``."""
-    s.qk_ok = s.qk_ok & torch.isfinite(s.qk).all(dim=1)        # overflow in the core
-    s.ov_ok = s.ov_ok & torch.isfinite(s.ov).all(dim=1)
+    """The ``spectra`` object of the JSON contract; heads with NaN/Inf factors, or whose core
+    overflowed to Inf, are ``null``. ``s`` is left as it is."""
+    qk_ok = s.qk_ok & torch.isfinite(s.qk).all(dim=1)
+    ov_ok = s.ov_ok & torch.isfinite(s.ov).all(dim=1)
     out = {
-        "qk": _masked(s.qk.tolist(), s.qk_ok),
-        "ov": _masked(s.ov.tolist(), s.ov_ok),
-        "qk_rank": _masked(s.qk_rank.tolist(), s.qk_ok),
-        "ov_rank": _masked(s.ov_rank.tolist(), s.ov_ok),
-        "qk_condition": _masked(_condition(s.qk), s.qk_ok),
-        "ov_condition": _masked(_condition(s.ov), s.ov_ok),
+        "qk": _masked(s.qk.tolist(), qk_ok),
+        "ov": _masked(s.ov.tolist(), ov_ok),
+        "qk_rank": _masked(s.qk_rank.tolist(), qk_ok),
+        "ov_rank": _masked(s.ov_rank.tolist(), ov_ok),
+        "qk_condition": _masked(_condition(s.qk), qk_ok),
+        "ov_condition": _masked(_condition(s.ov), ov_ok),
         "rank_rtol": s.rtol,
         "rank_rule": RANK_RULE,
     }
     if s.qk_planes is not None:
-        out["qk_planes"] = _masked(s.qk_planes.tolist(), s.qk_ok)
+        out["qk_planes"] = _masked(s.qk_planes.tolist(), qk_ok)
     return out

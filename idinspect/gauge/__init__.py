@@ -1,4 +1,4 @@
-"""The gauge-fixed form "balanced", version 1, of attention layers (../shared/MATH.md).
+"""The gauge-fixed form "balanced", version 1, of attention layers (docs/mathematics.md).
 
     fixed, report = canonicalize(layer)        # float64 AttentionLayer + GaugeReport
     errors = invariant_errors(layer, fixed)    # {"W_QK": InvariantError, ...}, all ~1e-15

@@ -1,4 +1,4 @@
-"""The gauge-fixed form "balanced", version 1 (../shared/MATH.md), of one canonical layer.
+"""The gauge-fixed form "balanced", version 1 (docs/mathematics.md), of one canonical layer.
 
 Order: biases (step 1), unrotated QK dims (2), rotary planes (3), VO (4); signs and half-turns (5)
 inside each. Float64 throughout; the caller casts once at the end (the adapter writer). Cost per

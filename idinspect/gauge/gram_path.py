@@ -1,8 +1,8 @@
 """The Gram route to the balanced form: k x k Gram matrices -> k x k transforms -> one matmul per factor.
 
-Every step of MATH.md's recipe depends on the factors only through their k x k Gram matrices,
-except the signs (step 5), which need the key-side and output-side factors after the transform.
-So per layer (k = d_k or d_v):
+Every step of the recipe in docs/mathematics.md ("The gauge-fixed form") depends on the factors
+only through their k x k Gram matrices, except the signs (step 5), which need the key-side and
+output-side factors after the transform. So per layer (k = d_k or d_v):
 
 1. Gram matrices, one batched matmul each: G_Q = Q~_g^T Q~_g (summed over the group's heads),
    G_K = K~_g^T K~_g, G_V = V~_g^T V~_g, G_O = O~_g O~_g^T;

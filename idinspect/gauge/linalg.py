@@ -116,7 +116,7 @@ def key_side_signs(B: torch.Tensor) -> torch.Tensor:
     """±1 per column of B [..., n, k]: +1 where the largest-magnitude entry is positive.
 
     Ties go to the lowest row index (``argmax`` returns the first maximum); an all-zero column
-    gets +1. MATH.md step 5.
+    gets +1. Step 5 of docs/mathematics.md ("The gauge-fixed form").
     """
     idx = B.abs().argmax(dim=-2, keepdim=True)
     lead = torch.gather(B, -2, idx).squeeze(-2)
