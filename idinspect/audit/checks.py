@@ -13,8 +13,7 @@ import re
 from pathlib import Path
 
 from ..errors import IdinspectError
-
-CONFIG_FILE = "config.json"
+from ..sources.file_names import CONFIG_FILE
 
 
 def identification_ratio(report: dict, max_ratio: float) -> list[dict]:

@@ -19,6 +19,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 from ..errors import IdinspectError, UnsupportedLayerError
+from ..sources.file_names import CONFIG_FILE
 from . import checks
 from .baseline import Baseline, Entry, fingerprint
 from .policy import ModelPolicy, Policy
@@ -306,7 +307,7 @@ class Auditor:
                     fname = reader.file_of(name)
                     if fname:
                         return fname
-        return checks.CONFIG_FILE
+        return CONFIG_FILE
 
 
 def run_audit(sources: list[str], policy: Policy, *, baseline: Baseline | None = None, exit_zero: bool = False,

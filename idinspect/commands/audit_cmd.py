@@ -24,10 +24,11 @@ from ..audit.rules import RULE_IDS, SEVERITIES
 from ..audit.run import AuditResult, run_audit
 from ..cli import debug_option, hub_options
 from ..errors import IdinspectError
+from ..sources.file_names import CONFIG_FILE, INDEX_FILE, SAFETENSORS_SUFFIX
 
 FORMATS = ("text", "json", "sarif", "github", "junit")
 #: Files that stand for their checkpoint directory (so pre-commit can pass changed files).
-CHECKPOINT_FILES = ("config.json", "model.safetensors.index.json")
+CHECKPOINT_FILES = (CONFIG_FILE, INDEX_FILE)
 
 
 def _targets(models: tuple[str, ...]) -> list[str]:
@@ -36,7 +37,7 @@ def _targets(models: tuple[str, ...]) -> list[str]:
     out: list[str] = []
     for m in models:
         p = Path(m)
-        if p.is_file() and (p.name in CHECKPOINT_FILES or p.suffix == ".safetensors"):
+        if p.is_file() and (p.name in CHECKPOINT_FILES or p.suffix == SAFETENSORS_SUFFIX):
             m = str(p.parent)  # an existing directory: always read as a path, never a hub id
         if m not in out:
             out.append(m)

@@ -15,12 +15,9 @@ import shutil
 from pathlib import Path
 
 from ..errors import IdinspectError
+from ..sources.file_names import CONFIG_FILE, WEIGHT_SUFFIXES
 
-WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle", ".h5", ".msgpack",
-                   ".onnx", ".onnx_data", ".gguf", ".tflite", ".ot", ".npz", ".pb")
 SKIPPED_DIRS = (".git", ".cache", ".huggingface")
-CONFIG = "config.json"
-INDEX = "model.safetensors.index.json"
 _DTYPE_FIELD = re.compile(r'("(?:torch_)?dtype"\s*:\s*)(?:"[^"]*"|null)')
 
 
@@ -41,7 +38,7 @@ def plan_copies(source: Path) -> tuple[list[str], list[str]]:
         dirs[:] = sorted(d for d in dirs if d not in SKIPPED_DIRS and not Path(root, d).is_symlink())
         for f in sorted(files):
             rel = str(rel_root / f) if str(rel_root) != "." else f
-            if rel == CONFIG:
+            if rel == CONFIG_FILE:
                 continue
             (skipped if is_weight_file(f) else copies).append(rel)
     return sorted(copies), sorted(skipped)
@@ -64,7 +61,7 @@ def config_text(source: Path, new_dtype: str | None) -> str:
     Only the dtype values change (text substitution keeps every other byte); a config without
     such a field gets a top-level ``"dtype"``.
     """
-    path = source / CONFIG
+    path = source / CONFIG_FILE
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:

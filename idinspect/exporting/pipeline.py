@@ -36,9 +36,10 @@ from pathlib import Path
 
 import torch
 
-from ..sources.checkpoint import INDEX_FILE, SafetensorsCheckpoint
+from ..sources.checkpoint import SafetensorsCheckpoint
+from ..sources.file_names import CONFIG_FILE, INDEX_FILE
 from ..errors import IdinspectError
-from .files import CONFIG, config_text, copy_files, index_text, plan_copies
+from .files import config_text, copy_files, index_text, plan_copies
 from .layers import LayerStream
 from ..gauge import GAUGE_NAME, GAUGE_VERSION, Degeneracy
 from ..sources.hub import EXPORT_PATTERNS
@@ -50,8 +51,8 @@ from .shard_writer import (
     file_order,
     patch_slots,
     sync_file,
-    tensor_spans,
 )
+from ..sources.safetensors_format import tensor_spans
 
 DTYPES: dict[str, torch.dtype | None] = {"keep": None, "float32": torch.float32, "float64": torch.float64,
                                           "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -167,14 +168,14 @@ def _export(model: Model, out: Path, dtype_name: str, target: torch.dtype | None
             patch_slots(tmp / fname, at, values)
         if reader.index_path is not None:
             (tmp / INDEX_FILE).write_text(index_text(reader.index_path, total), encoding="utf-8")
-        (tmp / CONFIG).write_text(config_text(Path(src), _config_dtype(target) if changed else None), encoding="utf-8")
+        (tmp / CONFIG_FILE).write_text(config_text(Path(src), _config_dtype(target) if changed else None), encoding="utf-8")
         _publish(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return ExportResult(out=out, source=model.provenance.source, revision=model.provenance.revision, dtype=dtype_name,
                         shards=list(reader.shard_files), total_size=total, tensors=count,
-                        gauge_fixed_tensors=len(owner), copied_files=[CONFIG, *copies], skipped_files=skipped,
+                        gauge_fixed_tensors=len(owner), copied_files=[CONFIG_FILE, *copies], skipped_files=skipped,
                         max_invariant_error=worst, worst_invariant=where, degeneracies=degeneracies)
 
 

@@ -29,14 +29,8 @@ from pathlib import Path
 import torch
 
 from ..errors import IdinspectError
+from ..sources.safetensors_format import DTYPE_CODES
 
-#: safetensors dtype codes in the order of the format's Dtype enum (ascending alignment).
-DTYPE_CODES: dict[torch.dtype, str] = {
-    torch.bool: "BOOL", torch.uint8: "U8", torch.int8: "I8", torch.float8_e5m2: "F8_E5M2",
-    torch.float8_e4m3fn: "F8_E4M3", torch.int16: "I16", torch.uint16: "U16", torch.float16: "F16",
-    torch.bfloat16: "BF16", torch.int32: "I32", torch.uint32: "U32", torch.float32: "F32",
-    torch.float64: "F64", torch.int64: "I64", torch.uint64: "U64",
-}
 _RANK = {dtype: i for i, dtype in enumerate(DTYPE_CODES)}
 
 
@@ -128,16 +122,6 @@ def patch_slots(path: str | Path, slots: dict[str, tuple[int, int]], values: dic
             f.write(_check_slot_text(name, text, width))
         f.flush()
         os.fsync(f.fileno())
-
-
-def tensor_spans(path: str | Path) -> dict[str, tuple[int, int]]:
-    """name -> (first byte, end byte) in the file of every tensor of safetensors file ``path``."""
-    with open(path, "rb") as f:
-        n = struct.unpack("<Q", f.read(8))[0]
-        header = json.loads(f.read(n))
-    base = 8 + n
-    return {k: (base + int(v["data_offsets"][0]), base + int(v["data_offsets"][1]))
-            for k, v in header.items() if k != "__metadata__"}
 
 
 #: Errors meaning "this kernel copy is not available here" (other filesystem, platform, file type).

@@ -7,26 +7,15 @@ Both readers expose the same small interface (``keys``, ``shape``, ``dtype``, ``
 from __future__ import annotations
 
 import json
-import os
-import threading
 from collections.abc import Mapping
 from pathlib import Path
-from typing import BinaryIO
 
 import torch
 from safetensors import SafetensorError, safe_open
 
 from ..errors import IdinspectError
-
-SINGLE_FILE = "model.safetensors"
-INDEX_FILE = "model.safetensors.index.json"
-PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
-
-_DTYPES = {
-    "F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
-    "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8,
-    "BOOL": torch.bool, "F8_E4M3": torch.float8_e4m3fn, "F8_E5M2": torch.float8_e5m2,
-}
+from .file_names import INDEX_FILE, PICKLE_SUFFIXES, SINGLE_FILE
+from .safetensors_format import DTYPES_BY_CODE
 
 
 class TensorReader:
@@ -78,7 +67,10 @@ class SafetensorsCheckpoint(TensorReader):
     """``model.safetensors`` or a sharded ``model.safetensors.index.json`` in ``directory``.
 
     Shard headers are read (and validated against the index) on open; tensor data is read lazily,
-    one tensor at a time, with ``safetensors.safe_open``.
+    one tensor at a time, with ``safetensors.safe_open(..., backend="pread")``: each tensor is read
+    with plain file reads into memory it owns and frees. (The default mmap backend's tensors view
+    the shard's mapping, and every page read stays in this process's resident set while the shard
+    is open: +21 MB per Llama-1B layer, the whole model on export.)
     """
 
     def __init__(self, directory: str | Path):
@@ -105,16 +97,12 @@ class SafetensorsCheckpoint(TensorReader):
                                  "written by save_pretrained (transformers writes safetensors by default)")
         self._handles = {}
         self._where: dict[str, str] = {}
-        self._spans: dict[str, tuple[str, int, int]] = {}   # name -> (file, first byte, end byte)
-        self._files: dict[str, BinaryIO] = {}
-        self._files_lock = threading.Lock()
         for fname in files:
             path = self.directory / fname
             if not path.is_file():
                 raise IdinspectError(f"{index}: names shard {fname}, which does not exist; re-download or re-save the checkpoint")
             handle = _open_shard(path)
             self._handles[fname] = handle
-            self._spans.update(_data_spans(path, fname))
             for key in handle.keys():
                 if key in self._where:
                     raise IdinspectError(f"{path}: tensor {key} is also stored in {self._where[key]}; "
@@ -141,41 +129,21 @@ class SafetensorsCheckpoint(TensorReader):
 
     def dtype(self, name: str) -> torch.dtype:
         code = self._slice(name).get_dtype()
-        if code not in _DTYPES:
+        if code not in DTYPES_BY_CODE:
             raise IdinspectError(f"{self.directory / self._where[name]}: tensor {name} has dtype {code}, which "
-                                 f"idinspect cannot read (readable: {', '.join(_DTYPES)})")
-        return _DTYPES[code]
+                                 f"idinspect cannot read (readable: {', '.join(DTYPES_BY_CODE)})")
+        return DTYPES_BY_CODE[code]
 
     def get(self, name: str) -> torch.Tensor:
-        """Read ``name`` into freshly allocated memory with plain file reads.
-
-        Not ``safe_open(...).get_tensor``: its tensors view the shard's mmap, and every page read
-        stays in this process's resident set while the shard is open, so reading layer after layer
-        grew RSS by the bytes read (+21 MB per Llama-1B layer; export: the whole model). Here the
-        bytes are copied once from the page cache into memory the tensor owns and frees.
-        """
-        span = self._spans.get(name)
-        if span is None:
-            raise IdinspectError(f"{self.directory}: no tensor named {name}")
-        fname, start, end = span
-        out = torch.empty(self.shape(name), dtype=self.dtype(name))
-        if end - start != out.numel() * out.element_size():
-            raise IdinspectError(f"{self.directory / fname}: tensor {name} spans {end - start} bytes but its shape and "
-                                 f"dtype need {out.numel() * out.element_size()}; re-download the file")
-        if end > start:
-            try:
-                _read_into(self._file(fname), start, memoryview(out.reshape(-1).view(torch.uint8).numpy()))
-            except OSError as exc:
-                raise IdinspectError(f"{self.directory / fname}: cannot read tensor {name} ({exc}); "
-                                     "re-download the file") from None
-        return out
-
-    def _file(self, fname: str) -> BinaryIO:
-        with self._files_lock:  # the analyzer reads layers from several threads
-            f = self._files.get(fname)
-            if f is None:
-                f = self._files[fname] = open(self.directory / fname, "rb", buffering=0)
-            return f
+        """Read ``name`` into freshly allocated memory (see the class docstring)."""
+        self.dtype(name)  # a dtype torch cannot hold is a one-line error, not safetensors' own
+        try:
+            return self._handles[self._where[name]].get_tensor(name)
+        except KeyError:
+            raise IdinspectError(f"{self.directory}: no tensor named {name}") from None
+        except (SafetensorError, OSError) as exc:
+            raise IdinspectError(f"{self.directory / self._where[name]}: cannot read tensor {name} ({exc}); "
+                                 "re-download the file") from None
 
     def file_of(self, name: str) -> str | None:
         return self._where.get(name)
@@ -190,9 +158,6 @@ class SafetensorsCheckpoint(TensorReader):
 
     def close(self) -> None:
         self._handles.clear()
-        for f in self._files.values():
-            f.close()
-        self._files.clear()
 
 
 class StateDictReader(TensorReader):
@@ -293,33 +258,13 @@ def _read_index(path: Path) -> tuple[dict[str, str], dict]:
 
 def _open_shard(path: Path):
     try:
-        return safe_open(str(path), framework="pt")
+        return safe_open(str(path), framework="pt", backend="pread")
     except (SafetensorError, OSError) as exc:
         if _is_lfs_pointer(path):
             raise IdinspectError(f"{path}: a Git LFS pointer, not the weights; run 'git lfs pull' in the "
                                  "clone (or download the checkpoint with huggingface_hub)") from None
         raise IdinspectError(f"{path}: not a readable safetensors file ({exc}); the download may be "
                              "truncated: re-download it") from None
-
-
-def _data_spans(path: Path, fname: str) -> dict[str, tuple[str, int, int]]:
-    """name -> (fname, first byte, end byte) of every tensor, from the header safe_open validated."""
-    with open(path, "rb") as f:
-        n = int.from_bytes(f.read(8), "little")
-        header = json.loads(f.read(n))
-    base = 8 + n
-    return {k: (fname, base + int(v["data_offsets"][0]), base + int(v["data_offsets"][1]))
-            for k, v in header.items() if k != "__metadata__"}
-
-
-def _read_into(f: BinaryIO, offset: int, buf: memoryview) -> None:
-    """Fill ``buf`` from ``f`` at ``offset`` (looping over short reads); OSError if the file ends early."""
-    done = 0
-    while done < len(buf):
-        got = os.preadv(f.fileno(), [buf[done:]], offset + done)
-        if got <= 0:
-            raise OSError(f"file ends {len(buf) - done} bytes early")
-        done += got
 
 
 def _is_lfs_pointer(path: Path) -> bool:

@@ -14,18 +14,17 @@ import re
 from pathlib import Path
 
 from ..errors import IdinspectError, first_line
+from .file_names import CONFIG_FILE, INDEX_FILE, SHARD_PATTERN, SINGLE_FILE
 
 HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
 COMMIT_SHA = re.compile(r"^[0-9a-f]{40}$")
 
 #: What inspection needs: the config and the transformers-named safetensors (never pickles,
 #: never other copies of the weights such as Mistral's ``consolidated.safetensors``).
-INSPECT_PATTERNS = ["config.json", "model.safetensors", "model.safetensors.index.json",
-                    "model-*-of-*.safetensors"]
+INSPECT_PATTERNS = [CONFIG_FILE, SINGLE_FILE, INDEX_FILE, SHARD_PATTERN]
 #: What an exported checkpoint should carry besides the weights.
 EXPORT_PATTERNS = INSPECT_PATTERNS + ["*.json", "*.txt", "*.model", "*.jinja", "*.tiktoken", "merges.txt"]
 
-_INDEX = "model.safetensors.index.json"
 _TRANSPORT_MODULES = ("httpx", "httpx2", "httpcore", "requests", "urllib3")
 
 
@@ -96,7 +95,7 @@ def download_snapshot(repo_id: str, revision: str | None = None, token: str | No
 
 def _unmatched_shards(folder: Path) -> list[str]:
     """Shard files the snapshot's index names but the folder lacks (unusual shard names)."""
-    index = folder / _INDEX
+    index = folder / INDEX_FILE
     if not index.is_file():
         return []
     try:

@@ -15,8 +15,9 @@ from pathlib import Path
 
 from ..adapters import Adapter, adapter_for, supported_model_types
 from ..layer.attention_layer import AttentionLayer
-from .config import CONFIG_FILE, CheckpointConfig, quiet_transformers, read_config
-from .checkpoint import INDEX_FILE, SINGLE_FILE, SafetensorsCheckpoint, ShapeOnlyReader, StateDictReader, TensorReader
+from .config import CheckpointConfig, quiet_transformers, read_config
+from .checkpoint import SafetensorsCheckpoint, ShapeOnlyReader, StateDictReader, TensorReader
+from .file_names import CONFIG_FILE, INDEX_FILE, SINGLE_FILE
 from ..errors import IdinspectError, one_line
 from .hub import COMMIT_SHA, HUB_ID, INSPECT_PATTERNS, HubUnreachable, download_snapshot, looks_like_path, split_revision
 
@@ -252,7 +253,7 @@ def package_checkpoint(source: str) -> Path:
 
 def _from_directory(path: Path, provenance: Provenance) -> Model:
     if not path.is_dir():
-        hint = f"; pass its folder {path.parent}" if path.name in ("config.json", SINGLE_FILE, INDEX_FILE) else ""
+        hint = f"; pass its folder {path.parent}" if path.name in (CONFIG_FILE, SINGLE_FILE, INDEX_FILE) else ""
         raise IdinspectError(f"{path}: expected a checkpoint directory (config.json + model.safetensors), got a file{hint}")
     reader = SafetensorsCheckpoint(path)  # refuses pickle-only folders before anything else
     try:
