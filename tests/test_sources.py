@@ -316,3 +316,24 @@ def test_inspection_memory_does_not_grow_with_depth(tmp_path):
     assert set(tracker.names) == {k for i in range(depth) for k in model.adapter.attention_keys(i)}
     assert tracker.peak <= 2 * per_layer < depth * per_layer
     assert tracker.alive() == 0
+
+
+def test_the_reader_reads_every_dtype_the_writer_writes(tmp_path):
+    """One dtype table for both directions: each safetensors code the export writer knows comes back
+    from the checkpoint reader with its dtype, shape and bits, and the file safetensors itself wrote
+    reads the same."""
+    from idinspect.exporting.shard_writer import write_safetensors
+    from idinspect.sources.safetensors_format import DTYPE_CODES
+
+    tensors = {f"t.{code}": torch.arange(6, dtype=torch.uint8).view(2, 3).to(dtype)
+               for dtype, code in DTYPE_CODES.items()}
+    write_safetensors(tmp_path / "model.safetensors", tensors)
+    reader = SafetensorsCheckpoint(tmp_path)
+    try:
+        assert reader.keys() == sorted(tensors)
+        for name, t in tensors.items():
+            got = reader.get(name)
+            assert reader.dtype(name) == got.dtype == t.dtype and reader.shape(name) == (2, 3)
+            assert torch.equal(got.view(-1).view(torch.uint8), t.reshape(-1).view(torch.uint8))
+    finally:
+        reader.close()
