@@ -1,4 +1,4 @@
-"""Write a report file so that a reader never sees it half written."""
+"""Write an output file (report, SARIF, baseline) so that a reader never sees it half written."""
 
 from __future__ import annotations
 
@@ -8,10 +8,12 @@ from pathlib import Path
 
 
 def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
-    """Write ``text`` (UTF-8) to a temporary file beside ``path``, then rename it over ``path``.
+    """Write ``text`` (UTF-8) to a temporary file beside ``path``, fsync it, then rename it over ``path``.
 
-    An interrupted write leaves at most a hidden ``.NAME.*.tmp`` file, never a truncated report.
-    Returns the final path.
+    An interrupted write leaves at most a hidden ``.NAME.*.tmp`` file, never a truncated output,
+    and an existing file stays as it was. The file gets the permissions a plain ``open`` would
+    (0o666 less the umask). Raises OSError (no such folder, not writable, disk full); returns the
+    final path.
     """
     target = Path(path)
     directory = target.parent if str(target.parent) else Path(".")
@@ -21,12 +23,15 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
             fh.write(text)
             fh.flush()
             os.fsync(fh.fileno())
-        os.chmod(tmp, 0o644)
+        os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, target)
     except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
+        Path(tmp).unlink(missing_ok=True)
         raise
     return target
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask

@@ -6,6 +6,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from ..audit.rules import WORST_FIRST
+
 _STYLE = {"error": "bold red", "warning": "yellow", "note": "cyan"}
 _VERDICT = {"pass": ("PASS", "bold green"), "fail": ("FAIL", "bold red"), "error": ("ERROR", "bold magenta")}
 MAX_FINDINGS = 50
@@ -18,7 +20,7 @@ def _verdict(verdict: str) -> Text:
 
 def _counts(counts: dict) -> Text:
     text = Text()
-    for i, sev in enumerate(("error", "warning", "note")):
+    for i, sev in enumerate(WORST_FIRST):
         if i:
             text.append(", ")
         n = counts.get(sev, 0)

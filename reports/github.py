@@ -9,7 +9,7 @@ in properties.
 
 from __future__ import annotations
 
-from ..audit.rules import SEVERITIES
+from ..audit.rules import severity_rank
 
 LIMIT = 10
 _KIND = {"error": "error", "warning": "warning", "note": "notice"}
@@ -43,7 +43,7 @@ def annotations(result: dict, limit: int = LIMIT) -> list[str]:
         if audit.get("error"):
             lines.append(command("error", audit["error"], title=f"idinspect: cannot audit {audit['source']}"))
         for f in audit.get("findings", []):
-            items.append((-SEVERITIES.index(f["severity"]), f["rule"], f, audit))
+            items.append((-severity_rank(f["severity"]), f["rule"], f, audit))
     items.sort(key=lambda t: (t[0], t[1]))
     shown = {kind: 0 for kind in _KIND.values()}
     hidden = {kind: 0 for kind in _KIND.values()}

@@ -12,13 +12,14 @@ from __future__ import annotations
 import json
 import math
 
+from ..audit.rules import severity_rank
 from . import svg_charts
 from .atomic import write_text_atomic
 from .html_style import CSS, SCRIPT
 from .json_report import ordered
 from .summary import (attention_shape, bias_free_ratio, closed_form_line, closed_form_text, finding_details, findings_by_rule,
                       fmt_float, fmt_int, fmt_ratio, head_rows, layer_groups, positional_text, revision_text,
-                      severity_counts, severity_rank)
+                      severity_counts)
 from .svg_charts import esc
 
 SEVERITY_MARK = {"error": "✖", "warning": "▲", "note": "●"}
@@ -257,7 +258,7 @@ def _findings_section(findings: list[dict]) -> str:
         return head + '<p class="ok">✔ No findings.</p></section>'
     rows = []
     for rule, _worst, items in findings_by_rule(findings):
-        for f in sorted(items, key=lambda f: severity_rank(str(f.get("severity")))):
+        for f in sorted(items, key=lambda f: -severity_rank(str(f.get("severity")))):
             details = "; ".join(f"{k} = {v}" for k, v in finding_details(f))
             rows.append(f'<tr><td>{_sev(str(f.get("severity", "note")))}</td><th scope="row"><code>{esc(rule)}</code></th>'
                         f'<td class="num">{esc(f.get("layer", "–"))}</td><td><code>{esc(f.get("tensor", "–"))}</code></td>'

@@ -11,8 +11,7 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-#: Severities from worst to mildest; unknown ones sort after these.
-SEVERITIES = ("error", "warning", "note")
+from ..audit.rules import WORST_FIRST, severity_rank
 
 #: The per-layer columns that decide whether consecutive layers are "identical" in the table.
 LAYER_KEYS = ("attention_parameters", "qk_gauge", "vo_gauge", "noop_bias", "absorbable_bias",
@@ -50,18 +49,14 @@ def fmt_float(value, digits: int = 3) -> str:
     return f"{value:.{digits}g}"
 
 
-def severity_rank(severity: str) -> int:
-    return SEVERITIES.index(severity) if severity in SEVERITIES else len(SEVERITIES)
-
-
 def severity_counts(findings: Iterable[dict]) -> dict[str, int]:
     """Counts per severity, always listing error, warning and note (then any others, sorted)."""
-    counts = {s: 0 for s in SEVERITIES}
+    counts = {s: 0 for s in WORST_FIRST}
     for f in findings:
         sev = str(f.get("severity", "note"))
         counts[sev] = counts.get(sev, 0) + 1
-    extra = sorted(k for k in counts if k not in SEVERITIES)
-    return {k: counts[k] for k in (*SEVERITIES, *extra)}
+    extra = sorted(k for k in counts if k not in WORST_FIRST)
+    return {k: counts[k] for k in (*WORST_FIRST, *extra)}
 
 
 def findings_by_rule(findings: Iterable[dict]) -> list[tuple[str, str, list[dict]]]:
@@ -73,9 +68,9 @@ def findings_by_rule(findings: Iterable[dict]) -> list[tuple[str, str, list[dict
     for rule, items in groups.items():
         items = sorted(items, key=lambda f: (_int_or(f.get("layer"), -1), str(f.get("tensor", "")),
                                              _int_or(f.get("head"), -1)))
-        worst = min((str(f.get("severity", "note")) for f in items), key=severity_rank)
+        worst = max((str(f.get("severity", "note")) for f in items), key=severity_rank)
         out.append((rule, worst, items))
-    out.sort(key=lambda t: (severity_rank(t[1]), t[0]))
+    out.sort(key=lambda t: (-severity_rank(t[1]), t[0]))
     return out
 
 

@@ -160,3 +160,18 @@ def test_layering_in_the_library():
     cli = policy.with_cli(cli_settings(severity=("noop-bias=note",), require_gauge_fixed=True), "note")
     assert cli.for_model("abc").require_gauge_fixed is True and cli.for_model("abc").level("noop-bias") == "note"
     assert cli.fail_on == "note" and Policy().fail_on == "error"
+
+
+def test_one_severity_order_for_the_audit_and_the_writers():
+    """rules.SEVERITIES is the only order: severity_rank grows with severity (unknown text below
+    note), and the report views list worst first from it."""
+    from idinspect.audit.rules import SEVERITIES, WORST_FIRST, severity_rank
+    from idinspect.reports.summary import findings_by_rule, severity_counts
+
+    assert [severity_rank(s) for s in (*SEVERITIES, "custom")] == [0, 1, 2, -1]
+    assert WORST_FIRST == ("error", "warning", "note")
+    findings = [{"rule": "a", "severity": "note"}, {"rule": "b", "severity": "custom"},
+                {"rule": "c", "severity": "error"}, {"rule": "a", "severity": "warning"}]
+    assert [(rule, worst) for rule, worst, _ in findings_by_rule(findings)] == [
+        ("c", "error"), ("a", "warning"), ("b", "custom")]
+    assert list(severity_counts(findings)) == ["error", "warning", "note", "custom"]

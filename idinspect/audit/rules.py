@@ -9,8 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-#: Ordered from least to most severe; ``--fail-on X`` fails on X and everything to its right.
+#: The one severity order, from least to most severe; ``--fail-on X`` fails on X and everything to
+#: its right. Writers list findings worst first: :data:`WORST_FIRST`, or sort by -:func:`severity_rank`.
 SEVERITIES: tuple[str, ...] = ("note", "warning", "error")
+WORST_FIRST: tuple[str, ...] = tuple(reversed(SEVERITIES))
 #: What a policy may assign to a rule: a severity, or ``off``.
 LEVELS: tuple[str, ...] = (*SEVERITIES, "off")
 
@@ -36,8 +38,9 @@ def information_uri() -> str:
 
 
 def severity_rank(severity: str) -> int:
-    """0 for note, 1 for warning, 2 for error (higher is worse)."""
-    return SEVERITIES.index(severity)
+    """0 for note, 1 for warning, 2 for error (higher is worse); -1 for any other text, which
+    therefore sorts after every known severity when worst comes first."""
+    return SEVERITIES.index(severity) if severity in SEVERITIES else -1
 
 
 def at_or_above(severity: str, threshold: str) -> bool:
@@ -150,5 +153,5 @@ def is_active(rule_id: str, policy: dict | None) -> bool:
     return True
 
 
-__all__ = ["LEVELS", "RULES", "RULES_BY_ID", "RULE_IDS", "Rule", "SEVERITIES", "at_or_above",
+__all__ = ["LEVELS", "RULES", "RULES_BY_ID", "RULE_IDS", "Rule", "SEVERITIES", "WORST_FIRST", "at_or_above",
            "information_uri", "is_active", "is_known", "rule_for", "severity_rank"]

@@ -23,7 +23,7 @@ from ..sources.file_names import CONFIG_FILE
 from . import checks
 from .baseline import Baseline, Entry, fingerprint
 from .policy import ModelPolicy, Policy
-from .rules import SEVERITIES, at_or_above, rule_for, severity_rank
+from .rules import WORST_FIRST, at_or_above, rule_for, severity_rank
 
 log = logging.getLogger("idinspect.audit")
 
@@ -100,7 +100,7 @@ class ModelResult:
         return [f for f in self.findings if not f.baselined]
 
     def counts(self) -> dict[str, int]:
-        counts = {s: 0 for s in reversed(SEVERITIES)}
+        counts = {s: 0 for s in WORST_FIRST}
         for f in self.active:
             counts[f.severity] += 1
         return counts
@@ -146,7 +146,7 @@ class AuditResult:
         return "fail" if any(m.verdict(self.fail_on) == "fail" for m in self.models) else "pass"
 
     def counts(self) -> dict[str, int]:
-        total = {s: 0 for s in reversed(SEVERITIES)}
+        total = {s: 0 for s in WORST_FIRST}
         for m in self.models:
             for s, n in m.counts().items():
                 total[s] += n

@@ -18,12 +18,12 @@ from rich.console import Console
 from rich.markup import escape
 
 from ..audit.baseline import Baseline, render as render_baseline
-from ..audit.output import append_text, write_atomic
 from ..audit.policy import cli_settings, load_policy
 from ..audit.rules import RULE_IDS, SEVERITIES
 from ..audit.run import AuditResult, run_audit
 from ..cli import debug_option, hub_options
 from ..errors import IdinspectError
+from ..reports.atomic import write_text_atomic
 from ..sources.file_names import CONFIG_FILE, INDEX_FILE, SAFETENSORS_SUFFIX
 
 FORMATS = ("text", "json", "sarif", "github", "junit")
@@ -77,7 +77,7 @@ def _emit(result: AuditResult, fmt: str, output: str | None, show_all: bool, err
     data = result.to_dict()
     text = render(data, fmt, show_all=show_all, color=output is None)
     if output is not None:
-        write_atomic(output, text or "")
+        _write(output, text or "")
         err.print(f"idinspect audit: wrote {escape(output)}", highlight=False)
     elif text is not None:
         click.echo(text, nl=False)
@@ -85,9 +85,19 @@ def _emit(result: AuditResult, fmt: str, output: str | None, show_all: bool, err
         from ..reports.github import step_summary
 
         try:
-            append_text(os.environ["GITHUB_STEP_SUMMARY"], step_summary(data))
+            with open(os.environ["GITHUB_STEP_SUMMARY"], "a", encoding="utf-8") as fh:
+                fh.write(step_summary(data))
         except OSError as exc:
             err.print(f"warning: cannot append to $GITHUB_STEP_SUMMARY ({escape(str(exc))})", highlight=False)
+
+
+def _write(path: str, text: str) -> None:
+    """An output file, whole or not at all; a failure is a one-line error naming the path."""
+    try:
+        write_text_atomic(path, text)
+    except OSError as exc:
+        raise IdinspectError(f"{path}: cannot write ({exc.strerror or exc}); check that the folder exists "
+                             "and is writable") from None
 
 
 def _debug_logging() -> None:
@@ -169,7 +179,7 @@ def audit_command(ctx: click.Context, models: tuple[str, ...], fail_on: str | No
             err.print(f"error: baseline {escape(write_baseline)} not written: some models could not be audited")
         else:
             try:
-                write_atomic(write_baseline, render_baseline(result.baseline_entries()))
+                _write(write_baseline, render_baseline(result.baseline_entries()))
             except IdinspectError as exc:
                 result.error = str(exc)
                 err.print(f"[bold red]error:[/] {escape(str(exc))}", soft_wrap=True)

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 
 import click
 
 from ..cli import debug_option, hub_options
 from ..equivalence.verify import Check, VerifyResult, verify
+from ..sources.hf_logging import quiet_transformers
 
 
 @click.command("verify")
@@ -34,7 +34,7 @@ def verify_command(ctx: click.Context, a: str, b: str, functional: bool, tokens:
     B's dtype and are printed; bfloat16/float16 are judged against the error of rounding A alone.
     Exit status: 0 equivalent, 1 not equivalent, 2 error.
     """
-    with _quiet_transformers():
+    with quiet_transformers():
         result = verify(a, b, functional=functional, tokens=tokens, decode=decode, seed=seed, token=token,
                         cache_dir=cache_dir, local_files_only=offline)
     if fmt == "json":
@@ -42,22 +42,6 @@ def verify_command(ctx: click.Context, a: str, b: str, functional: bool, tokens:
     else:
         click.echo(render(result))
     ctx.exit(0 if result.equivalent else 1)
-
-
-@contextlib.contextmanager
-def _quiet_transformers():
-    """No loading bars or config warnings from transformers on the user's terminal while verifying."""
-    from transformers.utils import logging as hf_logging
-
-    verbosity, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
-    hf_logging.set_verbosity_error()
-    hf_logging.disable_progress_bar()
-    try:
-        yield
-    finally:
-        hf_logging.set_verbosity(verbosity)
-        if bars:
-            hf_logging.enable_progress_bar()
 
 
 def render(result: VerifyResult) -> str:

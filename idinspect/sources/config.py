@@ -19,17 +19,16 @@ Whatever needs the real class (``--prove``'s twin model, ``verify``'s model runs
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import json
 import logging
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from ..errors import IdinspectError, one_line
-
-CONFIG_FILE = "config.json"
+from .file_names import CONFIG_FILE
+from .hf_logging import quiet_transformers
 
 log = logging.getLogger("idinspect")
 
@@ -101,20 +100,6 @@ def setting_optional(config, name: str, default: Any = None) -> Any:
         return config.optional(name, default)
     value = getattr(config, name, default)
     return default if value is None and default is not None else value
-
-
-@contextlib.contextmanager
-def quiet_transformers() -> Iterator[None]:
-    """Hold back transformers' config warnings (e.g. generation token ids outside a tiny vocabulary),
-    which say nothing about attention and would clutter the report's stderr; errors still raise."""
-    from transformers.utils import logging as hf_logging
-
-    previous = hf_logging.get_verbosity()
-    hf_logging.set_verbosity_error()
-    try:
-        yield
-    finally:
-        hf_logging.set_verbosity(previous)
 
 
 def read_config(folder: Path) -> CheckpointConfig:

@@ -6,7 +6,6 @@ layers are read one at a time. The model itself is never instantiated.
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import re
 from collections.abc import Iterator
@@ -15,10 +14,11 @@ from pathlib import Path
 
 from ..adapters import Adapter, adapter_for, supported_model_types
 from ..layer.attention_layer import AttentionLayer
-from .config import CheckpointConfig, quiet_transformers, read_config
+from .config import CheckpointConfig, read_config
 from .checkpoint import SafetensorsCheckpoint, ShapeOnlyReader, StateDictReader, TensorReader
 from .file_names import CONFIG_FILE, INDEX_FILE, SINGLE_FILE
 from ..errors import IdinspectError, one_line
+from .hf_logging import quiet_transformers
 from .hub import COMMIT_SHA, HUB_ID, INSPECT_PATTERNS, HubUnreachable, download_snapshot, looks_like_path, split_revision
 
 
