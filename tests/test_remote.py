@@ -21,6 +21,7 @@ from idinspect import cli as cli_module
 from idinspect.sources import remote, remote_http
 from idinspect.sources.remote import coalesce
 from idinspect.sources.remote_cache import FOLDER, RangeCache
+from idinspect.sources.safetensors_format import tensor_spans
 from tests.cli import run_cli
 from tests.hub_server import BytesBlob, Fault, LocalHub, served_files
 
@@ -68,10 +69,11 @@ def expected_bytes(folder: Path) -> tuple[int, int]:
     for fname in reader.shard_files:
         with open(folder / fname, "rb") as f:
             headers += 8 + int.from_bytes(f.read(8), "little")
+    spans = {fname: tensor_spans(folder / fname) for fname in reader.shard_files}
     attention = 0
     for i in range(model.num_layers):
         for key in model.adapter.attention_keys(i):
-            start, end = reader._spans[key][1:]
+            start, end = spans[reader.file_of(key)][key]
             attention += end - start
     return headers, attention
 

@@ -19,9 +19,11 @@ from pathlib import Path
 import torch
 
 from ..errors import IdinspectError
-from .checkpoint import _DTYPES, INDEX_FILE, PICKLE_SUFFIXES, SINGLE_FILE, TensorReader
+from .checkpoint import TensorReader
+from .file_names import CONFIG_FILE, INDEX_FILE, PICKLE_SUFFIXES, SAFETENSORS_SUFFIX, SINGLE_FILE
 from .remote_cache import RangeCache, repo_folder
 from .remote_http import RangeFetcher, RemoteFile, resolve_commit
+from .safetensors_format import DTYPES_BY_CODE, header_length, tensor_entries
 
 #: Largest single range request (bytes); bigger coalesced spans are split.
 CHUNK = 32 << 20
@@ -74,10 +76,10 @@ class RemoteCheckpoint(TensorReader):
 
     def dtype(self, name: str) -> torch.dtype:
         code = self._entry(name)[0]
-        if code not in _DTYPES:
+        if code not in DTYPES_BY_CODE:
             raise IdinspectError(f"{self._ref(self._where[name])}: tensor {name} has dtype {code}, which idinspect cannot "
-                                 f"read (readable: {', '.join(_DTYPES)})")
-        return _DTYPES[code]
+                                 f"read (readable: {', '.join(DTYPES_BY_CODE)})")
+        return DTYPES_BY_CODE[code]
 
     def file_of(self, name: str) -> str | None:
         return self._where.get(name)
@@ -187,23 +189,14 @@ class RemoteCheckpoint(TensorReader):
         size = self.files[fname].size if fname in self.files else -1
         if 0 <= size < 8:
             raise IdinspectError(f"{self._ref(fname)}: {size} bytes, too small to be a safetensors file")
-        n = int.from_bytes(self._bytes(fname, 0, 8), "little")
+        n = header_length(self._bytes(fname, 0, 8))
         if n > _MAX_HEADER or (size >= 0 and 8 + n > size):
             raise IdinspectError(f"{self._ref(fname)}: not a safetensors file (header length {n} of a {size}-byte file)")
         self.header_bytes += 8 + n
         try:
             header = json.loads(self._bytes(fname, 8, 8 + n))
-            out = {}
-            for name, v in header.items():
-                if name == "__metadata__":
-                    continue
-                a, b = (8 + n + int(o) for o in v["data_offsets"])
-                shape = tuple(int(s) for s in v["shape"])
-                if not 8 + n <= a <= b or (size >= 0 and b > size):
-                    raise ValueError(f"tensor {name} data_offsets out of the file")
-                out[name] = (str(v["dtype"]), shape, a, b)
-            return out
-        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            return tensor_entries(header, 8 + n, size if size >= 0 else None)
+        except ValueError as exc:  # JSON errors and HeaderError
             raise IdinspectError(f"{self._ref(fname)}: not a readable safetensors header ({exc})") from None
 
     def _ref(self, fname: str) -> str:
@@ -249,7 +242,7 @@ def open_remote(repo_id: str, revision: str | None, *, token: str | None = None,
             cache.write_files(files)
             if not COMMIT_SHA.match(rev):
                 cache.write_ref(rev)
-        config_path = _download(repo_id, "config.json", commit, token, cache_dir, offline)
+        config_path = _download(repo_id, CONFIG_FILE, commit, token, cache_dir, offline)
         shard_files, weight_map = _weights(repo_id, commit, files, token, cache_dir, offline)
         reader = RemoteCheckpoint(repo_id, commit, files, cache, fetcher, shard_files, weight_map, current_hub_tqdm())
     except IdinspectError:
@@ -295,7 +288,7 @@ def _weights(repo_id: str, commit: str, files: dict[str, RemoteFile], token, cac
                                  "does not hold; the checkpoint is incomplete")
         return shards, weight_map
     pickles = sorted(n for n in files if n.endswith(PICKLE_SUFFIXES))
-    others = sorted(n for n in files if n.endswith(".safetensors"))
+    others = sorted(n for n in files if n.endswith(SAFETENSORS_SUFFIX))
     if others:
         raise IdinspectError(f"{repo_id}@{commit[:12]}: safetensors files {others[:3]} but neither {SINGLE_FILE} nor "
                              f"{INDEX_FILE} (not a transformers checkpoint layout)")

@@ -26,21 +26,56 @@ DTYPE_CODES: dict[torch.dtype, str] = {
 DTYPES_BY_CODE: dict[str, torch.dtype] = {code: dtype for dtype, code in DTYPE_CODES.items()}
 
 
-def read_header(path: str | Path) -> tuple[dict, int]:
-    """(the JSON header, byte offset of the first data byte) of safetensors file ``path``.
+class HeaderError(ValueError):
+    """A header that is not valid safetensors (the message says what is wrong)."""
 
-    For files ``safe_open`` has already validated; OSError or ValueError otherwise.
+
+def header_length(first8: bytes) -> int:
+    """n, the JSON header's length, from the file's first 8 bytes."""
+    if len(first8) != 8:
+        raise HeaderError(f"{len(first8)} bytes, too small to be a safetensors file")
+    return struct.unpack("<Q", first8)[0]
+
+
+def tensor_entries(header: dict, data_start: int, file_size: int | None = None
+                   ) -> dict[str, tuple[str, tuple[int, ...], int, int]]:
+    """name -> (dtype code, shape, first byte, end byte in the file) of every tensor of a parsed header.
+
+    ``data_start`` is 8 + n; with ``file_size`` every span must end inside the file. HeaderError
+    for a header that is not safetensors.
+    """
+    out = {}
+    try:
+        for name, v in header.items():
+            if name == "__metadata__":
+                continue
+            a, b = (data_start + int(o) for o in v["data_offsets"])
+            if not data_start <= a <= b or (file_size is not None and b > file_size):
+                raise HeaderError(f"tensor {name} data_offsets out of the file")
+            out[name] = (str(v["dtype"]), tuple(int(s) for s in v["shape"]), a, b)
+    except (KeyError, TypeError, AttributeError, ValueError) as exc:
+        raise exc if isinstance(exc, HeaderError) else HeaderError(str(exc)) from None
+    return out
+
+
+def read_header(path: str | Path) -> tuple[dict, int]:
+    """(the JSON header, byte offset of the first data byte) of the local safetensors file ``path``.
+
+    OSError if it cannot be read, HeaderError (a ValueError) if it is not safetensors.
     """
     with open(path, "rb") as f:
-        n = struct.unpack("<Q", f.read(8))[0]
-        return json.loads(f.read(n)), 8 + n
+        n = header_length(f.read(8))
+        try:
+            return json.loads(f.read(n)), 8 + n
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise HeaderError(f"header is not JSON ({exc})") from None
 
 
 def tensor_spans(path: str | Path) -> dict[str, tuple[int, int]]:
-    """name -> (first byte, end byte) in the file of every tensor of safetensors file ``path``."""
+    """name -> (first byte, end byte) in the file of every tensor of the local safetensors file ``path``."""
     header, base = read_header(path)
-    return {k: (base + int(v["data_offsets"][0]), base + int(v["data_offsets"][1]))
-            for k, v in header.items() if k != "__metadata__"}
+    return {name: (a, b) for name, (_, _, a, b) in tensor_entries(header, base).items()}
 
 
-__all__ = ["DTYPES_BY_CODE", "DTYPE_CODES", "read_header", "tensor_spans"]
+__all__ = ["DTYPES_BY_CODE", "DTYPE_CODES", "HeaderError", "header_length", "read_header", "tensor_entries",
+           "tensor_spans"]
