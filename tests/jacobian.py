@@ -41,6 +41,24 @@ def single_thread():
         torch.set_num_threads(before)
 
 
+@contextlib.contextmanager
+def exact_softmax():
+    """F.softmax keeps float64 inputs in float64 even when a module asks for dtype=float32 (BLOOM)."""
+    import torch.nn.functional as F
+
+    original = F.softmax
+
+    def softmax(input, dim=None, _stacklevel=3, dtype=None):
+        return original(input, dim=dim, _stacklevel=_stacklevel,
+                        dtype=None if input.dtype == torch.float64 else dtype)
+
+    F.softmax = softmax
+    try:
+        yield
+    finally:
+        F.softmax = original
+
+
 def capture_call(model, module, input_ids: torch.Tensor) -> tuple[tuple, dict]:
     """(args, kwargs) with which ``model(input_ids)`` calls ``module``."""
     seen = {}
@@ -73,16 +91,45 @@ def attention_nullity(model, src, dst=None, *, batches: int = 4, tokens: int = 8
     it when it is a separate module (BERT's ``attention.output.dense``). ``edit_call(args, kwargs)``
     may change the captured call (e.g. switch RoPE off).
     """
+    # dst inside src (BLOOM's dense before the residual add, ALBERT's before a LayerNorm): the block's
+    # output is dst's output during src's call, and src's parameters downstream of it are not the block's
+    nested = dst is not None and dst is not src and any(m is dst for m in src.modules())
     names = [("s", k) for k, _ in src.named_parameters()]
-    if dst is not None and dst is not src:
+    if dst is not None and dst is not src and not nested:
         names += [("d", k) for k, _ in dst.named_parameters()]
-    else:
+    elif not nested:
         dst = None
     modules = {"s": src, "d": dst}
-    values = tuple(dict(modules[m].named_parameters())[k].detach() for m, k in names)
-    P = sum(v.numel() for v in values)
     gen = torch.Generator().manual_seed(seed)
     vocab = model.config.vocab_size
+
+    def call(theta, args, kwargs):
+        p = {m: {} for m in modules}
+        for (m, k), t in zip(names, theta):
+            p[m][k] = t
+        if nested:
+            seen = {}
+            handle = dst.register_forward_hook(lambda mod, a, y: seen.__setitem__("y", y))
+            try:
+                functional_call(src, p["s"], args, kwargs)
+            finally:
+                handle.remove()
+            return seen["y"].reshape(-1)
+        y = functional_call(src, p["s"], args, kwargs)
+        y = y[0] if isinstance(y, tuple) else y
+        if dst is not None:
+            y = functional_call(dst, p["d"], (y,))
+        return y.reshape(-1)
+
+    values = tuple(dict(modules[m].named_parameters())[k].detach() for m, k in names)
+    if nested:
+        args, kwargs = capture_call(model, src, torch.randint(2, vocab, (1, tokens), generator=gen))
+        live = tuple(v.clone().requires_grad_(True) for v in values)
+        with exact_softmax():
+            grads = torch.autograd.grad(call(live, args, kwargs).sum(), live, allow_unused=True)
+        names = [n for n, g in zip(names, grads) if g is not None]
+        values = tuple(v for v, g in zip(values, grads) if g is not None)
+    P = sum(v.numel() for v in values)
     per_batch = max(1, math.ceil(2.0 * P / (batches * tokens * model.config.hidden_size)))
     blocks = []
     for _ in range(batches):
@@ -92,16 +139,9 @@ def attention_nullity(model, src, dst=None, *, batches: int = 4, tokens: int = 8
             args, kwargs = edit_call(args, kwargs)
 
         def f(*theta, args=args, kwargs=kwargs):
-            p = {m: {} for m in modules}
-            for (m, k), t in zip(names, theta):
-                p[m][k] = t
-            y = functional_call(src, p["s"], args, kwargs)
-            y = y[0] if isinstance(y, tuple) else y
-            if dst is not None:
-                y = functional_call(dst, p["d"], (y,))
-            return y.reshape(-1)
+            return call(theta, args, kwargs)
 
-        with warnings.catch_warnings(), single_thread():
+        with warnings.catch_warnings(), single_thread(), exact_softmax():
             warnings.simplefilter("ignore")
             J = torch.autograd.functional.jacobian(f, values, vectorize=True)
         blocks.append(torch.cat([j.reshape(j.shape[0], -1) for j in J], dim=1))

@@ -58,7 +58,8 @@ def auto_class(directory: Path):
 
 
 def outputs(directory: Path, ids: torch.Tensor) -> torch.Tensor:
-    model = auto_class(directory).from_pretrained(directory, dtype=torch.float64, attn_implementation="sdpa",
+    cls = auto_class(directory)
+    model = cls.from_pretrained(directory, dtype=torch.float64, attn_implementation=tiny.attn_for(cls),
                                                  experts_implementation="eager").eval()
     with torch.no_grad():
         out = model(input_ids=ids)
@@ -96,7 +97,7 @@ def test_float32_export_keeps_logits_and_greedy_decodes(variant, tiny_dir, tmp_p
     src = tiny_dir(variant, dtype=torch.float32)
     export_ok(src, tmp_path / "out")
     ids = torch.randint(0, 64, (2, 7), generator=torch.Generator().manual_seed(1))
-    loaded = [auto_class(d).from_pretrained(d, dtype=torch.float32, attn_implementation="sdpa",
+    loaded = [auto_class(d).from_pretrained(d, dtype=torch.float32, attn_implementation=tiny.attn_for(auto_class(d)),
                                                  experts_implementation="eager").eval()
               for d in (src, tmp_path / "out")]
     with torch.no_grad():

@@ -113,7 +113,8 @@ def _layers():
     """(name, layer) for the synthetic layers and the first layer of every tiny HF variant."""
     out = [(name, synthetic_layer(**kw)) for name, kw in SYNTHETIC.items()]
     for v in VARIANTS:
-        out.append((v, idinspect.load(tiny.build(v)).layer(1)))
+        model = idinspect.load(tiny.build(v))
+        out.append((v, model.layer(min(1, model.num_layers - 1))))
     return out
 
 

@@ -66,11 +66,16 @@ def _discover() -> dict[str, Variant]:
 VARIANTS: dict[str, Variant] = _discover()
 
 
+def attn_for(cls) -> str:
+    """"sdpa" where the model class supports it (exact float64 softmax), else "eager" (BLOOM)."""
+    return "sdpa" if getattr(cls, "_supports_sdpa", False) else "eager"
+
+
 def build(variant: str, dtype: torch.dtype = torch.float64, seed: int = 0):
     """A randomised HF model of ``variant`` in ``dtype`` (eval mode, sdpa attention)."""
     v = VARIANTS[variant]
     config, cls = v.config(), v.model_class
-    config._attn_implementation = "sdpa"
+    config._attn_implementation = attn_for(cls)
     config._experts_implementation = "eager"   # MoE grouped_mm kernels take no float64
     torch.manual_seed(seed)
     model = cls(config).to(dtype).eval()
@@ -118,8 +123,10 @@ def capture_attention(model, input_ids: torch.Tensor) -> list[tuple[torch.Tensor
 
         handles.append(src.register_forward_pre_hook(pre, with_kwargs=True))
         handles.append(dst.register_forward_hook(post))
+    from idinspect.analysis.prove import exact_softmax
+
     try:
-        with torch.no_grad():
+        with torch.no_grad(), exact_softmax():
             model(input_ids=input_ids)
     finally:
         for h in handles:

@@ -14,8 +14,10 @@ twin's structural unidentified count (:func:`structure.unidentified_dims`).
 
 from __future__ import annotations
 
+import contextlib
 import math
 import warnings
+from collections.abc import Iterator
 
 import torch
 
@@ -58,9 +60,14 @@ def build_twin(model, seed: int = 0):
 
     shape = twin_shape(model)
     config = _twin_config(model, shape)
-    config._attn_implementation = "sdpa"
     config._experts_implementation = "eager"   # MoE grouped_mm kernels take no float64
-    hf = AutoModel.from_config(config).to(torch.float64).eval()
+    try:
+        config._attn_implementation = "sdpa"
+        hf = AutoModel.from_config(config)
+    except ValueError:          # no sdpa path (BLOOM): eager, with the softmax kept in float64 (exact_softmax)
+        config._attn_implementation = "eager"
+        hf = AutoModel.from_config(config)
+    hf = hf.to(torch.float64).eval()
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for p in hf.parameters():
@@ -94,26 +101,82 @@ def _capture(hf, src, batch: int, generator: torch.Generator) -> tuple[tuple, di
 
 def attention_jacobian(hf, adapter, batch: int, seed: int = 0) -> torch.Tensor:
     """d(attention output of block 0 of the live model ``hf``)/d(its parameters) as a [B T d, P]
-    float64 matrix; ``adapter`` (idinspect's adapter over ``hf``) says where the block lives."""
+    float64 matrix; ``adapter`` (idinspect's adapter over ``hf``) says where the block lives.
+
+    Where the output module sits inside the attention module (BLOOM's ``dense`` before the residual
+    add, ALBERT's before a LayerNorm), the block's output is the output module's output during the
+    attention module's call, and parameters with no path to it are not the block's.
+    """
     from torch.func import functional_call, jacrev
 
     src, out = adapter.live_modules(hf, 0)
+    nested = out is not None and any(m is out for m in src.modules())
     args, kwargs = _capture(hf, src, batch, torch.Generator().manual_seed(seed + 1))
     params = {f"a.{k}": v.detach() for k, v in src.named_parameters()}
-    if out is not None:
+    if out is not None and not nested:
         params.update({f"o.{k}": v.detach() for k, v in out.named_parameters()})
 
     def forward(p: dict) -> torch.Tensor:
-        y = functional_call(src, {k[2:]: v for k, v in p.items() if k.startswith("a.")}, args, kwargs)
+        inner = {k[2:]: v for k, v in p.items() if k.startswith("a.")}
+        if nested:
+            return nested_output(src, out, inner, args, kwargs).reshape(-1)
+        y = functional_call(src, inner, args, kwargs)
         y = y[0] if isinstance(y, tuple) else y
         if out is not None:
             y = functional_call(out, {k[2:]: v for k, v in p.items() if k.startswith("o.")}, (y,))
         return y.reshape(-1)
 
-    with warnings.catch_warnings(), single_threaded_kernels():   # no vmap rule for CPU sdpa backward: slower, exact
-        warnings.filterwarnings("ignore", message=".*batching rule.*")
-        J = jacrev(forward)(params)
+    with exact_softmax():
+        if nested:
+            params = _upstream(forward, params)
+        with warnings.catch_warnings(), single_threaded_kernels():   # no vmap rule for CPU sdpa backward: slower, exact
+            warnings.filterwarnings("ignore", message=".*batching rule.*")
+            J = jacrev(forward)(params)
     return torch.cat([J[k].reshape(J[k].shape[0], -1) for k in params], dim=1)
+
+
+def nested_output(module, output_module, params: dict, args: tuple, kwargs: dict) -> torch.Tensor:
+    """``output_module``'s output during ``functional_call(module, params, args, kwargs)``."""
+    from torch.func import functional_call
+
+    seen: dict = {}
+    handle = output_module.register_forward_hook(lambda m, a, y: seen.__setitem__("y", y))
+    try:
+        functional_call(module, params, args, kwargs)
+    finally:
+        handle.remove()
+    return seen["y"]
+
+
+def _upstream(forward, params: dict) -> dict:
+    """The parameters on which ``forward``'s output depends at all (in its autograd graph)."""
+    live = {k: v.clone().requires_grad_(True) for k, v in params.items()}
+    grads = torch.autograd.grad(forward(live).sum(), list(live.values()), allow_unused=True)
+    return {k: params[k] for k, g in zip(params, grads) if g is not None}
+
+
+@contextlib.contextmanager
+def exact_softmax() -> Iterator[None]:
+    """Softmax that keeps float64 inputs in float64.
+
+    Some modules (BLOOM's, Falcon's and several eager paths) ask ``F.softmax(..., dtype=float32)``
+    even for float64 models: rows then sum to one only to ~1e-7, and the Jacobian of a float64 module
+    shows fake 1e-7 singular values (a value-bias null direction looks identified at a 1e-9 cut).
+    """
+    import torch.nn.functional as F
+
+    original = F.softmax
+
+    def softmax(input, dim=None, _stacklevel=3, dtype=None):
+        if dtype is not None and input.dtype == torch.float64:
+            dtype = None
+        return original(input, dim=dim, _stacklevel=_stacklevel, dtype=dtype)
+
+    F.softmax = softmax
+    try:
+        yield
+    finally:
+        F.softmax = original
 
 
 def nullity(J: torch.Tensor, rtol: float = RTOL) -> tuple[int, float, float | None]:

@@ -97,7 +97,7 @@ def run_model(path: Path, ids: torch.Tensor, decode: int, plan: LoadPlan,
 
     config = AutoConfig.from_pretrained(str(path))
     cls = model_class(config)
-    kwargs: dict = {"dtype": plan.compute_dtype, "attn_implementation": "sdpa",
+    kwargs: dict = {"dtype": plan.compute_dtype, "attn_implementation": "sdpa" if getattr(cls, "_supports_sdpa", False) else "eager",
                     "experts_implementation": "eager"}   # MoE grouped_mm kernels take no float64
     offload_dir = None
     if plan.offload:

@@ -1,4 +1,4 @@
-"""Tiny OPT, GPTBigCode and Falcon variants for the generic tests (see tests/tiny.py)."""
+"""Tiny OPT, GPTBigCode, Falcon and BLOOM variants for the generic tests (see tests/tiny.py)."""
 
 import transformers as tf
 
@@ -22,4 +22,5 @@ VARIANTS = {
                                                        bias=True), tf.FalconForCausalLM, ROPE_LM),
     "falcon-legacy-alibi": Variant(lambda: tf.FalconConfig(**_FALCON, multi_query=False, alibi=True, bias=True,
                                                            parallel_attn=False), tf.FalconForCausalLM, LM),
+    "bloom": Variant(lambda: tf.BloomConfig(hidden_size=16, n_head=4, n_layer=2, vocab_size=64), tf.BloomForCausalLM, LM),
 }
