@@ -142,8 +142,9 @@ def test_export_of_an_export_changes_nothing(tiny_dir, tmp_path):
     export_ok(tmp_path / "a", tmp_path / "b")
     a, b = read_all(tmp_path / "a"), read_all(tmp_path / "b")
     assert all(float((a[k] - b[k]).norm()) <= 1e-12 * max(float(a[k].norm()), 1.0) for k in a)
-    ok, worst, _ = idinspect.is_gauge_fixed(tmp_path / "a")
-    assert ok and not idinspect.is_gauge_fixed(src)[0]
+    with idinspect.load(tmp_path / "a") as exported, idinspect.load(src) as original:
+        ok, worst, _ = idinspect.is_gauge_fixed(exported)
+        assert ok and not idinspect.is_gauge_fixed(original)[0]
 
 
 def test_sharded_input_keeps_shards_index_and_metadata(tiny_dir, tmp_path):

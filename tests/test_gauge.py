@@ -290,3 +290,16 @@ def test_rounded_gauge_fixed_form_still_counts_as_fixed():
 def test_invariant_errors_refuse_different_shapes():
     with pytest.raises(ValueError, match="shapes differ"):
         invariant_errors(synthetic_layer(), synthetic_layer(dk=4))
+
+
+def test_the_mathematics_takes_open_models_and_never_opens_sources(tiny_dir):
+    """analyze and is_gauge_fixed read what the caller opened; a path is refused, not loaded."""
+    folder = tiny_dir("llama-gqa")
+    for fn in (idinspect.analyze, idinspect.is_gauge_fixed):
+        with pytest.raises(TypeError, match="idinspect.load"):
+            fn(str(folder))
+        with pytest.raises(TypeError, match="idinspect.load"):
+            fn(folder)
+    with idinspect.load(folder) as model:
+        assert idinspect.analyze(model)["totals"]["layers"] == model.num_layers
+        assert idinspect.is_gauge_fixed(model)[0] is False

@@ -64,16 +64,16 @@ def analyze_layer(layer: AttentionLayer, *, device: str | torch.device | None = 
 
 def analyze(model, *, device: str | torch.device | None = "cpu", spectra: bool = True,
             on_layer: LayerCallback | None = None, workers: int | None = None) -> dict:
-    """``{"totals", "layers", "findings"}`` of an open :class:`idinspect.Model` (or anything ``load`` takes).
+    """``{"totals", "layers", "findings"}`` of an open :class:`idinspect.Model`.
 
-    ``workers``: layers analysed at once (default :func:`parallel.layer_workers`: one per CPU core
-    within a memory budget, 1 on a GPU); results and ``on_layer`` calls come in layer order.
+    The caller opens (and closes) the model: ``with idinspect.load(source) as model``, or
+    :func:`idinspect.inspect`, which does both. ``workers``: layers analysed at once (default
+    :func:`parallel.layer_workers`: one per CPU core within a memory budget, 1 on a GPU); results
+    and ``on_layer`` calls come in layer order.
     """
-    from ..sources.model import Model, load
-
-    if not isinstance(model, Model):
-        with load(model) as opened:
-            return analyze(opened, device=device, spectra=spectra, on_layer=on_layer, workers=workers)
+    if not all(hasattr(model, a) for a in ("num_layers", "layer", "parameter_count")):
+        raise TypeError(f"analyze() takes an open Model, not {type(model).__name__}: use idinspect.load(source) "
+                        "first, or idinspect.inspect(source), which opens and closes it")
     dev = resolve_device(device)
     layers: list[dict] = []
     findings: list[dict] = []

@@ -64,7 +64,8 @@ def gauge_residuals(layer: AttentionLayer) -> list[tuple[float, str]]:
 
 
 def is_gauge_fixed(model_or_layer, rtol: float | None = None) -> tuple[bool, float, str]:
-    """(fixed, worst residual, where) for a layer, an iterable of layers, a Model or a source.
+    """(fixed, worst residual, where) for a layer, an iterable of layers or an open Model
+    (``idinspect.load(source)``; the caller closes it).
 
     ``fixed`` is True when every residual of :func:`gauge_residuals` is at most ``rtol``
     (default: :data:`DEFAULT_RTOL` for each layer's stored dtype). ``where`` names the worst
@@ -82,15 +83,14 @@ def is_gauge_fixed(model_or_layer, rtol: float | None = None) -> tuple[bool, flo
 
 
 def _layers(obj) -> Iterable[AttentionLayer]:
-    from ..sources.model import Model, load
-
     if isinstance(obj, AttentionLayer):
         return [obj]
-    if isinstance(obj, Model):
+    if hasattr(obj, "layers") and callable(obj.layers):   # an open Model: read lazily, one at a time
         return obj.layers()
-    if isinstance(obj, (list, tuple)):
-        return obj
-    return load(obj).layers()
+    if isinstance(obj, (str, bytes)) or not isinstance(obj, Iterable):
+        raise TypeError(f"is_gauge_fixed() takes a layer, layers or an open Model, not {type(obj).__name__}: "
+                        "use idinspect.load(source) first")
+    return obj
 
 
 def _ratio(num: torch.Tensor, den: torch.Tensor) -> float:
