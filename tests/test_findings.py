@@ -181,12 +181,12 @@ def test_nan_and_inf_are_findings_not_crashes(tiny_dir, tmp_path):
 @pytest.mark.parametrize("variant", ["bert", "llama-gqa", "llama-head-dim"])
 def test_spectra_are_the_singular_values_of_the_explicit_products(variant, tiny_dir, tmp_path):
     """Gram/Cholesky heads and QR-fallback heads (one made ill-conditioned) both match torch's SVD."""
-    from idinspect.analysis.spectra import GRAM_MAX_CONDITION, head_spectra
+    from idinspect.analysis.spectra import MAX_FACTOR_CONDITION, head_spectra
 
     layer = tiny.float64_layer(idinspect.load(tiny_dir(variant)).layer(0))
     W_Q = layer.W_Q.clone()
     W_Q[0, :, 0] *= 1e4                          # cond(W_Q^0) ~ 1e4 > 1e3: takes the QR path
-    assert torch.linalg.cond(W_Q[0]) > GRAM_MAX_CONDITION
+    assert torch.linalg.cond(W_Q[0]) > MAX_FACTOR_CONDITION
     layer = layer.replace(W_Q=W_Q)
     s = head_spectra(layer)
     for h in range(layer.n_heads):

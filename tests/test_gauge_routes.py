@@ -10,9 +10,9 @@ import torch
 from idinspect.gauge import canonicalize, gauge_residuals, invariant_errors
 from idinspect.gauge import invariants as inv
 from idinspect.gauge.biases import fix_biases
-from idinspect.gauge.gram_path import balance_by_grams
+from idinspect.gauge.fast_route import balance_fast
 from idinspect.gauge.linalg import key_side_signs
-from idinspect.gauge.qr_path import balance_by_qr
+from idinspect.gauge.reference_route import balance_reference
 from idinspect.gauge.signs import leading_signs
 from idinspect.layer.structure import unrotated_columns
 from tests.test_gauge import IDS, LAYERS, random_gauge, synthetic_layer
@@ -23,7 +23,7 @@ FIELDS = ("W_Q", "b_Q", "W_K", "b_K", "W_V", "b_V", "W_O", "s_qk", "principal", 
 def _routes(layer):
     L, _, folded = fix_biases(layer.to(torch.float64))
     v_live = L.b_V is not None and not folded
-    return balance_by_grams(L, v_live), balance_by_qr(L, v_live)
+    return balance_fast(L, v_live), balance_reference(L, v_live)
 
 
 def _qr_errors(a, b) -> dict[str, float]:
@@ -141,10 +141,10 @@ def test_reused_grams_and_overwriting_give_the_same_errors(name, layer):
 def test_workspace_buffers_never_reach_the_result():
     """With a workspace, the float64 form lives in reused buffers; fix_layer's cast result does not."""
     from idinspect.exporting.layers import fix_layer
-    from idinspect.gauge.workspace import Workspace
+    from idinspect.layer.buffers import Float64Buffers
 
     layers = [synthetic_layer(rotary_dim=6, biases="qkv", seed=s) for s in (0, 1)]
-    ws = Workspace()
+    ws = Float64Buffers()
     first = fix_layer(layers[0], torch.float64, ws)
     kept = {r: t.clone() for r, t in first.cast.tensors().items()}
     fix_layer(layers[1], torch.float64, ws)                    # reuses every buffer

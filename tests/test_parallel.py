@@ -11,7 +11,8 @@ import idinspect
 from idinspect.analysis import analyze
 from idinspect.analysis.analyzer import for_analysis
 from idinspect.analysis.parallel import IN_FLIGHT_BYTES, layer_workers, ordered_map
-from idinspect.analysis.spectra import CastScratch, gram_float64, head_spectra
+from idinspect.analysis.spectra import gram_float64, head_spectra
+from idinspect.layer.buffers import Float64Buffers
 from tests import tiny
 
 
@@ -78,7 +79,7 @@ def test_chunked_gram_equals_the_whole_tensor_cast(dtype, monkeypatch):
     by_rows = stored.view(6, 8, 40).transpose(-1, -2)               # [H, d, d_k], column-major heads
     by_cols = stored.T.reshape(40, 6, 8).permute(1, 0, 2)           # [H, d, d_k] from an o_proj-like [d, H d_k]
     monkeypatch.setattr(spectra, "CAST_CHUNK_BYTES", 8 * 40 * 8 * 4)   # four heads per chunk: 4 + 2
-    scratch = CastScratch()
+    scratch = Float64Buffers()
     for tall in (by_rows, by_cols):
         wide = tall.to(torch.float64)
         expected = torch.stack([w.T @ w for w in wide])
@@ -101,7 +102,7 @@ def test_spectra_from_stored_dtype_equal_spectra_from_float64(variant, tiny_dir,
         lean = for_analysis(stored, torch.device("cpu"))
         assert lean.W_Q.dtype == dtype and all(lean.tensors()[r].dtype == torch.float64
                                                for r in ("b_Q", "b_K", "b_V", "b_O") if r in lean.tensors())
-        a = head_spectra(lean, CastScratch())
+        a = head_spectra(lean, Float64Buffers())
         b = head_spectra(tiny.float64_layer(stored))
         for name in ("qk", "ov"):
             assert torch.allclose(getattr(a, name), getattr(b, name), rtol=1e-12, atol=0)

@@ -20,7 +20,8 @@ from .degeneracy import extra_unidentified
 from .device import resolve_device
 from .findings import layer_findings
 from .parallel import layer_workers, ordered_map
-from .spectra import CastScratch, head_spectra, layer_finite, spectra_dict
+from ..layer.buffers import Float64Buffers
+from .spectra import head_spectra, layer_finite, spectra_dict
 
 #: ``on_layer(i, n)`` is called after layer ``i`` (0-based) of ``n`` has been analysed.
 LayerCallback = Callable[[int, int], None]
@@ -40,7 +41,7 @@ def for_analysis(layer: AttentionLayer, device: torch.device) -> AttentionLayer:
 
 
 def analyze_layer(layer: AttentionLayer, *, device: str | torch.device | None = "cpu",
-                  spectra: bool = True, scratch: CastScratch | None = None) -> tuple[dict, list[dict]]:
+                  spectra: bool = True, scratch: Float64Buffers | None = None) -> tuple[dict, list[dict]]:
     """(layer object of the JSON contract, findings) for one canonical layer.
 
     Raises UnsupportedLayerError for flags or RoPE frequencies the counts do not model.
@@ -80,10 +81,10 @@ def analyze(model, *, device: str | torch.device | None = "cpu", spectra: bool =
     n = model.num_layers
     k = layer_workers(_layer_bytes_in_flight(model), n, dev) if workers is None else max(1, int(workers))
 
-    def one(i: int, scratch: CastScratch) -> tuple[dict, list[dict]]:
+    def one(i: int, scratch: Float64Buffers) -> tuple[dict, list[dict]]:
         return analyze_layer(model.layer(i), device=dev, spectra=spectra, scratch=scratch)
 
-    for i, (counts, found) in enumerate(ordered_map(one, n, k, CastScratch)):
+    for i, (counts, found) in enumerate(ordered_map(one, n, k, Float64Buffers)):
         layers.append(counts)
         findings.extend(found)
         if on_layer is not None:

@@ -4,9 +4,10 @@
 
 With W_Q^h = Q_1 R_Q^h and W_K^g = Q_2 R_K^g (Q orthonormal columns, R [d_k, d_k]),
 W_QK^h = Q_1 (R_Q^h R_K^gT) Q_2^T and its singular values are those of the small core
-R_Q^h R_K^gT. Likewise W_OV^h = Q_3 (R_V^g R_O^hT) Q_4^T with W_O^hT = Q_4 R_O^h. R comes from the
-Cholesky factor of the Gram matrix W^T W for well-conditioned factors and from a thin QR for the
-others (:func:`_r_factor`); cost O(d d_k^2) per head, batched over heads and groups, Q never formed.
+R_Q^h R_K^gT. Likewise W_OV^h = Q_3 (R_V^g R_O^hT) Q_4^T with W_O^hT = Q_4 R_O^h. R comes by one
+of two routes (:func:`_r_factor`): the fast route, the Cholesky factor of the Gram matrix W^T W,
+for well-conditioned factors; the reference route, a thin Householder QR, for the others. Cost
+O(d d_k^2) per head, batched over heads and groups, Q never formed.
 
 RoPE: plane p of head h pairs columns (a_p, b_p); the plane's form Q_p K_p^T (Q_p = W_Q^h[:, (a_p, b_p)])
 is invariant under the plane's gauge (scale times rotation) and has two singular values, again
@@ -25,6 +26,7 @@ from dataclasses import dataclass
 import torch
 
 from ..layer.attention_layer import AttentionLayer
+from ..layer.buffers import Float64Buffers
 
 RANK_RULE = "s_i > max(d, d_k) * eps(float64) * s_max"
 
@@ -68,31 +70,12 @@ class HeadSpectra:
         return self.ranks(self.ov)
 
 
-#: Gram/Cholesky is used for a factor only when cond(W) is certainly below this: then R is accurate
-#: to ~cond(W)^2 eps ||R|| <= 1e-10 ||R||. Worse-conditioned (and rank-deficient) factors get a
-#: Householder QR, accurate to ~eps ||R||.
-GRAM_MAX_CONDITION = 1e3
-
-
-class CastScratch:
-    """Float64 scratch for casting a few heads at a time, kept from call to call (one per thread).
-
-    A fresh tensor per chunk would fault its pages in on every first write; one buffer per
-    (shape, memory order, device) is allocated once and overwritten.
-    """
-
-    def __init__(self) -> None:
-        self._buffers: dict[tuple, torch.Tensor] = {}
-
-    def take(self, shape: tuple[int, int, int], column_major: bool, device: torch.device) -> torch.Tensor:
-        """An uninitialised float64 [c, m, k] buffer, each [m, k] slice column-major if asked."""
-        key = (shape, column_major, str(device))
-        buf = self._buffers.get(key)
-        if buf is None:
-            c, m, k = shape
-            strides = (m * k, 1, m) if column_major else (m * k, k, 1)
-            buf = self._buffers[key] = torch.empty_strided(shape, strides, dtype=torch.float64, device=device)
-        return buf
+#: The fast route (Cholesky of the Gram matrix) gives a factor's R only when the factor's own
+#: condition number cond(W) is certainly below this: then R is accurate to ~cond(W)^2 eps ||R|| <=
+#: 1e-10 ||R||. Worse-conditioned (and rank-deficient) factors take the reference route, a
+#: Householder QR, accurate to ~eps ||R||. (A bound on cond(W), not on cond(W^T W) = cond(W)^2 as
+#: the gauge's :data:`idinspect.gauge.linalg.MAX_GRAM_CONDITION` is.)
+MAX_FACTOR_CONDITION = 1e3
 
 
 #: Float64 bytes cast at a time for a Gram matrix on the CPU. The chunk is still in the core's
@@ -101,7 +84,7 @@ class CastScratch:
 CAST_CHUNK_BYTES = 2**20
 
 
-def gram_float64(tall: torch.Tensor, scratch: CastScratch | None = None) -> torch.Tensor:
+def gram_float64(tall: torch.Tensor, scratch: Float64Buffers | None = None) -> torch.Tensor:
     """W^T W [n, k, k] in float64 for W [n, m, k] of any float dtype.
 
     Float64 input is multiplied as it is; on a GPU the whole tensor is cast at once; on the CPU a
@@ -115,7 +98,8 @@ def gram_float64(tall: torch.Tensor, scratch: CastScratch | None = None) -> torc
     n, m, k = tall.shape
     per = int(max(1, min(n, CAST_CHUNK_BYTES // max(1, 8 * m * k))))
     column_major = tall.stride(-2) < tall.stride(-1)           # copy in the source's memory order
-    buf = (scratch or CastScratch()).take((per, m, k), column_major, tall.device)
+    strides = (m * k, 1, m) if column_major else (m * k, k, 1)
+    buf = (scratch or Float64Buffers()).empty(("cast", per, m, k, column_major), (per, m, k), strides, tall.device)
     out = torch.empty((n, k, k), dtype=torch.float64, device=tall.device)
     for h in range(0, n, per):
         chunk = buf[:min(per, n - h)]
@@ -124,13 +108,14 @@ def gram_float64(tall: torch.Tensor, scratch: CastScratch | None = None) -> torc
     return out
 
 
-def _r_factor(tall: torch.Tensor, scratch: CastScratch | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def _r_factor(tall: torch.Tensor, scratch: Float64Buffers | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """(R [..., k, k] float64, finite [...]): W = Q R with Q orthonormal for a batch W [n, m, k],
     m >= k, of any float dtype, and whether each W is free of NaN/Inf (R is the identity where not).
 
-    Well-conditioned factors: R = chol(W^T W) (:func:`gram_float64`, O(m k^2)); the others: R of a
-    thin QR in float64, so small singular values (numerical rank) stay exact to float64 rounding.
-    The test is cond(W) = cond(R) <= ||R||_F ||R^-1||_F < :data:`GRAM_MAX_CONDITION`, an upper
+    Fast route, for well-conditioned factors: R = chol(W^T W) (:func:`gram_float64`, O(m k^2));
+    reference route, for the others: R of a thin QR in float64, so small singular values
+    (numerical rank) stay exact to float64 rounding.
+    The test is cond(W) = cond(R) <= ||R||_F ||R^-1||_F < :data:`MAX_FACTOR_CONDITION`, an upper
     bound (within a factor k of the 2-norm condition) from one triangular inverse, cheaper than the
     eigenvalues. A NaN or Inf in W makes its Gram matrix non-finite, so finiteness costs no extra
     pass over W; only the rare non-finite Gram of finite entries (overflow past ~1e154) is told
@@ -148,7 +133,7 @@ def _r_factor(tall: torch.Tensor, scratch: CastScratch | None = None) -> tuple[t
     R = torch.where(ok[..., None, None], R, eye)
     R_inv = torch.linalg.solve_triangular(R, eye.expand_as(R), upper=True)
     bound = R.flatten(-2).norm(dim=-1) * R_inv.flatten(-2).norm(dim=-1)
-    ok = ok & (bound < GRAM_MAX_CONDITION)
+    ok = ok & (bound < MAX_FACTOR_CONDITION)
     redo = finite & ~ok
     if bool(redo.any()):
         R[redo] = torch.linalg.qr(tall[redo].to(torch.float64), mode="r").R
@@ -180,7 +165,7 @@ def layer_finite(layer: AttentionLayer) -> dict[str, torch.Tensor]:
     return {role: finite_slices(t) for role, t in layer.tensors().items()}
 
 
-def head_spectra(layer: AttentionLayer, scratch: CastScratch | None = None) -> HeadSpectra:
+def head_spectra(layer: AttentionLayer, scratch: Float64Buffers | None = None) -> HeadSpectra:
     """Singular values of every head's W_QK and W_OV (and RoPE planes) of a layer, in float64.
 
     Weights may be in any float dtype (cast to float64 a few heads at a time, into ``scratch`` when

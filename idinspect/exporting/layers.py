@@ -22,7 +22,7 @@ import torch
 
 from ..layer.attention_layer import AttentionLayer
 from ..gauge import Degeneracy, InvariantError, canonicalize, largest_invariant_error
-from ..gauge.workspace import Workspace
+from ..layer.buffers import Float64Buffers
 from ..sources.model import Model
 
 #: progress(stage, done, total); here stage "gauge" counts layers.
@@ -38,14 +38,14 @@ class FixedLayer:
     degeneracies: list[Degeneracy]
 
 
-def fix_layer(layer: AttentionLayer, target: torch.dtype | None, workspace: Workspace | None = None) -> FixedLayer:
+def fix_layer(layer: AttentionLayer, target: torch.dtype | None, workspace: Float64Buffers | None = None) -> FixedLayer:
     """Canonicalise ``layer`` in float64, cast each tensor once (to ``target``, or its stored dtype),
     and measure the largest invariant change between the original and the cast result.
 
     The float64 intermediates go into ``workspace`` (reused layer after layer) when given; the
     result holds none of them.
     """
-    ws = workspace or Workspace()
+    ws = workspace or Float64Buffers()
     original = layer.replace(**{role: ws.widen(f"input {role}", t) for role, t in layer.tensors().items()})
     fixed, report = canonicalize(original, workspace=ws)
     cast = fixed.replace(**{role: t.to(target or getattr(layer, role).dtype, copy=True)   # never a workspace buffer
@@ -75,7 +75,7 @@ class LayerStream:
         self.errors: dict[int, InvariantError] = {}
         self.degeneracies: dict[int, list[Degeneracy]] = {}
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="idinspect-gauge")
-        self._workspace = Workspace()                        # used by the single worker only
+        self._workspace = Float64Buffers()                   # used by the single worker only
         self._pending: tuple[int, Future] | None = None
         self._position = 0
         self._submit_next()

@@ -4,8 +4,11 @@
     errors = invariant_errors(layer, fixed)    # {"W_QK": InvariantError, ...}, all ~1e-15
     ok, worst, where = is_gauge_fixed(model)   # already in this gauge, up to rounding?
 
-One module per step: biases, qk (unrotated dims), planes (RoPE), vo, signs; linalg holds the
-thin-QR / small-SVD kernels, invariants the comparison, check the gauge conditions.
+Two routes to the same form, side by side: :mod:`.fast_route` (k x k Gram matrices, Cholesky,
+one matmul per factor) and :mod:`.reference_route` (the recipe of docs/mathematics.md step by
+step: thin QR and small SVDs of the stacked factors), which takes over where a Gram matrix is
+ill-conditioned. Steps: biases (1), planes (3, RoPE), signs (5); linalg holds both routes'
+kernels, invariants the comparison (also fast and reference), check the gauge conditions.
 """
 
 from __future__ import annotations

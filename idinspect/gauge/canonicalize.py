@@ -2,9 +2,10 @@
 
 Order: biases (step 1), unrotated QK dims (2), rotary planes (3), VO (4); signs and half-turns (5)
 inside each. Float64 throughout; the caller casts once at the end (the adapter writer). Cost per
-kv group O(d d_k^2), never a d x d product: the Gram route (:mod:`.gram_path`: k x k Gram
+kv group O(d d_k^2), never a d x d product: the fast route (:mod:`.fast_route`: k x k Gram
 matrices, Cholesky and small SVDs, one batched matmul per factor) where every Gram matrix is
-well-conditioned, else the QR route (:mod:`.qr_path`: thin QR of the tall factors).
+well-conditioned, else the reference route (:mod:`.reference_route`: thin QR of the tall factors,
+the recipe of docs/mathematics.md step by step).
 """
 
 from __future__ import annotations
@@ -14,17 +15,17 @@ import torch
 from ..layer.attention_layer import AttentionLayer
 from ..layer.structure import require_modelled
 from .biases import fix_biases
-from .gram_path import balance_by_grams
-from .qr_path import balance_by_qr
+from .fast_route import balance_fast
+from .reference_route import balance_reference
 from .report import NONUNIQUE_RTOL, Degeneracy, GaugeReport, close_pairs, group_heads
-from .workspace import Workspace
+from ..layer.buffers import Float64Buffers
 
 GAUGE_NAME = "balanced"
 GAUGE_VERSION = 1
 
 
 def canonicalize(layer: AttentionLayer, *, rtol: float = NONUNIQUE_RTOL,
-                 workspace: Workspace | None = None) -> tuple[AttentionLayer, GaugeReport]:
+                 workspace: Float64Buffers | None = None) -> tuple[AttentionLayer, GaugeReport]:
     """The balanced gauge-fixed form of ``layer`` (float64) and a report of where it is not unique.
 
     Every invariant (each head's W_QK on the unrotated dims, each plane's Q_p K_p^T and
@@ -39,9 +40,9 @@ def canonicalize(layer: AttentionLayer, *, rtol: float = NONUNIQUE_RTOL,
     require_modelled(layer)
     L, zeroed, folded = fix_biases(layer.to(torch.float64))
     v_live = L.b_V is not None and not folded
-    b = balance_by_grams(L, v_live, workspace)
+    b = balance_fast(L, v_live, workspace)
     if b is None:
-        b = balance_by_qr(L, v_live)
+        b = balance_reference(L, v_live)
     report = GaugeReport(layer.index, zeroed_key_bias_dims=zeroed, folded_value_bias=folded, head_grams=b.head_grams)
 
     r = L.group_size

@@ -1,28 +1,29 @@
 """Small-core linear algebra shared by the gauge steps: never a d x d product.
 
 Two routes to the balanced thin SVD of a product A B^T (A [..., m, k], B [..., n, k], m, n ~ d,
-k ~ d_k), both O((m + n) k^2):
+k ~ d_k), both O((m + n) k^2), side by side:
 
-- Gram route (:func:`gram`, :func:`balancing_transforms`): the k x k Gram matrices G_A = A^T A,
+- fast route (:func:`gram`, :func:`balancing_transforms`): the k x k Gram matrices G_A = A^T A,
   G_B = B^T B, their Cholesky factors and an SVD of the k x k core give k x k transforms T_A, T_B
   with A T_A, B T_B balanced; one batched matmul per factor. Accurate to ~cond(G) eps, so it is
-  used only where cond(G) <= :data:`GRAM_MAX_CONDITION`.
-- QR route (:func:`balanced_factors`): thin QR of each factor, accurate to ~eps for any
-  conditioning and rank; the fallback.
+  used only where cond(G) <= :data:`MAX_GRAM_CONDITION`.
+- reference route (:func:`balanced_factors`): thin QR of each factor, accurate to ~eps for any
+  conditioning and rank; the fallback, and what the tests compare the fast route with.
 """
 
 from __future__ import annotations
 
 import torch
 
-#: The Gram route is taken only when every Gram matrix has lambda_max / lambda_min below this
-#: (cond(A) < ~316): the balanced form is then exact to ~1e5 eps ~ 2e-11, inside the float64
-#: tolerance of :func:`~idinspect.gauge.is_gauge_fixed`. Worse-conditioned (or rank-deficient)
-#: factors take the QR route.
-GRAM_MAX_CONDITION = 1e5
+#: The fast route is taken only when every Gram matrix G = A^T A has cond(G) = lambda_max / lambda_min
+#: below this (so cond(A) = sqrt(cond(G)) < ~316): the balanced form is then exact to ~1e5 eps ~ 2e-11,
+#: inside the float64 tolerance of :func:`~idinspect.gauge.is_gauge_fixed`. Worse-conditioned (or
+#: rank-deficient) factors take the reference route. (A bound on the Gram matrix's condition; the
+#: analyzer's spectra bound the factor's own, :data:`idinspect.analysis.spectra.MAX_FACTOR_CONDITION`.)
+MAX_GRAM_CONDITION = 1e5
 
 
-# Gram route -------------------------------------------------------------------------------------
+# fast route -------------------------------------------------------------------------------------
 
 def gram(Xt: torch.Tensor, row: torch.Tensor | None = None) -> torch.Tensor:
     """X^T X [..., k, k] for X = [Xt^T; row] given transposed Xt [..., k, m] and an optional extra
@@ -33,7 +34,7 @@ def gram(Xt: torch.Tensor, row: torch.Tensor | None = None) -> torch.Tensor:
     return G
 
 
-def well_conditioned(G: torch.Tensor, limit: float = GRAM_MAX_CONDITION) -> torch.Tensor:
+def well_conditioned(G: torch.Tensor, limit: float = MAX_GRAM_CONDITION) -> torch.Tensor:
     """[...] bool: Gram matrices G [..., k, k] that are finite with lambda_max <= limit * lambda_min."""
     finite = torch.isfinite(G).flatten(-2).all(dim=-1)
     eye = torch.eye(G.shape[-1], dtype=G.dtype, device=G.device)
@@ -82,7 +83,7 @@ def block_traces(X: torch.Tensor, Y: torch.Tensor) -> torch.Tensor:
     return (X * Y.transpose(-1, -2)).sum(dim=(-2, -1))
 
 
-# QR route -----------------------------------------------------------------------------------------
+# reference route ----------------------------------------------------------------------------------
 
 def thin_qr(A: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """A [..., m, k] = Q R with Q [..., m, min(m, k)] orthonormal columns, R [..., min(m, k), k]."""
@@ -90,7 +91,7 @@ def thin_qr(A: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def balanced_factors(A: torch.Tensor, B: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The balanced thin SVD of A B^T, batched over leading dims (the QR route).
+    """The balanced thin SVD of A B^T, batched over leading dims (the reference route).
 
     A [..., m, k], B [..., n, k]. With A = Q_a R_a, B = Q_b R_b and the core R_a R_b^T = u S w^T,
     A B^T = U S V^T with U = Q_a u, V = Q_b w. Returns (U S^1/2, V S^1/2, S): factors [..., m, k] and

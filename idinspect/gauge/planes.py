@@ -13,8 +13,8 @@ A plane where one factor is zero has Q_p K_p^T = Q_p J K_p^T = 0: both factors a
 (every invariant is unchanged and the result is unique).
 
 Everything but the half-turn depends on the factors only through their 2 x 2 Gram matrices:
-:func:`plane_transforms` works on those (the Gram route); :func:`balance_planes` on the factors
-(the QR route).
+:func:`plane_transforms` works on those (the fast route); :func:`balance_planes` on the factors
+(the reference route).
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ def plane_transforms(Gq: torch.Tensor, Gk: torch.Tensor
 
 
 def balance_planes(Qp: torch.Tensor, Kp: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Gauge-fix planes Qp [..., m, 2], Kp [..., n, 2] (the QR route's explicit version).
+    """Gauge-fix planes Qp [..., m, 2], Kp [..., n, 2] (the reference route's explicit version).
 
     Returns (Qp, Kp, principal [..., 2] = diagonal of M after rotation, descending; dead [...] bool).
     """

@@ -50,9 +50,9 @@ class GaugeReport:
     zeroed_key_bias_dims: int = 0
     folded_value_bias: bool = False
     dead_planes: list[tuple[int, int]] = field(default_factory=list)  # (group, plane) with a zero factor
-    #: The input's per-head Gram matrices the Gram route computed, Q~^hT Q~^h [H, d_k, d_k] (bias row
+    #: The input's per-head Gram matrices the fast route computed, Q~^hT Q~^h [H, d_k, d_k] (bias row
     #: included) and W_O^h W_O^hT [H, d_v, d_v] (float64), for ``invariant_errors(..., grams_a=...)``;
-    #: None after the QR route. Not part of :meth:`to_dict`.
+    #: None after the reference route. Not part of :meth:`to_dict`.
     head_grams: tuple[torch.Tensor, torch.Tensor] | None = field(default=None, repr=False, compare=False)
 
     @property

@@ -1,4 +1,4 @@
-"""The Gram route to the balanced form: k x k Gram matrices -> k x k transforms -> one matmul per factor.
+"""The fast route to the balanced form: k x k Gram matrices -> k x k transforms -> one matmul per factor.
 
 Every step of the recipe in docs/mathematics.md ("The gauge-fixed form") depends on the factors
 only through their k x k Gram matrices, except the signs (step 5), which need the key-side and
@@ -17,7 +17,8 @@ Cost O(d k^2) per group in a handful of batched matmuls over all heads and plane
 factors are handled transposed (W_Q^T [H, d_k, d] is the checkpoint's own row layout) and W_O
 keeps its input's memory layout, so the results come out in the layout the adapters write,
 without a copy. Returns None where a Gram
-matrix is too ill-conditioned for this route; the caller then takes the QR route.
+matrix is too ill-conditioned for this route; the caller then takes the reference route
+(:mod:`.reference_route`, thin QR of the stacked factors, the recipe read step by step).
 """
 
 from __future__ import annotations
@@ -30,10 +31,10 @@ from .balanced import Balanced
 from .linalg import balancing_transforms, blocks, gram, put_blocks
 from .planes import plane_transforms
 from .signs import leading_signs
-from .workspace import Workspace
+from ..layer.buffers import Float64Buffers
 
 
-def balance_by_grams(L: AttentionLayer, v_live: bool, workspace: Workspace | None = None) -> Balanced | None:
+def balance_fast(L: AttentionLayer, v_live: bool, workspace: Float64Buffers | None = None) -> Balanced | None:
     """Steps 2-5 on a float64 layer whose biases are already fixed (step 1); None if ill-conditioned.
 
     With a ``workspace`` the transformed W_Q and W_O are written into its buffers.
