@@ -252,3 +252,21 @@ def test_spectra_dict_reports_an_overflowed_core_as_null_and_leaves_its_input_al
     assert out["qk"] == [[2.0, 1.0], None] and out["qk_rank"] == [2, None]
     assert out["ov"] == [[3.0, 1.0], [2.0, 0.5]]
     assert s.qk_ok.tolist() == [True, True] and s.ov_ok.tolist() == [True, True]
+
+
+@pytest.mark.parametrize("variant", ["gpt2", "bert"])
+def test_findings_list_the_stored_tensors_they_concern(variant, tiny_dir):
+    """``tensors`` holds stored names (no slices, each once) that the checkpoint really has;
+    ``tensor`` is the same place for people, with the fused tensor's slice."""
+    path = tiny_dir(variant)
+    result = idinspect.inspect(path)
+    assert result["findings"]
+    with idinspect.load(path) as model:
+        keys = set(model.reader.keys())
+    for f in result["findings"]:
+        assert f["tensors"] and len(set(f["tensors"])) == len(f["tensors"])
+        assert set(f["tensors"]) <= keys, f["tensors"]
+        assert all(name in f["tensor"] for name in f["tensors"])
+    if variant == "gpt2":
+        noop = _by_rule(result, "noop-bias")[0]
+        assert noop["tensor"].endswith("]") and noop["tensors"] == [noop["tensor"].split("[")[0]]

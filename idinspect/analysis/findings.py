@@ -1,6 +1,9 @@
 """Weight-level findings of one layer: what the actual tensors add to the structural counts.
 
-Every finding is a dict ``{"rule", "severity", "layer", "tensor", "parameters", "message", ...}``:
+Every finding is a dict ``{"rule", "severity", "layer", "tensor", "tensors", "parameters", "message",
+...}``: ``tensor`` names where it sits for people (``"h.0.attn.c_attn.weight[:, 0:768], ..."``, slices
+of fused tensors included), ``tensors`` lists the stored tensors it concerns (``["h.0.attn.c_attn.weight"]``),
+which the audit uses to find the file that holds them.
 
 - ``non-finite`` (error): NaN or Inf in an attention tensor; ``parameters`` = entries affected.
 - ``noop-bias`` (warning): the key bias (its unrotated dims) cancels in the softmax, since
@@ -27,13 +30,24 @@ SEVERITY = {"non-finite": "error", "noop-bias": "warning", "absorbable-bias": "n
             "rank-deficient-head": "warning"}
 
 
-def _finding(rule: str, layer: AttentionLayer, tensor: str | None, parameters: int, message: str, **extra) -> dict:
-    return {"rule": rule, "severity": SEVERITY[rule], "layer": layer.index, "tensor": tensor,
+def _finding(rule: str, layer: AttentionLayer, roles: tuple[str, ...], parameters: int, message: str,
+             **extra) -> dict:
+    """One finding about the tensors that hold ``roles`` of ``layer``."""
+    return {"rule": rule, "severity": SEVERITY[rule], "layer": layer.index,
+            "tensor": ", ".join(_name(layer, r) for r in roles), "tensors": stored_tensors(layer, roles),
             "parameters": int(parameters), "message": message, **extra}
 
 
 def _name(layer: AttentionLayer, role: str) -> str:
+    """Where ``role`` lives, as the adapter names it (a fused tensor's slice included)."""
     return layer.tensor_names.get(role, role)
+
+
+def stored_tensors(layer: AttentionLayer, roles: tuple[str, ...]) -> list[str]:
+    """The stored tensors holding ``roles``, each once, in role order (an adapter's name is the
+    stored name, followed by ``[slice]`` when the role is part of a fused tensor)."""
+    names = [_name(layer, r).split("[", 1)[0].strip() for r in roles]
+    return list(dict.fromkeys(n for n in names if n))
 
 
 def _max_abs(t: torch.Tensor) -> float | None:
@@ -64,7 +78,7 @@ def non_finite_findings(layer: AttentionLayer, finite_by_role: dict[str, torch.T
         if role != "b_O":
             extra["heads"] = bad.reshape(t.shape[0], -1).any(dim=1).nonzero().flatten().tolist()
             extra["head_kind"] = "query" if role in ("W_Q", "b_Q", "W_O") else "kv"
-        out.append(_finding("non-finite", layer, _name(layer, role), n_bad,
+        out.append(_finding("non-finite", layer, (role,), n_bad,
                             f"{_name(layer, role)} holds {n_nan} NaN and {n_bad - n_nan} Inf values; the attention "
                             "output is not defined there, and spectra of the affected heads are skipped", **extra))
     return out
@@ -81,7 +95,7 @@ def noop_bias_findings(layer: AttentionLayer) -> list[dict]:
     where = "" if cols.start == 0 else f" (its unrotated dims {cols.start}..{cols.stop - 1} of each head)"
     max_abs = _max_abs(part)
     size = "" if max_abs is None else f", largest |value| {max_abs:.3g}"
-    return [_finding("noop-bias", layer, name, dims,
+    return [_finding("noop-bias", layer, ("b_K",), dims,
                      f"{name}{where} is a no-op: <q_i, b_K> is the same for every key j and cancels in the softmax, "
                      f"so these {dims} parameters can be zeroed without changing any output{size}",
                      max_abs=max_abs, columns=[cols.start, cols.stop])]
@@ -95,7 +109,7 @@ def absorbable_bias_findings(layer: AttentionLayer) -> list[dict]:
     name, into = _name(layer, "b_V"), _name(layer, "b_O")
     max_abs = _max_abs(layer.b_V)
     size = "" if max_abs is None else f", largest |value| {max_abs:.3g}"
-    return [_finding("absorbable-bias", layer, name, dims,
+    return [_finding("absorbable-bias", layer, ("b_V",), dims,
                      f"{name} can be folded into {into} (b_O += sum_h b_V^g(h) W_O^h, then b_V = 0) without changing "
                      f"any output, because softmax rows sum to one ({dims} parameters{size})",
                      max_abs=max_abs, into=into)]
@@ -115,7 +129,6 @@ def rank_findings(layer: AttentionLayer, spectra: HeadSpectra, extra: dict | Non
         form = "W_QK = W_Q^h W_K^gT" if kind == "qk" else "W_OV = W_V^g W_O^h"
         for h in (ok & (ranks < full)).nonzero().flatten().tolist():
             g, rank = layer.kv_head(h), int(ranks[h])
-            tensor = f"{_name(layer, roles[0])}, {_name(layer, roles[1])}"
             gained = None if extra is None else int(extra["qk" if kind == "qk" else "vo"][g])
             dead = extra is not None and kind == "ov" and h in extra["dead_heads"]
             effect = _rank_effect(kind, g, gained, extra, dead)
@@ -123,7 +136,7 @@ def rank_findings(layer: AttentionLayer, spectra: HeadSpectra, extra: dict | Non
             if dead:
                 more = {"dead": True, "group_extra_unidentified_qk": int(extra["qk"][g])}
             out.append(_finding(
-                "rank-deficient-head", layer, tensor, 2 * d * full,
+                "rank-deficient-head", layer, roles, 2 * d * full,
                 f"head {h} (kv head {g}): {form} has numerical rank {rank} < {full} (tolerance {RANK_RULE}, "
                 f"rtol = {spectra.rtol:.3g}; smallest singular value {float(values[h, -1]):.3g} of "
                 f"{float(values[h, 0]):.3g}); {effect}",

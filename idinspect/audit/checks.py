@@ -47,12 +47,14 @@ def gauge_fixed(model, rtol: float | None) -> list[dict]:
     tol = f" (rtol {rtol:g})" if rtol is not None else ""
     match = re.match(r"layer (\d+)\b", where or "")
     layer = int(match.group(1)) if match else None
-    locate = None
+    tensors: list[str] = []
     if layer is not None and 0 <= layer < model.num_layers:
-        names = model.layer(layer).tensor_names
-        locate = names.get("W_O") or next(iter(names.values()), None)
+        from ..analysis.findings import stored_tensors
+
+        read = model.layer(layer)
+        tensors = stored_tensors(read, ("W_O",) if "W_O" in read.tensor_names else tuple(read.tensor_names)[:1])
     return [{"rule": "not-gauge-fixed", "severity": "error", "layer": layer, "tensor": None, "where": where,
-             "locate": locate, "error": float(worst),
+             "tensors": tensors, "error": float(worst),
              "message": f"not in gauge-fixed canonical form: largest relative change {float(worst):.3g} at {where}{tol}; "
                         "publish the output of `idinspect export` instead"}]
 

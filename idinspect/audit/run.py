@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import quote
@@ -26,30 +25,6 @@ from .policy import ModelPolicy, Policy
 from .rules import WORST_FIRST, at_or_above, rule_for, severity_rank
 
 log = logging.getLogger("idinspect.audit")
-
-_SLICE = re.compile(r"\[[^\[\]]*\]$")
-
-
-def strip_slice(tensor: str) -> str:
-    """``h.0.attn.c_attn.bias[8:16]`` -> ``h.0.attn.c_attn.bias`` (fused tensors name a slice)."""
-    return _SLICE.sub("", tensor.strip())
-
-
-def tensor_names(text: str) -> list[str]:
-    """The stored tensors a finding names: ``"a.weight[:, 0:8], b.weight"`` -> ``["a.weight", "b.weight"]``
-    (commas inside a slice do not separate names)."""
-    names, depth, start = [], 0, 0
-    for i, ch in enumerate(text):
-        if ch == "[":
-            depth += 1
-        elif ch == "]":
-            depth = max(depth - 1, 0)
-        elif ch == "," and depth == 0:
-            names.append(text[start:i])
-            start = i + 1
-    names.append(text[start:])
-    return [strip_slice(n) for n in names if n.strip()]
-
 
 def fingerprint_key(item: dict) -> str | None:
     """What identifies a finding within its model: the tensor, qualified by head and kind where
@@ -297,16 +272,15 @@ class Auditor:
 
     @staticmethod
     def _file_of(item: dict, reader) -> str:
-        """The shard holding the finding's tensor (or ``where``), else config.json."""
+        """The file a finding names, else the shard holding the first of its ``tensors``, else config.json."""
         if isinstance(item.get("file"), str):
             return item["file"]
-        if reader is not None:
-            for key in ("tensor", "where", "locate"):
-                text = item.get(key)
-                for name in tensor_names(text) if isinstance(text, str) else []:
-                    fname = reader.file_of(name)
-                    if fname:
-                        return fname
+        tensors = item.get("tensors")
+        if reader is not None and isinstance(tensors, list):
+            for name in tensors:
+                fname = reader.file_of(name) if isinstance(name, str) else None
+                if fname:
+                    return fname
         return CONFIG_FILE
 
 
@@ -324,5 +298,4 @@ def run_audit(sources: list[str], policy: Policy, *, baseline: Baseline | None =
                        baseline=str(baseline.path) if baseline is not None and baseline.path else None)
 
 
-__all__ = ["AuditResult", "Auditor", "Finding", "ModelResult", "fingerprint_key", "model_identity", "run_audit",
-           "strip_slice", "tensor_names"]
+__all__ = ["AuditResult", "Auditor", "Finding", "ModelResult", "fingerprint_key", "model_identity", "run_audit"]
