@@ -17,7 +17,7 @@ def reference_attention(layer: AttentionLayer, x: torch.Tensor, positions: torch
     """Attention output [B, T, d] for hidden states ``x`` [B, T, d], computed in float64.
 
     ``positions`` [T] default to 0..T-1; ``causal`` defaults to the layer's own setting. Sliding
-    windows follow Hugging Face: key j is visible from query i iff i - w < j <= i.
+    windows follow Hugging Face: key j is visible from query i iff |i - j| < w (and j <= i when causal).
     """
     if layer.flags:
         raise UnsupportedLayerError(f"layer {layer.index}: the reference attention does not model {sorted(layer.flags)}")
@@ -55,8 +55,8 @@ def reference_attention(layer: AttentionLayer, x: torch.Tensor, positions: torch
     visible = torch.ones(T, T, dtype=torch.bool)
     if causal:
         visible &= j <= i
-    if L.sliding_window is not None:
-        visible &= j > i - L.sliding_window
+    if L.sliding_window is not None:        # |i - j| < w: i - w < j <= i when causal, both sides otherwise
+        visible &= (i - j).abs() < L.sliding_window
     scores = scores.masked_fill(~visible, float("-inf"))
     probs = torch.softmax(scores, dim=-1)
     z = probs @ v
