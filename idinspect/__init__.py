@@ -18,15 +18,30 @@ try:
 except PackageNotFoundError:  # running from a source tree without installing
     __version__ = "0.0.0+unknown"
 
-from .layer.attention_layer import AttentionLayer, Positional, RotarySpec
-from .errors import IdinspectError
-from .analysis.inspection import inspect
-from .analysis import analyze
-from .sources.model import Model, load
-from .layer.reference import reference_attention
-from .gauge import canonicalize, invariant_errors, is_gauge_fixed
-from .exporting.pipeline import export  # note: binds idinspect.export to the function (the module stays importable by name)
-from .equivalence.verify import verify
+# The public names are imported on first use (PEP 562), so that ``import idinspect`` (and with it
+# ``idinspect --help`` / ``--version``) does not import torch: about a second on a 2-core machine.
+_PUBLIC = {
+    "AttentionLayer": ".layer.attention_layer", "Positional": ".layer.attention_layer",
+    "RotarySpec": ".layer.attention_layer", "IdinspectError": ".errors", "inspect": ".analysis.inspection",
+    "analyze": ".analysis", "Model": ".sources.model", "load": ".sources.model",
+    "reference_attention": ".layer.reference", "canonicalize": ".gauge", "invariant_errors": ".gauge",
+    "is_gauge_fixed": ".gauge", "export": ".exporting.pipeline", "verify": ".equivalence.verify",
+}
+
+
+def __getattr__(name: str):
+    if name not in _PUBLIC:
+        raise AttributeError(f"module 'idinspect' has no attribute {name!r}")
+    from importlib import import_module
+
+    value = getattr(import_module(_PUBLIC[name], __name__), name)
+    globals()[name] = value      # binds idinspect.export / idinspect.verify to the functions, once
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_PUBLIC])
+
 
 __all__ = ["AttentionLayer", "IdinspectError", "Model", "Positional", "RotarySpec", "__version__", "analyze",
            "canonicalize", "export", "inspect", "invariant_errors", "is_gauge_fixed", "load", "reference_attention",

@@ -52,6 +52,20 @@ class DefaultToInspect(click.Group):
 
         return list(COMMANDS)
 
+    def format_commands(self, ctx, formatter) -> None:
+        """The command list from :data:`~idinspect.commands.SUMMARIES`, importing no command module."""
+        from .commands import SUMMARIES
+
+        rows = []
+        for name in self.list_commands(ctx):
+            summary = SUMMARIES.get(name)
+            if summary is None:
+                command = self.get_command(ctx, name)
+                summary = command.get_short_help_str(limit=formatter.width) if command is not None else ""
+            rows.append((name, summary))
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
     def get_command(self, ctx, cmd_name: str):
         from .commands import load_command
 
@@ -90,6 +104,9 @@ def cli() -> None:
     """Inspect transformer checkpoints for parameter identification.
 
     MODEL is a local checkpoint directory, a hub id org/name[@revision], or the cache snapshot folder.
+
+    Common report options (see idinspect inspect --help): --heads (per-head spectra table),
+    --html PATH, --json PATH, --format json, --prove (check the count on a small twin).
     """
 
 

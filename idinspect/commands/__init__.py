@@ -19,6 +19,16 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "diff": ("diff_cmd", "diff_command"),
 }
 
+#: One line per command for the top-level ``--help``, so that listing the commands imports none of
+#: them (nor torch). A command missing here is imported for its own short help instead.
+SUMMARIES: dict[str, str] = {
+    "inspect": "Report a model's attention structure and parameter identification (the default command).",
+    "export": "Export MODEL to OUT with every attention layer in the gauge-fixed form.",
+    "verify": "Check that checkpoint B computes the same function as A.",
+    "audit": "Audit models against rules and a policy; exit 0 pass, 1 findings, 2 error.",
+    "diff": "How much of the step from A to B moves along A's gauge orbit (rho, beta, tau).",
+}
+
 
 def load_command(name: str) -> click.Command | None:
     """The click command called ``name``, or None if there is none."""

@@ -1,0 +1,41 @@
+"""`idinspect --help` and `--version` answer without importing torch (a second of a 2-core machine)."""
+
+import subprocess
+import sys
+
+import pytest
+
+PROBE = ("import sys\n"
+         "from idinspect.cli import main\n"
+         "try:\n"
+         "    main(sys.argv[1:])\n"
+         "except SystemExit:\n"
+         "    pass\n"
+         "heavy = sorted(m for m in ('torch', 'transformers', 'safetensors', 'rich') if m in sys.modules)\n"
+         "print('HEAVY', heavy)\n")
+
+
+@pytest.mark.parametrize("args", [["--help"], ["--version"], ["-h"]])
+def test_help_and_version_import_no_torch(args):
+    out = subprocess.run([sys.executable, "-c", PROBE, *args], capture_output=True, text=True, check=True).stdout
+    assert out.strip().splitlines()[-1] == "HEAVY []", out
+
+
+def test_top_level_help_lists_every_command_and_the_common_report_options():
+    from idinspect.commands import COMMANDS
+
+    out = subprocess.run([sys.executable, "-m", "idinspect", "--help"], capture_output=True, text=True).stdout
+    for name in COMMANDS:
+        assert f"\n  {name} " in out, name
+    for option in ("--heads", "--html", "--prove"):
+        assert option in out, option
+
+
+def test_import_idinspect_is_lazy_but_complete():
+    code = ("import sys, idinspect\n"
+            "assert 'torch' not in sys.modules\n"
+            "names = [n for n in idinspect.__all__ if n != '__version__']\n"
+            "missing = [n for n in names if getattr(idinspect, n, None) is None]\n"
+            "print(missing, callable(idinspect.export), callable(idinspect.verify))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[] True True", out
