@@ -15,6 +15,7 @@ number within its stack.
 
 from __future__ import annotations
 
+import contextlib
 import re
 from dataclasses import dataclass
 from functools import cached_property
@@ -275,6 +276,11 @@ class Adapter:
         hidden_size) with this model's bias pattern, positional scheme and causality (see
         :mod:`idinspect.analysis.prove`)."""
         raise IdinspectError(f"--prove has no twin recipe for the {self.family} family")
+
+    def exact_float64(self) -> contextlib.AbstractContextManager:
+        """A context in which this family's transformers modules compute float64 inputs in float64
+        (some cast to float32 inside: a rotary embedding, a norm); the proofs run in it. None by default."""
+        return contextlib.nullcontext()
 
     def live_modules(self, hf_model, n: int):
         """(module taking the hidden states, separate output module or None) of block ``n`` in a live

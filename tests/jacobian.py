@@ -84,12 +84,13 @@ def _with_random_hidden(args: tuple, kwargs: dict, gen: torch.Generator) -> tupl
 
 
 def attention_nullity(model, src, dst=None, *, batches: int = 4, tokens: int = 8, seed: int = 0,
-                      edit_call=None) -> Nullity:
+                      edit_call=None, exact=contextlib.nullcontext) -> Nullity:
     """Nullity over ``batches`` random batches of the map params -> dst(src(x)).
 
     ``src`` is the module that takes the hidden states; ``dst`` an output projection applied after
     it when it is a separate module (BERT's ``attention.output.dense``). ``edit_call(args, kwargs)``
-    may change the captured call (e.g. switch RoPE off).
+    may change the captured call (e.g. switch RoPE off). ``exact()`` is a context in which the
+    model's modules compute float64 in float64 (the family's own casts patched).
     """
     # dst inside src (BLOOM's dense before the residual add, ALBERT's before a LayerNorm): the block's
     # output is dst's output during src's call, and src's parameters downstream of it are not the block's
@@ -125,7 +126,7 @@ def attention_nullity(model, src, dst=None, *, batches: int = 4, tokens: int = 8
     if nested:
         args, kwargs = capture_call(model, src, torch.randint(2, vocab, (1, tokens), generator=gen))
         live = tuple(v.clone().requires_grad_(True) for v in values)
-        with exact_softmax():
+        with exact_softmax(), exact():
             grads = torch.autograd.grad(call(live, args, kwargs).sum(), live, allow_unused=True)
         names = [n for n, g in zip(names, grads) if g is not None]
         values = tuple(v for v, g in zip(values, grads) if g is not None)
@@ -141,7 +142,7 @@ def attention_nullity(model, src, dst=None, *, batches: int = 4, tokens: int = 8
         def f(*theta, args=args, kwargs=kwargs):
             return call(theta, args, kwargs)
 
-        with warnings.catch_warnings(), single_thread(), exact_softmax():
+        with warnings.catch_warnings(), single_thread(), exact_softmax(), exact():
             warnings.simplefilter("ignore")
             J = torch.autograd.functional.jacobian(f, values, vectorize=True)
         blocks.append(torch.cat([j.reshape(j.shape[0], -1) for j in J], dim=1))

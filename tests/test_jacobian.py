@@ -34,9 +34,10 @@ def test_reported_unidentified_equals_jacobian_nullity(variant, tiny_dir):
     hf = tiny.build(variant)
     result = idinspect.inspect(tiny_dir(variant), spectra=False)
     assert len(result["layers"]) == _attention_blocks(hf)
+    exact = idinspect.load(hf).adapter.exact_float64
     for i, layer in enumerate(result["layers"]):
         src, dst = tiny.attention_modules(hf, i)
-        n = attention_nullity(hf, src, dst, seed=i)
+        n = attention_nullity(hf, src, dst, seed=i, exact=exact)
         _clean_gap(n)
         assert n.parameters == layer["attention_parameters"], (variant, i)
         assert n.nullity == layer["unidentified_parameters"], (variant, i, n)

@@ -126,7 +126,7 @@ def capture_attention(model, input_ids: torch.Tensor) -> list[tuple[torch.Tensor
     from idinspect.analysis.prove import exact_softmax
 
     try:
-        with torch.no_grad(), exact_softmax():
+        with torch.no_grad(), exact_softmax(), adapter.exact_float64():
             model(input_ids=input_ids)
     finally:
         for h in handles:

@@ -126,7 +126,7 @@ def attention_jacobian(hf, adapter, batch: int, seed: int = 0) -> torch.Tensor:
             y = functional_call(out, {k[2:]: v for k, v in p.items() if k.startswith("o.")}, (y,))
         return y.reshape(-1)
 
-    with exact_softmax():
+    with exact_softmax(), adapter.exact_float64():
         if nested:
             params = _upstream(forward, params)
         with warnings.catch_warnings(), single_threaded_kernels():   # no vmap rule for CPU sdpa backward: slower, exact
