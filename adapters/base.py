@@ -180,7 +180,7 @@ class Adapter:
     def read_layer(self, n: int) -> AttentionLayer:
         """Block ``n`` in canonical form (tensors are views of the stored ones, in their dtype)."""
         site = self.sites[n]
-        H, G, hd, d = self.n_heads, self.n_kv_heads, self.head_dim, self.hidden_size
+        H, hd, d = self.n_heads, self.head_dim, self.hidden_size
         counts = self._counts()
         t: dict[str, torch.Tensor] = {}
         names: dict[str, str] = {}
@@ -315,6 +315,18 @@ def check_sizes(a: Adapter) -> None:
     if a.optional("head_dim") is None and numbers["hidden_size"] % numbers["heads"]:
         raise IdinspectError(f"config.json: hidden size {numbers['hidden_size']} is not divisible by "
                              f"{numbers['heads']} attention heads; fix the config")
+
+
+def rope_positional(config, pairing: str = "half") -> Positional:
+    """RoPE of ``config`` (frequencies as transformers computes them, :mod:`idinspect.sources.rope_config`);
+    settings transformers cannot use are a one-line error naming the config keys."""
+    from ..sources.rope_config import rotary_spec_from_config
+
+    try:
+        return Positional("rope", rotary=rotary_spec_from_config(config, pairing))
+    except (KeyError, TypeError, ValueError, ZeroDivisionError, IdinspectError) as exc:
+        raise IdinspectError(f"config.json: RoPE settings that transformers cannot use ({type(exc).__name__}: "
+                             f"{one_line(exc)}); fix rope_parameters / rope_scaling") from None
 
 
 def _describe(idx: torch.Tensor) -> str:

@@ -18,10 +18,8 @@ from functools import cached_property
 
 import torch
 
-from ..errors import IdinspectError, one_line
 from ..layer.attention_layer import Positional
-from ..sources.rope_config import rotary_spec_from_config
-from .base import Adapter, Site
+from .base import Adapter, Site, rope_positional
 from .layout import Block, Projection
 
 
@@ -69,11 +67,7 @@ class FalconAdapter(Adapter):
         if self.config.alibi:
             slopes = alibi_slopes(self.n_heads).to(torch.bfloat16).to(torch.float64) / math.sqrt(self.head_dim)
             return Positional("alibi", alibi_slopes=slopes)
-        try:
-            return Positional("rope", rotary=rotary_spec_from_config(self.config, "half"))
-        except (KeyError, TypeError, ValueError, ZeroDivisionError, IdinspectError) as exc:
-            raise IdinspectError(f"config.json: RoPE settings that transformers cannot use ({type(exc).__name__}: "
-                                 f"{one_line(exc)}); fix rope_parameters / rope_scaling") from None
+        return rope_positional(self.config, "half")
 
     def positional(self, site: Site | None = None) -> Positional:
         return self._positional

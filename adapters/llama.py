@@ -13,10 +13,8 @@ from __future__ import annotations
 
 from functools import cached_property
 
-from ..errors import IdinspectError, one_line
 from ..layer.attention_layer import Positional
-from ..sources.rope_config import rotary_spec_from_config
-from .base import Adapter, Site
+from .base import Adapter, Site, rope_positional
 from .layout import Block, Projection
 
 
@@ -56,11 +54,7 @@ class LlamaAdapter(Adapter):
 
     @cached_property
     def _rope(self) -> Positional:
-        try:
-            return Positional("rope", rotary=rotary_spec_from_config(self.config, "half"))
-        except (KeyError, TypeError, ValueError, ZeroDivisionError, IdinspectError) as exc:
-            raise IdinspectError(f"config.json: RoPE settings that transformers cannot use ({type(exc).__name__}: "
-                                 f"{one_line(exc)}); fix rope_parameters / rope_scaling") from None
+        return rope_positional(self.config, "half")
 
     def positional(self, site: Site | None = None) -> Positional:
         return self._rope
