@@ -147,7 +147,7 @@ class AuditResult:
 def model_identity(source: str, path: Path | None, kind: str | None, cwd: Path) -> str:
     """How a model is named in fingerprints: the hub id, ``pkg:...``, or a local path relative to
     the working directory (absolute when outside it), POSIX separators, no trailing slash."""
-    if kind == "local" and path is not None and not source.startswith("pkg:"):
+    if kind in ("local", "gguf") and path is not None and not source.startswith("pkg:"):
         return _relative(Path(path), cwd)
     if kind == "hub":
         return source.split("@", 1)[0]

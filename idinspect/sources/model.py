@@ -48,7 +48,8 @@ class Model:
     def hf_config(self):
         """The full transformers config (``AutoConfig`` of the folder), read on first use."""
         if self._hf_config is None:
-            self._hf_config = auto_config(self.provenance.path)
+            owner = getattr(self, "_config_folder", None)   # a GGUF input's synthesised config.json
+            self._hf_config = auto_config(Path(owner.name) if owner is not None else self.provenance.path)
         return self._hf_config
 
     @property
@@ -119,7 +120,18 @@ class Model:
             "head_dim": a.head_dim,
             "positional": pos.kind,
             "rotary_dim": pos.rotary_dim,
+            **self._gguf_summary(),
         }
+
+    def _gguf_summary(self) -> dict:
+        """For a GGUF input: ``{"gguf": {"file", "architecture", "tensor_types"}}``, the stored GGML type
+        (F32, F16, Q8_0, ...) of every attention tensor under its GGUF name; else nothing."""
+        types = getattr(self.reader, "tensor_types", None)
+        if types is None:
+            return {}
+        names = [k for i in range(self.num_layers) for k in self.adapter.attention_keys(i)]
+        return {"gguf": {"file": self.provenance.path.name, "architecture": self.reader.gguf_architecture,
+                         "tensor_types": {self.reader.gguf_name(k): types[k] for k in names if k in types}}}
 
     def fetch_summary(self) -> dict | None:
         """For a hub checkpoint read in part: bytes fetched, checkpoint size, header and attention
@@ -129,6 +141,9 @@ class Model:
 
     def close(self) -> None:
         self.reader.close()
+        owner = getattr(self, "_config_folder", None)
+        if owner is not None:
+            owner.cleanup()
 
     def __enter__(self) -> "Model":
         return self
@@ -164,6 +179,8 @@ def load(source, *, revision: str | None = None, token: str | None = None,
         path = Path(text).expanduser()
         if not path.exists():
             raise IdinspectError(f"{text}: no such file or directory")
+        if path.is_file() and path.suffix.lower() == ".gguf":
+            return _from_gguf(path, Provenance(source=text, kind="gguf", path=path))
         return _from_directory(path, Provenance(source=text, kind="local", revision=cache_revision(path), path=path))
     repo_id, rev = split_revision(text)
     if not HUB_ID.match(repo_id):
@@ -262,6 +279,25 @@ def _from_directory(path: Path, provenance: Provenance) -> Model:
         model.check_layout()
     except BaseException:
         reader.close()
+        raise
+    return model
+
+
+def _from_gguf(path: Path, provenance: Provenance) -> Model:
+    """A llama.cpp GGUF file: metadata as config.json, tensors under transformers names (see
+    :mod:`idinspect.sources.gguf_reader`); provenance.path stays the file, ``hf_config`` reads the
+    synthesised config."""
+    from .gguf_reader import open_gguf
+
+    folder, reader, owner = open_gguf(path)
+    try:
+        config = read_config(folder)
+        model = Model(config, reader, adapter_for(config, reader), provenance)
+        model._config_folder = owner    # the synthesised config.json lives as long as the model
+        model.check_layout()
+    except BaseException:
+        reader.close()
+        owner.cleanup()
         raise
     return model
 

@@ -1,0 +1,267 @@
+"""GGUF files (llama.cpp) as a :class:`TensorReader` under the Hugging Face names the adapters expect.
+
+Metadata and tensors are read with the ``gguf`` package (``pip install 'idinspect[gguf]'``):
+``GGUFReader`` memory-maps the file, and only the tensors an adapter asks for are decoded
+(``gguf.quants.dequantize`` for quantised types, so an inspection dequantises the attention
+tensors only). The file's ``general.architecture`` picks a family; its metadata becomes the
+config.json the adapter reads (:func:`synthesised_config`), and its tensor names
+(``blk.N.attn_q.weight``, ...) map back to the transformers names (``model.layers.N.self_attn.
+q_proj.weight``, ``h.N.attn.c_attn.weight``, ...).
+
+llama.cpp's converter reorders the rows of Q and K (and their biases) for the architectures it
+runs with "normal" (interleaved-pair) rotary embeddings, so that its kernel rotating adjacent
+pairs computes what transformers' half-split rotation computes: per head, rows ``(s, j)`` (half
+``s``, index ``j``) are stored at ``(j, s)``. This reader undoes it for those architectures
+(``llama``, ``mistral``, ``granite``, ...) and leaves the rows alone for the "neox" ones (``qwen2``,
+``qwen3``, ``phi3``, ``gemma3``), which llama.cpp rotates half-split as transformers does. GPT-2's
+``c_attn``/``c_proj`` are stored transposed (Linear layout) and are transposed back to Conv1D.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..errors import IdinspectError
+from .checkpoint import TensorReader
+
+GGUF_SUFFIX = ".gguf"
+
+
+@dataclass(frozen=True)
+class Family:
+    """How one GGUF architecture maps onto a transformers model type."""
+
+    model_type: str
+    architecture: str      # transformers class name recorded as config.architectures
+    rope: str | None       # 'normal' (llama.cpp permutes Q/K rows), 'neox' (it does not), None (no RoPE)
+    layer: str             # HF prefix of layer i, with {i}
+    names: dict[str, str]  # GGUF suffix after 'blk.{i}.' -> HF suffix after the layer prefix
+
+
+_LLAMA_NAMES = {
+    "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
+    "attn_output": "self_attn.o_proj", "attn_q_norm": "self_attn.q_norm", "attn_k_norm": "self_attn.k_norm",
+    "attn_norm": "input_layernorm", "ffn_norm": "post_attention_layernorm", "ffn_gate": "mlp.gate_proj",
+    "ffn_up": "mlp.up_proj", "ffn_down": "mlp.down_proj",
+    "post_attention_norm": "post_attention_layernorm", "ffn_post_norm": "post_feedforward_layernorm",
+    "ffn_pre_norm": "pre_feedforward_layernorm",
+}
+_GPT2_NAMES = {"attn_qkv": "attn.c_attn", "attn_output": "attn.c_proj", "attn_norm": "ln_1", "ffn_norm": "ln_2",
+               "ffn_up": "mlp.c_fc", "ffn_down": "mlp.c_proj"}
+
+#: GGUF ``general.architecture`` -> family. Others are refused by name.
+FAMILIES: dict[str, Family] = {
+    "llama": Family("llama", "LlamaForCausalLM", "normal", "model.layers.{i}", _LLAMA_NAMES),
+    "mistral": Family("mistral", "MistralForCausalLM", "normal", "model.layers.{i}", _LLAMA_NAMES),
+    "qwen2": Family("qwen2", "Qwen2ForCausalLM", "neox", "model.layers.{i}", _LLAMA_NAMES),
+    "qwen3": Family("qwen3", "Qwen3ForCausalLM", "neox", "model.layers.{i}", _LLAMA_NAMES),
+    "phi3": Family("phi3", "Phi3ForCausalLM", "neox", "model.layers.{i}", _LLAMA_NAMES),
+    "gemma3": Family("gemma3_text", "Gemma3ForCausalLM", "neox", "model.layers.{i}", _LLAMA_NAMES),
+    "gpt2": Family("gpt2", "GPT2LMHeadModel", None, "h.{i}", _GPT2_NAMES),
+}
+_GLOBAL_NAMES = {
+    "llama": {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head"},
+    "gpt2": {"token_embd": "wte", "position_embd": "wpe", "output_norm": "ln_f", "output": "lm_head"},
+}
+_BLOCK = re.compile(r"^blk\.(\d+)\.(.+)\.(weight|bias)$")
+_FLOAT = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16, "F64": torch.float64}
+
+
+def _gguf():
+    try:
+        import gguf
+    except ImportError:
+        raise IdinspectError("reading GGUF files needs the gguf package: pip install 'idinspect[gguf]'") from None
+    return gguf
+
+
+class GGUFCheckpoint(TensorReader):
+    """Tensors of one GGUF file under transformers names; quantised tensors are dequantised to float32
+    when read (``dtype`` reports float32 for them; :attr:`tensor_types` keeps the stored type)."""
+
+    def __init__(self, path: str | Path):
+        gguf = _gguf()
+        self.path = Path(path)
+        try:
+            self._file = gguf.GGUFReader(str(self.path), "r")
+        except (OSError, ValueError, KeyError, IndexError) as exc:
+            raise IdinspectError(f"{self.path}: not a readable GGUF file ({exc})") from None
+        self.gguf_architecture = str(self._field("general.architecture", ""))
+        family = FAMILIES.get(self.gguf_architecture)
+        if family is None:
+            raise IdinspectError(f"{self.path}: GGUF architecture {self.gguf_architecture!r} is not supported "
+                                 f"(supported: {', '.join(sorted(FAMILIES))})")
+        self.family = family
+        from ..adapters import ADAPTERS
+
+        if family.model_type not in ADAPTERS:
+            raise IdinspectError(f"{self.path}: GGUF architecture {self.gguf_architecture!r} maps to model_type "
+                                 f"{family.model_type!r}, which this idinspect has no adapter for "
+                                 f"(supported: {', '.join(sorted(ADAPTERS))})")
+        self._tensors = {}
+        self._hf_to_gguf: dict[str, str] = {}
+        global_names = _GLOBAL_NAMES["gpt2" if family.model_type == "gpt2" else "llama"]
+        for t in self._file.tensors:
+            hf = self._hf_name(t.name, global_names)
+            self._tensors[hf] = t
+            self._hf_to_gguf[hf] = t.name
+        #: HF name -> stored GGML type name ('F32', 'F16', 'Q8_0', ...).
+        self.tensor_types = {n: t.tensor_type.name for n, t in self._tensors.items()}
+        self.shard_files = [self.path.name]
+
+    # names ----------------------------------------------------------------------------------
+    def _hf_name(self, name: str, global_names: dict[str, str]) -> str:
+        m = _BLOCK.match(name)
+        if m:
+            i, part, kind = m.groups()
+            hf = self.family.names.get(part)
+            if hf is not None:
+                return f"{self.family.layer.format(i=i)}.{hf}.{kind}"
+            return name
+        stem, _, kind = name.rpartition(".")
+        hf = global_names.get(stem)
+        return f"{hf}.{kind}" if hf is not None else name
+
+    def gguf_name(self, name: str) -> str | None:
+        return self._hf_to_gguf.get(name)
+
+    def _field(self, key: str, default=None):
+        field = self._file.fields.get(key)
+        if field is None:
+            return default
+        value = field.contents()
+        return value
+
+    def metadata(self, key: str, default=None):
+        """``{architecture}.{key}`` (e.g. ``block_count``), else ``default``."""
+        return self._field(f"{self.gguf_architecture}.{key}", default)
+
+    # TensorReader -------------------------------------------------------------------------------
+    def keys(self) -> list[str]:
+        return sorted(self._tensors)
+
+    def _tensor(self, name: str):
+        try:
+            return self._tensors[name]
+        except KeyError:
+            raise IdinspectError(f"{self.path}: no tensor named {name}") from None
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        shape = tuple(int(s) for s in reversed(self._tensor(name).shape.tolist()))   # GGUF lists ne[0] first
+        if self._transposed(name):
+            shape = shape[::-1]
+        return shape
+
+    def dtype(self, name: str) -> torch.dtype:
+        return _FLOAT.get(self._tensor(name).tensor_type.name, torch.float32)
+
+    def file_of(self, name: str) -> str | None:
+        return self.path.name if name in self._tensors else None
+
+    def get(self, name: str) -> torch.Tensor:
+        """The tensor as transformers stores it: dequantised, Q/K rows un-permuted, GPT-2 Conv1D layout."""
+        gguf = _gguf()
+        t = self._tensor(name)
+        stored = tuple(int(s) for s in reversed(t.shape.tolist()))
+        kind = t.tensor_type.name
+        if kind in _FLOAT:
+            array = np.array(t.data).reshape(stored)
+            out = torch.from_numpy(array.view(np.uint16)).view(torch.bfloat16) if kind == "BF16" else torch.from_numpy(array)
+            out = out.reshape(stored)
+        else:
+            try:
+                array = gguf.quants.dequantize(np.asarray(t.data), t.tensor_type)
+            except NotImplementedError:
+                raise IdinspectError(f"{self.path}: tensor {t.name} is {kind}, which the gguf package cannot "
+                                     "dequantise; convert the file to another quantisation") from None
+            out = torch.from_numpy(np.ascontiguousarray(array, dtype=np.float32)).reshape(stored)
+        out = self._unpermute(name, out)
+        if self._transposed(name):
+            out = out.T
+        return out.contiguous()
+
+    def _transposed(self, name: str) -> bool:
+        return self.family.model_type == "gpt2" and name.endswith(("attn.c_attn.weight", "attn.c_proj.weight",
+                                                                  "mlp.c_fc.weight", "mlp.c_proj.weight"))
+
+    def _unpermute(self, name: str, w: torch.Tensor) -> torch.Tensor:
+        """Undo llama.cpp's ``permute``: rows (h, j, s) back to (h, s, j) for 'normal' rotary families."""
+        if self.family.rope != "normal":
+            return w
+        if name.endswith(("self_attn.q_proj.weight", "self_attn.q_proj.bias")):
+            n = int(self.metadata("attention.head_count"))
+        elif name.endswith(("self_attn.k_proj.weight", "self_attn.k_proj.bias")):
+            n = int(self.metadata("attention.head_count_kv", self.metadata("attention.head_count")))
+        else:
+            return w
+        rows = w.shape[0]
+        return w.reshape(n, rows // n // 2, 2, *w.shape[1:]).transpose(1, 2).reshape(w.shape)
+
+    def close(self) -> None:
+        self._tensors.clear()
+        self._file = None
+
+
+def synthesised_config(reader: GGUFCheckpoint) -> dict:
+    """The config.json settings of the GGUF's metadata, for the adapter of its family."""
+    f = reader.family
+    md = reader.metadata
+    heads = int(md("attention.head_count"))
+    kv = md("attention.head_count_kv", heads)
+    kv = int(kv[0] if isinstance(kv, list) else kv)
+    if f.model_type == "gpt2":
+        return {"model_type": "gpt2", "architectures": [f.architecture], "n_embd": int(md("embedding_length")),
+                "n_layer": int(md("block_count")), "n_head": heads, "n_positions": int(md("context_length", 1024)),
+                "layer_norm_epsilon": float(md("attention.layer_norm_epsilon", 1e-5)),
+                "vocab_size": _vocab(reader)}
+    hidden = int(md("embedding_length"))
+    head_dim = int(md("attention.key_length", hidden // heads))
+    cfg = {"model_type": f.model_type, "architectures": [f.architecture], "hidden_size": hidden,
+           "num_hidden_layers": int(md("block_count")), "num_attention_heads": heads, "num_key_value_heads": kv,
+           "head_dim": head_dim, "intermediate_size": int(md("feed_forward_length", 4 * hidden)),
+           "max_position_embeddings": int(md("context_length", 4096)),
+           "rms_norm_eps": float(md("attention.layer_norm_rms_epsilon", 1e-6)),
+           "rope_theta": float(md("rope.freq_base", 10000.0)), "vocab_size": _vocab(reader),
+           "tie_word_embeddings": "lm_head.weight" not in reader}
+    if f.model_type in ("llama", "mistral"):
+        cfg["attention_bias"] = "model.layers.0.self_attn.q_proj.bias" in reader
+    scaling = md("rope.scaling.type")
+    factor = md("rope.scaling.factor")
+    if scaling in ("linear", "yarn") and factor:
+        cfg["rope_scaling"] = {"rope_type": scaling, "factor": float(factor)}
+        if scaling == "yarn":
+            cfg["rope_scaling"]["original_max_position_embeddings"] = int(md("rope.scaling.original_context_length",
+                                                                                cfg["max_position_embeddings"]))
+    window = md("attention.sliding_window")
+    if window:
+        cfg["sliding_window"] = int(window)
+    rotary = md("rope.dimension_count")
+    if rotary and int(rotary) != head_dim:
+        cfg["partial_rotary_factor"] = int(rotary) / head_dim
+    return cfg
+
+
+def _vocab(reader: GGUFCheckpoint) -> int:
+    for name in ("model.embed_tokens.weight", "wte.weight"):
+        if name in reader:
+            return int(reader.shape(name)[0])
+    return int(reader.metadata("vocab_size", 0) or 0)
+
+
+def open_gguf(path: Path) -> tuple[Path, GGUFCheckpoint, tempfile.TemporaryDirectory]:
+    """(folder holding the synthesised config.json, reader, the folder's owner): the folder lives as
+    long as the returned TemporaryDirectory (the Model keeps it)."""
+    reader = GGUFCheckpoint(path)
+    folder = tempfile.TemporaryDirectory(prefix="idinspect-gguf-")
+    (Path(folder.name) / "config.json").write_text(json.dumps(synthesised_config(reader), indent=1))
+    return Path(folder.name), reader, folder
+
+
+__all__ = ["FAMILIES", "GGUFCheckpoint", "GGUF_SUFFIX", "open_gguf", "synthesised_config"]
