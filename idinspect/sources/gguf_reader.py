@@ -64,11 +64,12 @@ FAMILIES: dict[str, Family] = {
     "qwen3": Family("qwen3", "Qwen3ForCausalLM", "neox", "model.layers.{i}", _LLAMA_NAMES),
     "phi3": Family("phi3", "Phi3ForCausalLM", "neox", "model.layers.{i}", _LLAMA_NAMES),
     "gemma3": Family("gemma3_text", "Gemma3ForCausalLM", "neox", "model.layers.{i}", _LLAMA_NAMES),
-    "gpt2": Family("gpt2", "GPT2LMHeadModel", None, "h.{i}", _GPT2_NAMES),
+    "gpt2": Family("gpt2", "GPT2LMHeadModel", None, "transformer.h.{i}", _GPT2_NAMES),
 }
 _GLOBAL_NAMES = {
     "llama": {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head"},
-    "gpt2": {"token_embd": "wte", "position_embd": "wpe", "output_norm": "ln_f", "output": "lm_head"},
+    "gpt2": {"token_embd": "transformer.wte", "position_embd": "transformer.wpe", "output_norm": "transformer.ln_f",
+             "output": "lm_head"},
 }
 _BLOCK = re.compile(r"^blk\.(\d+)\.(.+)\.(weight|bias)$")
 _FLOAT = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16, "F64": torch.float64}
@@ -249,7 +250,7 @@ def synthesised_config(reader: GGUFCheckpoint) -> dict:
 
 
 def _vocab(reader: GGUFCheckpoint) -> int:
-    for name in ("model.embed_tokens.weight", "wte.weight"):
+    for name in ("model.embed_tokens.weight", "transformer.wte.weight"):
         if name in reader:
             return int(reader.shape(name)[0])
     return int(reader.metadata("vocab_size", 0) or 0)

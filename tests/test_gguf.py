@@ -1,0 +1,169 @@
+"""GGUF input: tiny transformers models converted with gguf's writer (tests/gguf_convert.py, llama.cpp's
+layout) read back by idinspect must give the HF original's layers, counts and invariants: exactly in
+F32/F16, within the quantisation error in Q8_0. The Q/K row permutation is what these tests guard:
+reading a llama file as if it were a "neox" one changes the RoPE invariants (checked as a control)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+pytest.importorskip("gguf")
+
+import transformers as tf  # noqa: E402
+
+import idinspect  # noqa: E402
+from idinspect import cli as cli_module  # noqa: E402
+from idinspect.analysis.inspection import inspect  # noqa: E402
+from idinspect.sources import gguf_reader  # noqa: E402
+from tests import tiny  # noqa: E402
+from tests.cli import run_cli  # noqa: E402
+from tests.gguf_convert import convert  # noqa: E402
+
+ROLES = ("W_Q", "W_K", "W_V", "W_O", "b_Q", "b_K", "b_V", "b_O")
+COUNT_KEYS = ("attention_parameters", "unidentified_parameters", "qk_gauge", "vo_gauge", "noop_bias",
+              "absorbable_bias", "heads", "kv_heads", "d_k", "d_v", "positional", "rotary_dim")
+
+
+@pytest.fixture(autouse=True)
+def _no_debug(monkeypatch):
+    monkeypatch.setitem(cli_module._DEBUG, "on", False)
+
+
+def pair(variant: str, tmp_path, dtype: torch.dtype, qtype: str, model=None):
+    """(HF folder saved in ``dtype``, GGUF file in ``qtype``) of the same random model."""
+    model = model if model is not None else tiny.build(variant, dtype=torch.float32)
+    model = model.to(dtype)
+    tiny.save(model, tmp_path / variant, dtype=dtype)
+    return tmp_path / variant, convert(model, tmp_path / f"{variant}-{qtype}.gguf", qtype)
+
+
+def layers_equal(a, b) -> None:
+    for i in range(a.num_layers):
+        la, lb = a.layer(i), b.layer(i)
+        for role in ROLES:
+            ta, tb = getattr(la, role, None), getattr(lb, role, None)
+            assert (ta is None) == (tb is None), (i, role)
+            if ta is not None:   # 1-D tensors are F32 in GGUF (as llama.cpp writes them): same values
+                assert torch.equal(ta.to(torch.float32), tb.to(torch.float32)), (i, role)
+                assert ta.dtype == tb.dtype or ta.ndim < 3, (i, role)
+
+
+@pytest.mark.parametrize("variant", ["llama-gqa", "llama-bias", "mistral", "qwen2", "gpt2"])
+@pytest.mark.parametrize("dtype, qtype", [(torch.float32, "F32"), (torch.float16, "F16")])
+def test_float_gguf_matches_the_hf_original_exactly(variant, dtype, qtype, tmp_path):
+    folder, path = pair(variant, tmp_path, dtype, qtype)
+    with idinspect.load(folder) as hf, idinspect.load(path) as g:
+        layers_equal(hf, g)
+        a, b = inspect(hf), inspect(g)
+    assert a["totals"] == b["totals"]
+    assert a["layers"] == b["layers"]          # counts, spectra, ranks: bit for bit
+    assert a["findings"] == b["findings"]
+    types = b["model"]["gguf"]["tensor_types"]
+    assert {t for n, t in types.items() if n.endswith(".weight")} == {qtype}
+    assert all(t == "F32" for n, t in types.items() if n.endswith(".bias"))   # 1-D tensors stay F32
+    for key in ("model_type", "layers", "hidden_size", "heads", "kv_heads", "head_dim", "positional", "rotary_dim"):
+        assert a["model"][key] == b["model"][key], key
+
+
+def wide(kind: str):
+    """Rows of 64 (Q8_0 blocks are 32 wide)."""
+    common = dict(hidden_size=64, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                  num_key_value_heads=2, vocab_size=64, max_position_embeddings=64)
+    config = {"llama": lambda: tf.LlamaConfig(**common), "qwen2": lambda: tf.Qwen2Config(**common),
+              "gpt2": lambda: tf.GPT2Config(n_embd=64, n_head=4, n_layer=2, vocab_size=64, n_positions=64)}[kind]()
+    torch.manual_seed(1)
+    cls = {"llama": tf.LlamaForCausalLM, "qwen2": tf.Qwen2ForCausalLM, "gpt2": tf.GPT2LMHeadModel}[kind]
+    return cls(config).to(torch.float32).eval()
+
+
+@pytest.mark.parametrize("kind", ["llama", "qwen2", "gpt2"])
+def test_q8_0_matches_within_the_quantisation_error(kind, tmp_path):
+    folder, path = pair(kind, tmp_path, torch.float32, "Q8_0", model=wide(kind))
+    with idinspect.load(folder) as hf, idinspect.load(path) as g:
+        a, b = inspect(hf), inspect(g)
+        worst = 0.0
+        for i in range(hf.num_layers):
+            la, lb = hf.layer(i), g.layer(i)
+            for role in ("W_Q", "W_K", "W_V", "W_O"):
+                ta, tb = getattr(la, role), getattr(lb, role)
+                # Q8_0: 32 values share one scale d = max|x|/127 stored in fp16 (relative error <= 2^-11):
+                # each value is off by at most d/2 + 127 d 2^-11
+                bound = ta.abs().max().item() / 127 * (0.5 + 127 * 2 ** -11) * 1.01
+                assert (ta - tb).abs().max().item() <= bound, (i, role)
+            errors = idinspect.invariant_errors(la, lb)
+            worst = max(worst, max(e.error for e in errors.values()))
+    assert 0 < worst < 0.05, worst                      # quantised, and close
+    for la, lb in zip(a["layers"], b["layers"]):
+        assert {k: la[k] for k in COUNT_KEYS} == {k: lb[k] for k in COUNT_KEYS}
+    types = b["model"]["gguf"]["tensor_types"]
+    assert {t for n, t in types.items() if n.endswith(".weight")} == {"Q8_0"}
+    assert all(t == "F32" for n, t in types.items() if n.endswith(".bias"))
+
+
+def test_permutation_is_what_makes_llama_match(tmp_path, monkeypatch):
+    """Control: read the llama file as a 'neox' family (no un-permuting) and the layers and RoPE
+    invariants no longer match; qwen2 read as 'normal' breaks the same way."""
+    import dataclasses
+
+    for variant, wrong in (("llama-gqa", "neox"), ("qwen2", "normal")):
+        folder, path = pair(variant, tmp_path, torch.float32, "F32")
+        arch = "llama" if variant == "llama-gqa" else "qwen2"
+        patched = dict(gguf_reader.FAMILIES)
+        patched[arch] = dataclasses.replace(patched[arch], rope=wrong)
+        monkeypatch.setattr(gguf_reader, "FAMILIES", patched)
+        with idinspect.load(folder) as hf, idinspect.load(path) as g:
+            assert not torch.equal(hf.layer(0).W_Q, g.layer(0).W_Q)
+            errors = idinspect.invariant_errors(hf.layer(0), g.layer(0))
+            assert max(e.error for e in errors.values()) > 0.1
+        monkeypatch.undo()
+
+
+def test_cli_reads_a_gguf_file_and_names_tensor_types(tmp_path):
+    _, path = pair("llama-gqa", tmp_path, torch.float32, "F16")
+    r = run_cli(str(path), "--format", "json")
+    assert r.code == 0, r.stderr
+    report = json.loads(r.stdout)
+    g = report["model"]["gguf"]
+    assert g["file"] == path.name and g["architecture"] == "llama"
+    assert g["tensor_types"]["blk.0.attn_q.weight"] == "F16" and g["tensor_types"]["blk.1.attn_output.weight"] == "F16"
+    assert report["model"]["source"] == str(path)
+    import jsonschema
+    from importlib.resources import files
+
+    schema = json.loads(files("idinspect").joinpath("schemas/report.schema.json").read_text())
+    jsonschema.Draft202012Validator(schema).validate(report)
+
+
+def test_unsupported_architecture_is_refused_by_name(tmp_path):
+    import gguf
+    import numpy as np
+
+    path = tmp_path / "falcon.gguf"
+    w = gguf.GGUFWriter(str(path), "falcon")
+    w.add_block_count(1)
+    w.add_tensor("blk.0.attn_qkv.weight", np.zeros((8, 8), dtype=np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    r = run_cli(str(path))
+    assert r.code == 2 and "Traceback" not in r.stderr
+    assert "GGUF architecture 'falcon' is not supported (supported: gemma3, gpt2, llama, mistral, phi3, qwen2, qwen3)" \
+        in r.stderr
+
+
+def test_not_a_gguf_file(tmp_path):
+    path = tmp_path / "broken.gguf"
+    path.write_bytes(b"GGUF" + b"\0" * 10)
+    r = run_cli(str(path))
+    assert r.code == 2 and "Traceback" not in r.stderr and "not a readable GGUF file" in r.stderr
+
+
+def test_export_refuses_gguf_input(tmp_path):
+    _, path = pair("qwen2", tmp_path, torch.float32, "F32")
+    r = run_cli("export", str(path), str(tmp_path / "out"))
+    assert r.code == 2 and "refuses a GGUF input" in r.stderr
+    assert not (tmp_path / "out").exists()
