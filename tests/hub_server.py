@@ -166,6 +166,11 @@ class LocalHub:
 _RANGE = re.compile(r"^bytes=(\d+)-(\d*)$")
 
 
+def _lfs(name: str) -> bool:
+    """Weights are LFS files on the hub: served through a redirect to the CDN."""
+    return name.endswith((".safetensors", ".gguf"))
+
+
 def _handler(hub: LocalHub, role: str):
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -284,7 +289,7 @@ def _handler(hub: LocalHub, role: str):
             siblings = []
             for name, blob in sorted(repo.commits[commit].items()):
                 s = {"rfilename": name, "size": blob.size, "blobId": blob.git_sha}
-                if name.endswith(".safetensors"):
+                if _lfs(name):
                     s["lfs"] = {"sha256": blob.sha256, "size": blob.size, "pointerSize": 134}
                 siblings.append(s)
             body = json.dumps({"_id": "x", "id": repo_id, "modelId": repo_id, "sha": commit, "private": False,
@@ -300,7 +305,7 @@ def _handler(hub: LocalHub, role: str):
             entries = []
             for name, blob in sorted(repo.commits[commit].items()):
                 e = {"type": "file", "oid": blob.git_sha, "size": blob.size, "path": name}
-                if name.endswith(".safetensors"):
+                if _lfs(name):
                     e["lfs"] = {"oid": blob.sha256, "size": blob.size, "pointerSize": 134}
                 entries.append(e)
             self._send(200, {"Content-Type": "application/json"}, json.dumps(entries).encode(), head)
@@ -320,7 +325,7 @@ def _handler(hub: LocalHub, role: str):
             if fault is not None and fault.kind == "wrong_commit":
                 commit = "f" * 40
             headers = {"X-Repo-Commit": commit}
-            if filename.endswith(".safetensors"):
+            if _lfs(filename):
                 headers.update({"X-Linked-Etag": f'"{blob.sha256}"', "X-Linked-Size": blob.size,
                                 "ETag": f'"{blob.git_sha}"', "Location": f"{hub.cdn}/blobs/{blob.sha256}"})
                 self._send(302, headers, b"", head)

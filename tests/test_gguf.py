@@ -167,3 +167,56 @@ def test_export_refuses_gguf_input(tmp_path):
     r = run_cli("export", str(path), str(tmp_path / "out"))
     assert r.code == 2 and "refuses a GGUF input" in r.stderr
     assert not (tmp_path / "out").exists()
+
+
+# a GGUF in a hub repository, read in part ------------------------------------------------------------
+
+@pytest.fixture
+def hub(monkeypatch):
+    from huggingface_hub import constants as hf_constants
+
+    from idinspect.sources import remote_gguf
+    from tests.hub_server import LocalHub
+
+    monkeypatch.setattr(hf_constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    monkeypatch.setattr(remote_gguf, "HEADER_GUESS", 256)     # tiny files: make the header grow
+    with LocalHub() as server:
+        monkeypatch.setattr(hf_constants, "ENDPOINT", server.endpoint)
+        monkeypatch.setattr(hf_constants, "HUGGINGFACE_CO_URL_TEMPLATE",
+                            server.endpoint + "/{repo_id}/resolve/{revision}/{filename}")
+        yield server
+
+
+def test_gguf_in_a_hub_repo_reads_header_and_attention_only(hub, tmp_path):
+    import gguf
+
+    model = wide("llama")
+    folder, path = pair("llama", tmp_path, torch.float32, "Q8_0", model=model)
+    data = path.read_bytes()
+    commit = hub.add_repo("org/tiny-gguf", {"README.md": b"GGUF", "tiny-Q8_0.gguf": data})
+    cache = tmp_path / "hf-cache"
+    r = run_cli("org/tiny-gguf:tiny-Q8_0.gguf", "--cache-dir", str(cache), "--format", "json")
+    assert r.code == 0, r.stderr
+    got = json.loads(r.stdout)
+    local = inspect(idinspect.load(path))
+    assert got["layers"] == local["layers"] and got["totals"] == local["totals"]
+    assert got["model"]["revision"] == commit and got["model"]["source"] == "org/tiny-gguf:tiny-Q8_0.gguf"
+    reader = gguf.GGUFReader(str(path))
+    attention = sum(int(t.n_bytes) for t in reader.tensors if ".attn_" in t.name and "norm" not in t.name)
+    fetch = got["model"]["fetch"]
+    assert fetch["attention_bytes"] == attention and fetch["checkpoint_bytes"] == len(data)
+    assert reader.data_offset <= fetch["header_bytes"] < 4 * reader.data_offset    # grown x4 until it parsed
+    served = hub.bytes_served["hub"] + hub.bytes_served["cdn"]
+    assert fetch["bytes_fetched"] <= fetch["header_bytes"] + attention < len(data)
+    hub.reset_counts()
+    again = run_cli("org/tiny-gguf:tiny-Q8_0.gguf", "--cache-dir", str(cache), "--offline", "--format", "json")
+    assert again.code == 0, again.stderr
+    assert json.loads(again.stdout)["layers"] == got["layers"] and hub.log == []
+    assert served > 0
+
+
+def test_gguf_missing_in_the_hub_repo(hub, tmp_path):
+    hub.add_repo("org/tiny-gguf", {"a-Q4_K.gguf": b"GGUF"})
+    r = run_cli("org/tiny-gguf:b.gguf", "--cache-dir", str(tmp_path / "c"))
+    assert r.code == 2 and "no file 'b.gguf' in the repository (GGUF files there: a-Q4_K.gguf)" in r.stderr

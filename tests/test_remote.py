@@ -294,6 +294,20 @@ def test_download_flag_fetches_whole_files(hub, sharded, cache):
     assert hub.bytes_served["cdn"] == sum(p.stat().st_size for p in sharded.glob("*.safetensors"))
 
 
+def test_progress_shows_bytes_fetched(hub, sharded, cache, monkeypatch):
+    from idinspect.progress import ProgressReporter
+
+    seen = []
+    monkeypatch.setattr(ProgressReporter, "download_bytes",
+                        lambda self, name, desc, done, total: seen.append((desc, done, total)))
+    hub.add_repo(REPO, served_files(sharded))
+    r = run_cli(REPO, "--cache-dir", str(cache), "--progress", "always")
+    assert r.code == 0, r.stderr
+    headers, attention = expected_bytes(sharded)
+    fetching = [s for s in seen if s[0].startswith("fetching attention tensors")]
+    assert fetching and fetching[-1][1] == fetching[-1][2] == attention      # the bar ends at every planned byte
+
+
 # pieces -------------------------------------------------------------------------------------------
 
 def test_coalesce():

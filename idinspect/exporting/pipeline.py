@@ -121,7 +121,7 @@ def export(source, out: str | Path, *, dtype: str = "keep", force: bool = False,
 def _export(model: Model, out: Path, dtype_name: str, target: torch.dtype | None, progress: Progress) -> ExportResult:
     reader = model.reader
     src = model.provenance.path
-    if model.provenance.kind == "gguf":
+    if getattr(reader, "gguf_architecture", None) is not None:
         raise IdinspectError(f"{src}: export writes Hugging Face safetensors checkpoints only and refuses a GGUF input "
                              "(its tensors may be quantised, and a gauge-fixed GGUF would need llama.cpp's own "
                              "writer); export the original Hugging Face checkpoint instead")

@@ -20,6 +20,7 @@ from .file_names import CONFIG_FILE, INDEX_FILE, SINGLE_FILE
 from ..errors import IdinspectError, one_line
 from .hf_logging import quiet_transformers
 from .hub import COMMIT_SHA, HUB_ID, INSPECT_PATTERNS, HubUnreachable, download_snapshot, looks_like_path, split_revision
+from .remote_gguf import split_gguf_source
 
 
 @dataclass(frozen=True)
@@ -136,14 +137,15 @@ class Model:
     def fetch_summary(self) -> dict | None:
         """For a hub checkpoint read in part: bytes fetched, checkpoint size, header and attention
         bytes, requests, commit (see :mod:`idinspect.sources.remote`); None otherwise."""
-        summary = getattr(self.reader, "fetch_summary", None)
+        remote = getattr(self, "_remote_gguf", None)
+        summary = getattr(remote if remote is not None else self.reader, "fetch_summary", None)
         return summary() if callable(summary) else None
 
     def close(self) -> None:
         self.reader.close()
-        owner = getattr(self, "_config_folder", None)
-        if owner is not None:
-            owner.cleanup()
+        for owner in (getattr(self, "_config_folder", None), getattr(self, "_remote_gguf", None)):
+            if owner is not None:
+                owner.close() if hasattr(owner, "close") else owner.cleanup()
 
     def __enter__(self) -> "Model":
         return self
@@ -174,6 +176,10 @@ def load(source, *, revision: str | None = None, token: str | None = None,
         _no_revision(text, revision)
         path = package_checkpoint(text)
         return _from_directory(path, Provenance(source=text, kind="local", path=path))
+    gguf_source = None if isinstance(source, Path) or Path(text).expanduser().exists() else split_gguf_source(text)
+    if gguf_source is not None:
+        return _from_hub_gguf(*gguf_source, revision=revision, token=token, cache_dir=cache_dir,
+                              local_files_only=local_files_only)
     if isinstance(source, Path) or looks_like_path(text):
         _no_revision(text, revision)
         path = Path(text).expanduser()
@@ -280,6 +286,29 @@ def _from_directory(path: Path, provenance: Provenance) -> Model:
     except BaseException:
         reader.close()
         raise
+    return model
+
+
+def _from_hub_gguf(repo: str, filename: str, *, revision, token, cache_dir, local_files_only: bool) -> Model:
+    """``org/name[@rev]:file.gguf``: the GGUF's header and attention tensors fetched by byte range
+    (see :mod:`idinspect.sources.remote_gguf`), then read as a local GGUF."""
+    from .hub import is_offline
+    from .remote_gguf import open_remote_gguf
+
+    repo_id, rev = split_revision(repo)
+    if not HUB_ID.match(repo_id):
+        raise IdinspectError(f"{repo}:{filename}: {repo_id!r} is not a hub id (org/name[@revision])")
+    if rev is not None and revision is not None and rev != revision:
+        raise IdinspectError(f"{repo}: revision given twice ({rev!r} and --revision {revision!r}); give one")
+    remote = open_remote_gguf(repo_id, rev or revision, filename, token=token, cache_dir=cache_dir,
+                              offline=is_offline(local_files_only))
+    try:
+        model = _from_gguf(remote.path, Provenance(source=f"{repo_id}:{filename}", kind="hub",
+                                                   revision=remote.pinned.commit, path=remote.path))
+    except BaseException:
+        remote.close()
+        raise
+    model._remote_gguf = remote
     return model
 
 

@@ -11,9 +11,12 @@ adjacent ones coalesced, split into :data:`CHUNK` pieces and fetched :data:`WORK
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -130,47 +133,11 @@ class RemoteCheckpoint(TensorReader):
         for n in names:
             _, _, a, b = self._meta[n]
             spans.setdefault(self._where[n], []).append((a, b))
-        jobs = []
-        for fname, ranges in spans.items():
-            for a, b in coalesce(ranges):
-                for ga, gb in self.cache.missing(fname, a, b):
-                    jobs += [(fname, s, min(s + CHUNK, gb)) for s in range(ga, gb, CHUNK)]
-        if not jobs:
-            return
-        if self.fetcher is None:
-            fname, a, b = jobs[0]
-            raise IdinspectError(f"{self._ref(fname)}: bytes {a}-{b - 1} are not in the range cache ({self.cache.root}) and "
-                                 "offline mode is on (HF_HUB_OFFLINE or --offline); run once online")
-        total = sum(b - a for _, a, b in jobs)
-        bar = self._bar(total, f"fetching attention tensors of {self.repo_id}")
-        try:
-            with ThreadPoolExecutor(max_workers=min(WORKERS, len(jobs))) as pool:
-                futures = {pool.submit(self._fetch_range, *job): job for job in jobs}
-                try:
-                    for future in as_completed(futures):
-                        future.result()
-                        if bar is not None:
-                            _, a, b = futures[future]
-                            bar.update(b - a)
-                except BaseException:
-                    for f in futures:
-                        f.cancel()
-                    raise
-        finally:
-            if bar is not None:
-                bar.close()
+        fetch_missing(self.cache, self.fetcher, self.files, spans, self._tqdm,
+                      f"fetching attention tensors of {self.repo_id}", self._ref)
 
     def _fetch_range(self, fname: str, start: int, end: int) -> None:
-        with self.cache.writer(fname, start, end) as out:
-            self.fetcher.fetch(self.files[fname], start, end, out)
-
-    def _bar(self, total: int, desc: str):
-        if self._tqdm is None:
-            return None
-        try:
-            return self._tqdm(total=total, unit="B", desc=desc)
-        except Exception:  # noqa: BLE001 - progress must never break a read
-            return None
+        fetch_range(self.cache, self.fetcher, self.files[fname], start, end)
 
     # headers ------------------------------------------------------------------------------
     def _bytes(self, fname: str, start: int, end: int) -> bytes:
@@ -203,6 +170,55 @@ class RemoteCheckpoint(TensorReader):
         return f"{self.repo_id}@{self.commit[:12]}/{fname}"
 
 
+def fetch_range(cache: RangeCache, fetcher: RangeFetcher, file: RemoteFile, start: int, end: int) -> None:
+    """Bytes ``[start, end)`` of ``file`` into the cache (published only when complete)."""
+    with cache.writer(file.name, start, end) as out:
+        fetcher.fetch(file, start, end, out)
+
+
+def fetch_missing(cache: RangeCache, fetcher: RangeFetcher | None, files: dict[str, RemoteFile],
+                  spans: dict[str, list[tuple[int, int]]], tqdm_class: type | None, desc: str, ref) -> None:
+    """Fetch the parts of ``spans`` (file -> ranges) the cache lacks: coalesced, split into
+    :data:`CHUNK` requests, :data:`WORKERS` at a time, with a byte bar when ``tqdm_class`` is set."""
+    jobs = []
+    for fname, ranges in spans.items():
+        for a, b in coalesce(ranges):
+            for ga, gb in cache.missing(fname, a, b):
+                jobs += [(fname, s, min(s + CHUNK, gb)) for s in range(ga, gb, CHUNK)]
+    if not jobs:
+        return
+    if fetcher is None:
+        fname, a, b = jobs[0]
+        raise IdinspectError(f"{ref(fname)}: bytes {a}-{b - 1} are not in the range cache ({cache.root}) and "
+                             "offline mode is on (HF_HUB_OFFLINE or --offline); run once online")
+    bar = _bar(tqdm_class, sum(b - a for _, a, b in jobs), desc)
+    try:
+        with ThreadPoolExecutor(max_workers=min(WORKERS, len(jobs))) as pool:
+            futures = {pool.submit(fetch_range, cache, fetcher, files[f], a, b): (f, a, b) for f, a, b in jobs}
+            try:
+                for future in as_completed(futures):
+                    future.result()
+                    if bar is not None:
+                        _, a, b = futures[future]
+                        bar.update(b - a)
+            except BaseException:
+                for f in futures:
+                    f.cancel()
+                raise
+    finally:
+        if bar is not None:
+            bar.close()
+
+
+def _bar(tqdm_class: type | None, total: int, desc: str):
+    if tqdm_class is None:
+        return None
+    try:
+        return tqdm_class(total=total, unit="B", desc=desc)
+    except Exception:  # noqa: BLE001 - progress must never break a read
+        return None
+
+
 def coalesce(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
     """Sorted ``[start, end)`` ranges with touching or overlapping ones merged."""
     out: list[list[int]] = []
@@ -214,46 +230,72 @@ def coalesce(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
     return [(a, b) for a, b in out]
 
 
-def open_remote(repo_id: str, revision: str | None, *, token: str | None = None, cache_dir: str | Path | None = None,
-                offline: bool = False) -> tuple[Path, RemoteCheckpoint]:
-    """Resolve, read config and headers; returns (folder holding config.json, reader).
+@dataclass
+class Pinned:
+    """One commit of one repo: its files, the range cache and the fetcher (None offline)."""
 
-    Online, the revision is resolved on every call (so a moved branch is seen) and written to the
-    range cache's ``refs/``; offline, the commit comes from there (or from the hub cache's refs).
-    """
-    from ..progress import current_hub_tqdm
-    from .hub import COMMIT_SHA, HubUnreachable, hub_error, is_transport_error
+    repo_id: str
+    commit: str
+    files: dict[str, RemoteFile]
+    cache: RangeCache
+    fetcher: RangeFetcher | None
+
+
+def pin(repo_id: str, revision: str | None, *, token: str | None, cache_dir: str | Path | None,
+        offline: bool) -> Pinned:
+    """Resolve ``revision`` to a commit. Online it is resolved on every call (so a moved branch is
+    seen) and written to the range cache's ``refs/``; offline the commit comes from there (or from
+    the hub cache's own refs). huggingface_hub errors propagate (see :func:`hub_errors`)."""
+    from .hub import COMMIT_SHA
 
     folder = repo_folder(cache_dir, repo_id)
     rev = revision or "main"
+    if offline:
+        commit = rev if COMMIT_SHA.match(rev) else (RangeCache.read_ref(folder, rev) or _hub_ref(folder, rev))
+        files = RangeCache(folder, commit).read_files() if commit else None
+        if commit is None or files is None:
+            raise IdinspectError(f"{repo_id}{'@' + revision if revision else ''} is not in the local cache "
+                                 f"({folder.parent.parent}) and offline mode is on (HF_HUB_OFFLINE or --offline): "
+                                 "inspect it once online, or pass a local directory")
+        return Pinned(repo_id, commit, files, RangeCache(folder, commit), None)
+    commit, files = resolve_commit(repo_id, revision, token)
+    cache = RangeCache(folder, commit)
+    cache.write_files(files)
+    if not COMMIT_SHA.match(rev):
+        cache.write_ref(rev)
+    return Pinned(repo_id, commit, files, cache, RangeFetcher(repo_id, commit, token))
+
+
+@contextlib.contextmanager
+def hub_errors(repo_id: str, revision: str | None, cache_dir, offline: bool) -> Iterator[None]:
+    """huggingface_hub failures inside the block become one-line errors (:class:`HubUnreachable`
+    where no HTTP answer came, so a cached copy may stand in); anything else is re-raised."""
+    from .hub import HubUnreachable, hub_error, is_transport_error
+
     try:
-        if offline:
-            commit = rev if COMMIT_SHA.match(rev) else (RangeCache.read_ref(folder, rev) or _hub_ref(folder, rev))
-            files = RangeCache(folder, commit).read_files() if commit else None
-            if commit is None or files is None:
-                raise IdinspectError(f"{repo_id}{'@' + revision if revision else ''} is not in the local cache ({folder.parent.parent}) and offline mode "
-                                     "is on (HF_HUB_OFFLINE or --offline): inspect it once online, or pass a local directory")
-            fetcher = None
-        else:
-            commit, files = resolve_commit(repo_id, revision, token)
-            fetcher = RangeFetcher(repo_id, commit, token)
-        cache = RangeCache(folder, commit)
-        if not offline:
-            cache.write_files(files)
-            if not COMMIT_SHA.match(rev):
-                cache.write_ref(rev)
-        config_path = _download(repo_id, CONFIG_FILE, commit, token, cache_dir, offline)
-        shard_files, weight_map = _weights(repo_id, commit, files, token, cache_dir, offline)
-        reader = RemoteCheckpoint(repo_id, commit, files, cache, fetcher, shard_files, weight_map, current_hub_tqdm())
+        yield
     except IdinspectError:
         raise
-    except Exception as exc:  # noqa: BLE001 - huggingface_hub failures become one line; anything else re-raised
+    except Exception as exc:  # noqa: BLE001 - mapped to one line, anything else re-raised
         error = hub_error(exc, repo_id, revision, offline=offline, cache_dir=cache_dir)
         if error is None:
             raise
         if not offline and is_transport_error(exc):
             raise HubUnreachable(error) from None
         raise error from None
+
+
+def open_remote(repo_id: str, revision: str | None, *, token: str | None = None, cache_dir: str | Path | None = None,
+                offline: bool = False) -> tuple[Path, RemoteCheckpoint]:
+    """Resolve (:func:`pin`), read config and headers; returns (folder holding config.json, reader)."""
+    from ..progress import current_hub_tqdm
+
+    with hub_errors(repo_id, revision, cache_dir, offline):
+        p = pin(repo_id, revision, token=token, cache_dir=cache_dir, offline=offline)
+        config_path = _download(repo_id, CONFIG_FILE, p.commit, token, cache_dir, offline)
+        shard_files, weight_map = _weights(repo_id, p.commit, p.files, token, cache_dir, offline)
+        reader = RemoteCheckpoint(repo_id, p.commit, p.files, p.cache, p.fetcher, shard_files, weight_map,
+                                  current_hub_tqdm())
     return config_path.parent, reader
 
 
@@ -298,4 +340,4 @@ def _weights(repo_id: str, commit: str, files: dict[str, RemoteFile], token, cac
     raise IdinspectError(f"{repo_id}@{commit[:12]}: no {SINGLE_FILE} or {INDEX_FILE} in the repository")
 
 
-__all__ = ["CHUNK", "WORKERS", "RemoteCheckpoint", "coalesce", "open_remote"]
+__all__ = ["CHUNK", "WORKERS", "Pinned", "RemoteCheckpoint", "coalesce", "fetch_missing", "hub_errors", "open_remote", "pin"]
