@@ -87,6 +87,12 @@ def one_line_error(r, match: str) -> str:
     return lines[0]
 
 
+def blob_path(hub: LocalHub, name: str) -> str:
+    """The CDN path of file ``name`` of REPO's main (faults aimed at one file: shards are read in parallel)."""
+    repo = hub.repos[REPO]
+    return f"/blobs/{repo.commits[repo.refs['main']][name].sha256}"
+
+
 def validator():
     import jsonschema
 
@@ -216,7 +222,8 @@ def test_dropped_connections_resume_from_the_first_missing_byte(hub, sharded, ca
 
 def test_a_connection_that_keeps_dropping_is_a_clean_error(hub, sharded, cache):
     hub.add_repo(REPO, served_files(sharded))
-    hub.faults += [Fault("drop", host="cdn", keep=0.0) for _ in range(remote_http.MAX_TRIES)]
+    first = blob_path(hub, "model-00001-of-00003.safetensors")
+    hub.faults += [Fault("drop", host="cdn", path=first, keep=0.0) for _ in range(remote_http.MAX_TRIES)]
     one_line_error(run_cli(REPO, "--cache-dir", str(cache)), r"network error reading bytes .*6 tries")
     assert partial_files(cache) == []
 
@@ -226,7 +233,8 @@ def test_server_errors_are_retried_then_reported(hub, sharded, cache):
     hub.faults += [Fault("status", host="cdn", status=503)]
     inspect_json(REPO, "--cache-dir", str(cache))
     shutil.rmtree(cache)
-    hub.faults += [Fault("status", host="cdn", status=500) for _ in range(remote_http.MAX_TRIES)]
+    first = blob_path(hub, "model-00001-of-00003.safetensors")
+    hub.faults += [Fault("status", host="cdn", path=first, status=500) for _ in range(remote_http.MAX_TRIES)]
     one_line_error(run_cli(REPO, "--cache-dir", str(cache)), r"the hub answered HTTP 500")
     assert partial_files(cache) == []
 

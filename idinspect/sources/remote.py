@@ -50,9 +50,11 @@ class RemoteCheckpoint(TensorReader):
         self._planned: set[str] = set()
         self._lock = threading.Lock()
         self.header_bytes = 0
-        self.bytes_from_cache = 0
-        for fname in shard_files:
-            for name, meta in self._header(fname).items():
+        with ThreadPoolExecutor(max_workers=max(1, min(WORKERS, len(shard_files)))) as pool:   # headers of shards in parallel
+            headers = list(pool.map(self._header, shard_files))
+        for fname, (length, header) in zip(shard_files, headers):
+            self.header_bytes += length
+            for name, meta in header.items():
                 if name in self._where:
                     raise IdinspectError(f"{self._ref(fname)}: tensor {name} is also stored in {self._where[name]}; "
                                          "a checkpoint must store each tensor once")
@@ -100,8 +102,6 @@ class RemoteCheckpoint(TensorReader):
         with self._lock:
             if self.cache.missing(fname, start, end):
                 self._fetch(self._planned | {name})
-            else:
-                self.bytes_from_cache += end - start
         try:
             self.cache.read_into(fname, start, memoryview(out.reshape(-1).view(torch.uint8).numpy()))
         except (KeyError, OSError):
@@ -141,28 +141,29 @@ class RemoteCheckpoint(TensorReader):
 
     # headers ------------------------------------------------------------------------------
     def _bytes(self, fname: str, start: int, end: int) -> bytes:
+        """Bytes of one shard's header (each shard is read by one thread only)."""
         buf = bytearray(end - start)
-        with self._lock:
-            if self.cache.missing(fname, start, end):
-                if self.fetcher is None:
-                    raise IdinspectError(f"{self._ref(fname)}: its safetensors header is not in the range cache "
-                                         f"({self.cache.root}) and offline mode is on (HF_HUB_OFFLINE or --offline); "
-                                         "run once online")
-                self._fetch_range(fname, start, end)
+        if self.cache.missing(fname, start, end):
+            if self.fetcher is None:
+                raise IdinspectError(f"{self._ref(fname)}: its safetensors header is not in the range cache "
+                                     f"({self.cache.root}) and offline mode is on (HF_HUB_OFFLINE or --offline); "
+                                     "run once online")
+            self._fetch_range(fname, start, end)
         self.cache.read_into(fname, start, memoryview(buf))
         return bytes(buf)
 
-    def _header(self, fname: str) -> dict[str, tuple[str, tuple[int, ...], int, int]]:
+    def _header(self, fname: str) -> tuple[int, dict[str, tuple[str, tuple[int, ...], int, int]]]:
+        """(8 + header length, name -> (dtype code, shape, first byte, end byte)) of one shard, read as
+        huggingface_hub's safetensors-metadata helper does: the 8-byte length, then the JSON."""
         size = self.files[fname].size if fname in self.files else -1
         if 0 <= size < 8:
             raise IdinspectError(f"{self._ref(fname)}: {size} bytes, too small to be a safetensors file")
         n = header_length(self._bytes(fname, 0, 8))
         if n > _MAX_HEADER or (size >= 0 and 8 + n > size):
             raise IdinspectError(f"{self._ref(fname)}: not a safetensors file (header length {n} of a {size}-byte file)")
-        self.header_bytes += 8 + n
         try:
             header = json.loads(self._bytes(fname, 8, 8 + n))
-            return tensor_entries(header, 8 + n, size if size >= 0 else None)
+            return 8 + n, tensor_entries(header, 8 + n, size if size >= 0 else None)
         except ValueError as exc:  # JSON errors and HeaderError
             raise IdinspectError(f"{self._ref(fname)}: not a readable safetensors header ({exc})") from None
 
