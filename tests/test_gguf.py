@@ -52,7 +52,7 @@ def layers_equal(a, b) -> None:
 
 
 @pytest.mark.parametrize("variant", ["llama-gqa", "llama-bias", "mistral", "qwen2", "gpt2"])
-@pytest.mark.parametrize("dtype, qtype", [(torch.float32, "F32"), (torch.float16, "F16")])
+@pytest.mark.parametrize("dtype, qtype", [(torch.float32, "F32"), (torch.float16, "F16"), (torch.bfloat16, "BF16")])
 def test_float_gguf_matches_the_hf_original_exactly(variant, dtype, qtype, tmp_path):
     folder, path = pair(variant, tmp_path, dtype, qtype)
     with idinspect.load(folder) as hf, idinspect.load(path) as g:

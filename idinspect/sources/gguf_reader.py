@@ -172,10 +172,10 @@ class GGUFCheckpoint(TensorReader):
         t = self._tensor(name)
         stored = tuple(int(s) for s in reversed(t.shape.tolist()))
         kind = t.tensor_type.name
-        if kind in _FLOAT:
-            array = np.array(t.data).reshape(stored)
-            out = torch.from_numpy(array.view(np.uint16)).view(torch.bfloat16) if kind == "BF16" else torch.from_numpy(array)
-            out = out.reshape(stored)
+        if kind == "BF16":    # GGUFReader hands BF16 out as raw bytes
+            out = torch.from_numpy(np.array(t.data).view(np.uint16).reshape(stored)).view(torch.bfloat16)
+        elif kind in _FLOAT:
+            out = torch.from_numpy(np.array(t.data).reshape(stored))
         else:
             try:
                 array = gguf.quants.dequantize(np.asarray(t.data), t.tensor_type)
