@@ -7,7 +7,7 @@ Both readers expose the same small interface (``keys``, ``shape``, ``dtype``, ``
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 import torch
@@ -96,23 +96,15 @@ class SafetensorsCheckpoint(TensorReader):
             raise IdinspectError(f"{self.directory}: no {SINGLE_FILE} or {INDEX_FILE}; pass a checkpoint directory "
                                  "written by save_pretrained (transformers writes safetensors by default)")
         self._handles = {}
-        self._where: dict[str, str] = {}
         for fname in files:
             path = self.directory / fname
             if not path.is_file():
                 raise IdinspectError(f"{index}: names shard {fname}, which does not exist; re-download or re-save the checkpoint")
-            handle = _open_shard(path)
-            self._handles[fname] = handle
-            for key in handle.keys():
-                if key in self._where:
-                    raise IdinspectError(f"{path}: tensor {key} is also stored in {self._where[key]}; "
-                                         "a checkpoint must store each tensor once: re-save it")
-                self._where[key] = fname
+            self._handles[fname] = _open_shard(path)
+        self._where = shard_of_each_tensor({f: h.keys() for f, h in self._handles.items()},
+                                           lambda fname: str(self.directory / fname), fix="re-save it")
         if weight_map is not None:
-            for key, fname in weight_map.items():
-                if self._where.get(key) != fname:
-                    raise IdinspectError(f"{index}: tensor {key} is indexed in {fname} but that shard does not contain it; "
-                                         "the checkpoint is incomplete or the index is stale: re-download or re-save it")
+            check_weight_map(self._where, weight_map, str(index), fix="re-download or re-save it")
         self.shard_files = files
 
     def keys(self) -> list[str]:
@@ -240,6 +232,27 @@ class ShapeOnlyReader(TensorReader):
 
     def file_of(self, name: str) -> str | None:
         return self._reader.file_of(name)
+
+
+def shard_of_each_tensor(keys_by_shard: Mapping[str, Iterable[str]], where: Callable[[str], str],
+                         fix: str = "") -> dict[str, str]:
+    """Tensor name -> the shard storing it; a tensor stored twice is an error naming ``where(shard)``."""
+    shard_of: dict[str, str] = {}
+    for fname, keys in keys_by_shard.items():
+        for key in keys:
+            if key in shard_of:
+                raise IdinspectError(f"{where(fname)}: tensor {key} is also stored in {shard_of[key]}; "
+                                     f"a checkpoint must store each tensor once{': ' + fix if fix else ''}")
+            shard_of[key] = fname
+    return shard_of
+
+
+def check_weight_map(shard_of: Mapping[str, str], weight_map: Mapping[str, str], index: str, fix: str = "") -> None:
+    """Every tensor the index names is in the shard it names (``index``: how to call the index file)."""
+    for key, fname in weight_map.items():
+        if shard_of.get(key) != fname:
+            raise IdinspectError(f"{index}: tensor {key} is indexed in {fname} but that shard does not contain it; "
+                                 f"the checkpoint is incomplete or the index is stale{': ' + fix if fix else ''}")
 
 
 def _read_index(path: Path) -> tuple[dict[str, str], dict]:

@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 
 from ..errors import IdinspectError
-from .checkpoint import TensorReader
+from .checkpoint import TensorReader, check_weight_map, shard_of_each_tensor
 from .file_names import CONFIG_FILE, INDEX_FILE, PICKLE_SUFFIXES, SAFETENSORS_SUFFIX, SINGLE_FILE
 from .remote_cache import RangeCache, repo_folder
 from .remote_http import RangeFetcher, RemoteFile, resolve_commit
@@ -45,26 +45,18 @@ class RemoteCheckpoint(TensorReader):
         self.files = files
         self.shard_files = shard_files
         self._tqdm = tqdm_class
-        self._where: dict[str, str] = {}
-        self._meta: dict[str, tuple[str, tuple[int, ...], int, int]] = {}   # name -> (dtype code, shape, start, end)
         self._planned: set[str] = set()
         self._lock = threading.Lock()
-        self.header_bytes = 0
         with ThreadPoolExecutor(max_workers=max(1, min(WORKERS, len(shard_files)))) as pool:   # headers of shards in parallel
-            headers = list(pool.map(self._header, shard_files))
-        for fname, (length, header) in zip(shard_files, headers):
-            self.header_bytes += length
-            for name, meta in header.items():
-                if name in self._where:
-                    raise IdinspectError(f"{self._ref(fname)}: tensor {name} is also stored in {self._where[name]}; "
-                                         "a checkpoint must store each tensor once")
-                self._where[name] = fname
-                self._meta[name] = meta
+            read = dict(zip(shard_files, pool.map(self._header, shard_files)))
+        self.header_bytes = sum(length for length, _ in read.values())
+        headers = {fname: header for fname, (_, header) in read.items()}
+        self._where: dict[str, str] = shard_of_each_tensor(headers, self._ref)
+        #: name -> (dtype code, shape, first byte, end byte)
+        self._meta: dict[str, tuple[str, tuple[int, ...], int, int]] = {
+            name: headers[fname][name] for name, fname in self._where.items()}
         if weight_map is not None:
-            for name, fname in weight_map.items():
-                if self._where.get(name) != fname:
-                    raise IdinspectError(f"{self._ref(INDEX_FILE)}: tensor {name} is indexed in {fname} but that shard "
-                                         "does not contain it; the checkpoint is incomplete or the index is stale")
+            check_weight_map(self._where, weight_map, self._ref(INDEX_FILE))
 
     # TensorReader ----------------------------------------------------------------------
     def keys(self) -> list[str]:
