@@ -30,6 +30,7 @@ import torch
 
 from ..errors import IdinspectError
 from .checkpoint import TensorReader
+from .file_names import CONFIG_FILE
 
 GGUF_SUFFIX = ".gguf"
 
@@ -261,7 +262,7 @@ def open_gguf(path: Path) -> tuple[Path, GGUFCheckpoint, tempfile.TemporaryDirec
     long as the returned TemporaryDirectory (the Model keeps it)."""
     reader = GGUFCheckpoint(path)
     folder = tempfile.TemporaryDirectory(prefix="idinspect-gguf-")
-    (Path(folder.name) / "config.json").write_text(json.dumps(synthesised_config(reader), indent=1))
+    (Path(folder.name) / CONFIG_FILE).write_text(json.dumps(synthesised_config(reader), indent=1))
     return Path(folder.name), reader, folder
 
 
