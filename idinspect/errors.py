@@ -11,6 +11,16 @@ class IdinspectError(Exception):
     """
 
     exit_code = 2
+    #: True for failures that may pass on retry (see :class:`TransientError`).
+    transient = False
+
+
+class TransientError(IdinspectError):
+    """A failure that may pass on retry (the hub unreachable, HTTP 429/5xx, a network error): the
+    input itself may be fine. ``idinspect survey`` retries these; every other IdinspectError is bad
+    input and is not retried."""
+
+    transient = True
 
 
 class UnsupportedLayerError(IdinspectError):

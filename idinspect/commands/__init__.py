@@ -17,6 +17,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "verify": ("verify_cmd", "verify_command"),
     "audit": ("audit_cmd", "audit_command"),
     "diff": ("diff_cmd", "diff_command"),
+    "survey": ("survey_cmd", "survey_command"),
 }
 
 #: One line per command for the top-level ``--help``, so that listing the commands imports none of

@@ -13,7 +13,7 @@ import json
 import re
 from pathlib import Path
 
-from ..errors import IdinspectError, first_line
+from ..errors import IdinspectError, TransientError, first_line
 from .file_names import CONFIG_FILE, INDEX_FILE, SHARD_PATTERN, SINGLE_FILE
 
 HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -143,7 +143,7 @@ def hub_error(exc: BaseException, repo_id: str, revision: str | None, offline: b
     if isinstance(exc, hf_errors.DisabledRepoError):
         return IdinspectError(f"{repo_id}: the repository is disabled on the hub")
     if isinstance(exc, getattr(hf_errors, "IncompleteSnapshotError", ())):
-        return IdinspectError(f"{ref}: the cached snapshot is incomplete and the hub cannot be reached; "
+        return TransientError(f"{ref}: the cached snapshot is incomplete and the hub cannot be reached; "
                               "rerun once online to finish the download")
     if isinstance(exc, hf_errors.LocalEntryNotFoundError):
         if offline:
@@ -151,7 +151,7 @@ def hub_error(exc: BaseException, repo_id: str, revision: str | None, offline: b
                                   "(HF_HUB_OFFLINE or --offline): download it once online, or pass a local directory")
         cause = exc.__cause__
         why = f" ({type(cause).__name__})" if cause is not None else ""
-        return IdinspectError(f"{ref}: the hub cannot be reached{why} and it is not in the local cache "
+        return TransientError(f"{ref}: the hub cannot be reached{why} and it is not in the local cache "
                               f"({cache}): check the network, set HF_HUB_OFFLINE=1 to use the cache, "
                               "or pass a local directory")
     if isinstance(exc, hf_errors.OfflineModeIsEnabled):
@@ -169,12 +169,13 @@ def hub_error(exc: BaseException, repo_id: str, revision: str | None, offline: b
             return IdinspectError(f"{ref}: not found on the hub (HTTP 404: {first_line(exc)}); check the id, revision and "
                                   "--token")
         if status == 429:
-            return IdinspectError(f"{repo_id}: rate limited by the hub (HTTP 429); retry later, or pass --token "
+            return TransientError(f"{repo_id}: rate limited by the hub (HTTP 429); retry later, or pass --token "
                                   "(authenticated requests get a higher limit)")
-        return IdinspectError(f"{repo_id}: the hub answered HTTP {status} ({first_line(exc)}); retry later, "
-                              "or pass a local directory")
+        error = TransientError if status is None or status >= 500 else IdinspectError
+        return error(f"{repo_id}: the hub answered HTTP {status} ({first_line(exc)}); retry later, "
+                     "or pass a local directory")
     if is_transport_error(exc):
-        return IdinspectError(f"{ref}: network error while downloading ({type(exc).__name__}: {first_line(exc)}); "
+        return TransientError(f"{ref}: network error while downloading ({type(exc).__name__}: {first_line(exc)}); "
                               "check the connection and retry, or pass a local directory")
     return None
 

@@ -1,0 +1,111 @@
+"""``idinspect survey SOURCE... | --from FILE``: one row per model, on a local process pool or on Ray.
+
+Exit status: 0 every model ok (or already done), 1 some model failed (its row says why), 2 bad
+invocation (no model, unreadable --from file, an output that is not a survey, a missing extra).
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+
+import click
+
+from ..cli import debug_option, hub_options
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:I?B)?\s*$", re.IGNORECASE)
+
+
+def parse_size(text: str) -> int:
+    """``8G``, ``512M``, ``1.5GiB`` or a plain number of bytes (powers of 1024)."""
+    m = _SIZE.match(text or "")
+    if not m:
+        raise click.BadParameter(f"{text!r} is not a size; write e.g. 8G, 512M or a number of bytes")
+    return int(float(m.group(1)) * 1024 ** " KMGT".index((m.group(2) or " ").upper()))
+
+
+@click.command("survey")
+@click.argument("sources", nargs=-1)
+@click.option("--from", "from_file", type=click.Path(dir_okay=False), metavar="FILE",
+              help="Read models from FILE, one per line (# comments); added after any SOURCE.")
+@click.option("--jsonl", metavar="PATH", help="Append rows to PATH as JSON lines ('-': stdout). The resume journal.")
+@click.option("--parquet", metavar="PATH", help="Write the rows as a Parquet table (needs idinspect[survey]).")
+@click.option("--html", "html_path", metavar="PATH", help="Write the single-file HTML summary to PATH.")
+@click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Local pool: models inspected at once (fewer if --memory does not allow them).")
+@click.option("--memory", "memory", metavar="SIZE",
+              help="Local pool: memory budget for workers and models in flight (default: half the available memory).")
+@click.option("--ray", "ray_address", is_flag=False, flag_value="local", default=None, metavar="[ADDRESS]",
+              help="Run on Ray (needs idinspect[ray]): alone, a local instance; 'auto' or host:port joins a "
+                   "cluster. Write --ray=ADDRESS or put --ray after the models.")
+@click.option("--retries", type=click.IntRange(min=0), default=2, show_default=True,
+              help="Extra attempts for a model that failed transiently (network, worker died); bad input is never retried.")
+@click.option("--no-resume", is_flag=True, help="Inspect every model again, even if the output has it at this revision.")
+@click.option("--device", default="cpu", show_default=True, help="Where each inspection's linear algebra runs.")
+@hub_options
+@click.option("-q", "--quiet", is_flag=True, help="No per-model lines on stderr (errors still print).")
+@debug_option
+def survey_command(sources: tuple[str, ...], from_file: str | None, jsonl: str | None, parquet: str | None,
+                   html_path: str | None, workers: int, memory: str | None, ray_address: str | None, retries: int,
+                   no_resume: bool, device: str, token: str | None, cache_dir: str | None, offline: bool,
+                   quiet: bool) -> None:
+    """Inspect many models and write one row per model (JSONL and/or Parquet, plus an HTML summary)."""
+    from ..progress import silence_library_progress
+    from ..survey import SurveyOptions, read_sources, run_survey
+
+    models = list(sources) + (read_sources(from_file) if from_file else [])
+    if not models:
+        raise click.UsageError("no models: give SOURCE... or --from FILE")
+    if jsonl == "-" and not no_resume and not quiet:
+        click.echo("survey: rows go to stdout; nothing to resume from", err=True)
+    budget = parse_size(memory) if memory else None
+    silence_library_progress()
+    options = SurveyOptions(token=token, cache_dir=cache_dir, offline=offline, device=device)
+    backend = None
+    if ray_address is not None:
+        from ..survey.ray_backend import RayBackend, require_ray
+
+        require_ray()
+        backend = RayBackend(ray_address, workers=workers if ray_address == "local" else None,
+                             retries=retries, options=options)
+    progress = _Progress(len(dict.fromkeys(models)), quiet)
+    result = run_survey(models, jsonl=jsonl, parquet=parquet, backend=backend, options=options,
+                        resume=not no_resume, workers=workers, memory_budget=budget, retries=retries,
+                        on_row=progress.row, on_skip=progress.skip)
+    if html_path:
+        from ..reports.survey_html import write_survey_html
+
+        write_survey_html(result.rows, html_path)
+    failed = result.failed
+    if not quiet:
+        ok = len(result.new) - sum(1 for r in result.new if r.get("status") != "ok")
+        outputs = ", ".join(p for p in (jsonl if jsonl != "-" else None, parquet, html_path) if p)
+        click.echo(f"survey: {ok} ok, {len(failed)} failed, {len(result.skipped)} already done"
+                   + (f" -> {outputs}" if outputs else ""), err=True)
+    if failed:
+        raise click.exceptions.Exit(1)
+
+
+class _Progress:
+    """One line per finished model on stderr: ``[k/n] SOURCE ok (1.2 s)`` or ``... failed: why``."""
+
+    def __init__(self, total: int, quiet: bool):
+        self.total, self.quiet, self.done = total, quiet, 0
+
+    def _line(self, text: str) -> None:
+        self.done += 1
+        if not self.quiet:
+            click.echo(f"[{self.done}/{self.total}] {text}", err=True)
+            sys.stderr.flush()
+
+    def skip(self, source: str) -> None:
+        self._line(f"{source} already done at this revision")
+
+    def row(self, row: dict) -> None:
+        seconds = row.get("seconds")
+        took = f" ({seconds:.2f} s)" if isinstance(seconds, (int, float)) else ""
+        if row.get("status") == "ok":
+            self._line(f"{row['source']} ok{took}")
+        else:
+            self._line(f"{row['source']} failed ({row.get('error_kind')}): {row.get('error')}")
+

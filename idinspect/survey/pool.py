@@ -1,0 +1,118 @@
+"""The local backend: a process pool of ``workers`` with the models in flight kept within a memory budget.
+
+Workers are spawned (not forked: the parent has torch loaded) and each inspects one model at a
+time with ``cpus / workers`` torch threads. A model is submitted only when the
+:class:`~idinspect.survey.memory.Admission` rule lets it in. A row whose error is transient is run
+again, up to ``retries`` more times; a worker that dies (e.g. killed for memory) fails the models
+it held with a transient error, the pool is restarted and they are retried the same way.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass, field
+
+from .memory import WORKER_BASE_BYTES, Admission, Estimate, worker_count
+from .rows import SurveyOptions, empty_row, options_dict, survey_row
+
+
+@dataclass(frozen=True)
+class Task:
+    """One model to survey: its source and memory estimate."""
+
+    source: str
+    estimate: Estimate = field(default_factory=lambda: Estimate(0, False))
+
+
+@dataclass
+class BackendStats:
+    """What a backend did: models run, retries, peak models and estimated bytes in flight."""
+
+    workers: int = 0
+    retries: int = 0
+    peak_models: int = 0
+    peak_bytes: int = 0
+    restarts: int = 0
+
+
+def _init_worker(threads: int) -> None:
+    import torch
+
+    torch.set_num_threads(max(1, threads))
+
+
+def _run_one(source: str, options: dict) -> dict:
+    return survey_row(source, options)
+
+
+def died_row(source: str, why: str) -> dict:
+    """The row of a model whose worker process ended before answering (transient: retried)."""
+    row = empty_row(source)
+    row.update(status="failed", error=why, error_kind="transient")
+    return row
+
+
+class LocalPool:
+    """``run(tasks, emit)``: every task's row goes to ``emit`` as soon as it is final (in finishing order)."""
+
+    def __init__(self, workers: int, budget: int, *, retries: int = 2, options: SurveyOptions | None = None):
+        self.workers = worker_count(workers, budget)
+        self.model_budget = max(0, budget - self.workers * WORKER_BASE_BYTES)
+        self.retries = max(0, int(retries))
+        self.options = options or SurveyOptions()
+        self.stats = BackendStats(workers=self.workers)
+
+    def _executor(self) -> ProcessPoolExecutor:
+        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        return ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("spawn"),
+                                   initializer=_init_worker, initargs=(max(1, cpus // self.workers),))
+
+    def run(self, tasks: list[Task], emit: Callable[[dict], None]) -> BackendStats:
+        admission = Admission(self.model_budget, self.workers)
+        queue: deque[tuple[Task, int]] = deque((task, 0) for task in tasks)
+        in_flight: dict[Future, tuple[Task, int]] = {}
+        opts = options_dict(self.options)
+        executor = self._executor()
+        try:
+            while queue or in_flight:
+                while queue and admission.fits(queue[0][0].estimate):
+                    task, attempt = queue.popleft()
+                    future = executor.submit(_run_one, task.source, opts)
+                    in_flight[future] = (task, attempt)
+                    admission.enter(future, task.estimate)
+                done, _ = wait(list(in_flight), return_when=FIRST_COMPLETED)
+                broken = self._settle(done, in_flight, admission, queue, emit)
+                if broken:  # every model still in flight failed with the pool: settle them all
+                    self._settle(wait(list(in_flight))[0], in_flight, admission, queue, emit)
+                    executor.shutdown(wait=True, cancel_futures=True)
+                    self.stats.restarts += 1
+                    executor = self._executor()
+        finally:
+            executor.shutdown(wait=True, cancel_futures=True)
+        self.stats.peak_models = admission.peak_models
+        self.stats.peak_bytes = admission.peak_bytes
+        return self.stats
+
+    def _settle(self, done, in_flight: dict, admission: Admission, queue: deque, emit: Callable[[dict], None]) -> bool:
+        """Emit the final rows of ``done``, requeue transient failures with retries left; True if
+        the pool broke (a worker process died)."""
+        broken = False
+        for future in done:
+            task, attempt = in_flight.pop(future)
+            admission.leave(future)
+            try:
+                row = future.result()
+            except BrokenProcessPool:
+                broken = True
+                row = died_row(task.source, "the worker process ended while inspecting this model (out of memory?)")
+            if row["error_kind"] == "transient" and attempt < self.retries:
+                self.stats.retries += 1
+                queue.appendleft((task, attempt + 1))
+                continue
+            emit(row)
+        return broken

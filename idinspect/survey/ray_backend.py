@@ -1,0 +1,118 @@
+"""The Ray backend (``pip install 'idinspect[ray]'``): the same rows, computed as Ray tasks.
+
+Each model is one task (``num_cpus=1``, ``memory=`` its estimate, so Ray's scheduler keeps the
+models on a node within that node's memory). A transient failure raises inside the task so that
+Ray's own retry machinery runs it again (``max_retries``, ``retry_exceptions``); bad input
+returns its failed row at once. At most ``max_pending`` tasks are submitted ahead; rows are
+emitted as tasks finish (``ray.wait``). The nodes need idinspect installed (same version).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+
+from ..errors import IdinspectError
+from .pool import BackendStats, Task, died_row
+from .rows import SurveyOptions, options_dict, survey_row
+
+
+class TransientRowError(Exception):
+    """Raised in a task whose row failed transiently, so that Ray retries it; carries the row."""
+
+    def __init__(self, row: dict):
+        super().__init__(row.get("error"))
+        self.row = row
+
+    def __reduce__(self):
+        return (TransientRowError, (self.row,))
+
+
+def ray_row(source: str, options: dict) -> dict:
+    """The task body: :func:`~idinspect.survey.rows.survey_row`, raising for a transient failure."""
+    row = survey_row(source, options)
+    if row["error_kind"] == "transient":
+        raise TransientRowError(row)
+    return row
+
+
+def require_ray():
+    try:
+        import ray
+    except ImportError:
+        raise IdinspectError("--ray needs Ray: pip install 'idinspect[ray]'") from None
+    return ray
+
+
+class RayBackend:
+    """``address``: None or "local" starts a local Ray instance (``num_cpus=workers``) for the run
+    and stops it after; "auto" or ``host:port`` / ``ray://host:port`` joins that cluster. If Ray is
+    already initialised in this process, that instance is used and left running."""
+
+    def __init__(self, address: str | None = None, *, workers: int | None = None, retries: int = 2,
+                 options: SurveyOptions | None = None, max_pending: int | None = None):
+        self.address = address
+        self.workers = workers
+        self.retries = max(0, int(retries))
+        self.options = options or SurveyOptions()
+        self.max_pending = max_pending
+        self.stats = BackendStats()
+
+    def _connect(self, ray) -> bool:
+        """Initialise Ray unless it already is; True if this backend started it (and must stop it)."""
+        if ray.is_initialized():
+            return False
+        kwargs = {"include_dashboard": False, "log_to_driver": False}
+        if self.address in (None, "local"):
+            kwargs.update(address="local", num_cpus=self.workers)
+        else:
+            kwargs["address"] = self.address
+        try:
+            ray.init(**kwargs)
+        except (ConnectionError, ValueError, RuntimeError) as exc:
+            raise IdinspectError(f"cannot start or reach Ray at {self.address or 'local'} ({exc}); "
+                                 "check the address (ray status) or drop --ray for the local pool") from None
+        return True
+
+    def run(self, tasks: list[Task], emit: Callable[[dict], None]) -> BackendStats:
+        ray = require_ray()
+        started = self._connect(ray)
+        try:
+            self._run(ray, tasks, emit)
+        finally:
+            if started:
+                ray.shutdown()
+        return self.stats
+
+    def _run(self, ray, tasks: list[Task], emit: Callable[[dict], None]) -> None:
+        from ray.exceptions import RayError, RayTaskError
+
+        cpus = int(ray.cluster_resources().get("CPU", 1))
+        self.stats.workers = cpus
+        limit = self.max_pending or max(2, 2 * cpus)
+        node_memory = max((int(n.get("Resources", {}).get("memory", 0)) for n in ray.nodes() if n.get("Alive")), default=0)
+        remote = ray.remote(ray_row)
+        opts = options_dict(self.options)
+        queue = deque(tasks)
+        pending: dict = {}
+        while queue or pending:
+            while queue and len(pending) < limit:
+                task = queue.popleft()
+                options = {"num_cpus": 1, "max_retries": self.retries, "retry_exceptions": [TransientRowError]}
+                if task.estimate.known and task.estimate.bytes:
+                    # capped at the largest node's: a larger request could never be scheduled
+                    options["memory"] = min(task.estimate.bytes, node_memory) if node_memory else task.estimate.bytes
+                pending[remote.options(**options).remote(task.source, opts)] = task
+            self.stats.peak_models = max(self.stats.peak_models, len(pending))
+            ready, _ = ray.wait(list(pending), num_returns=1)
+            for ref in ready:
+                task = pending.pop(ref)
+                try:
+                    row = ray.get(ref)
+                except RayTaskError as exc:
+                    cause = getattr(exc, "cause", None)
+                    row = cause.row if isinstance(cause, TransientRowError) else died_row(
+                        task.source, f"Ray task failed: {type(cause or exc).__name__}: {str(cause or exc)[:160]}")
+                except RayError as exc:  # worker or node died, object lost, out of memory: after Ray's retries
+                    row = died_row(task.source, f"Ray: {type(exc).__name__}: {str(exc).splitlines()[0][:160]}")
+                emit(row)

@@ -1,0 +1,187 @@
+"""One survey row per model: ``idinspect.inspect`` on the model, reduced to one flat record.
+
+A row never raises: a model that cannot be opened or analysed gives a row with ``status``
+"failed", the one-line ``error`` and its ``error_kind`` ("bad-input": an IdinspectError, never
+retried; "transient": a :class:`~idinspect.errors.TransientError`, an OSError or MemoryError,
+which the backends retry; "internal": anything else, a bug, not retried).
+
+Every field but :data:`TIMING_FIELDS` is a function of the model's files and the options, so two
+backends (process pool, Ray) give identical rows for the same survey.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+
+from .resume import local_revision, local_source_revision
+
+#: Version of the row layout; fields are only ever added.
+ROW_VERSION = 1
+
+#: (field, type) in column order; types are "string", "int64", "float64" (all nullable).
+ROW_FIELDS: tuple[tuple[str, str], ...] = (
+    ("source", "string"),
+    ("revision", "string"),
+    ("status", "string"),
+    ("family", "string"),
+    ("architecture", "string"),
+    ("layers", "int64"),
+    ("hidden_size", "int64"),
+    ("heads", "int64"),
+    ("kv_heads", "int64"),
+    ("head_dim", "int64"),
+    ("positional", "string"),
+    ("rotary_dim", "int64"),
+    ("model_parameters", "int64"),
+    ("attention_parameters", "int64"),
+    ("unidentified_parameters", "int64"),
+    ("identification_ratio", "float64"),
+    ("unidentified_with_weights", "int64"),
+    ("closed_form", "string"),
+    ("closed_form_ratio", "float64"),
+    ("findings_error", "int64"),
+    ("findings_warning", "int64"),
+    ("findings_note", "int64"),
+    ("fingerprint", "string"),
+    ("bytes_read", "int64"),
+    ("seconds", "float64"),
+    ("error", "string"),
+    ("error_kind", "string"),
+    ("tool_version", "string"),
+    ("row_version", "int64"),
+)
+FIELD_NAMES = tuple(name for name, _ in ROW_FIELDS)
+
+#: Fields that depend on when and where the row was made, not on the model.
+TIMING_FIELDS = ("seconds",)
+
+
+@dataclass(frozen=True)
+class SurveyOptions:
+    """What every model of a survey is inspected with (sent to each worker; plain values only)."""
+
+    token: str | None = None
+    cache_dir: str | None = None
+    offline: bool = False
+    device: str = "cpu"
+
+
+def empty_row(source: str) -> dict:
+    """A row with every field present and null except ``source`` and the versions."""
+    from .. import __version__
+
+    row = dict.fromkeys(FIELD_NAMES)
+    row.update(source=source, tool_version=__version__, row_version=ROW_VERSION)
+    return row
+
+
+def survey_row(source: str, options: SurveyOptions | dict | None = None) -> dict:
+    """Inspect ``source`` (directory, ``pkg:``, ``org/name[@rev]``) and return its row; never raises
+    (except KeyboardInterrupt/SystemExit)."""
+    opts = options if isinstance(options, SurveyOptions) else SurveyOptions(**(options or {}))
+    row = empty_row(source)
+    start = time.perf_counter()
+    try:
+        _fill(row, source, opts)
+        row["status"] = "ok"
+    except Exception as exc:  # noqa: BLE001 - the row records it; the survey goes on
+        row.update(status="failed", error=_message(exc), error_kind=error_kind(exc))
+        if row["revision"] is None:
+            row["revision"] = local_source_revision(source)
+    row["seconds"] = round(time.perf_counter() - start, 6)
+    return row
+
+
+def error_kind(exc: BaseException) -> str:
+    """"transient" (retry may help), "bad-input" (an IdinspectError) or "internal" (a bug)."""
+    from ..errors import IdinspectError
+
+    if isinstance(exc, IdinspectError):
+        return "transient" if exc.transient else "bad-input"
+    if isinstance(exc, (OSError, MemoryError)):
+        return "transient"
+    return "internal"
+
+
+def _message(exc: BaseException) -> str:
+    from ..errors import IdinspectError, one_line
+
+    text = one_line(exc)
+    return text if isinstance(exc, IdinspectError) else f"{type(exc).__name__}: {text}"
+
+
+def _fill(row: dict, source: str, opts: SurveyOptions) -> None:
+    from ..analysis.inspection import inspect
+    from ..sources.model import load
+
+    model = load(source, token=opts.token, cache_dir=opts.cache_dir, local_files_only=opts.offline)
+    with model:
+        counter = _count_bytes_read(model)
+        result = inspect(model, device=opts.device)
+        row["bytes_read"] = counter.total
+        path = model.provenance.path
+        row["revision"] = model.provenance.revision or (local_revision(path) if path is not None else None)
+    row.update(row_fields(result))
+    row["fingerprint"] = fingerprint_digest(source, opts)
+
+
+def row_fields(result: dict) -> dict:
+    """The model-dependent fields of a row from an ``inspect`` result (the JSON-contract dict)."""
+    model, totals = result.get("model") or {}, result.get("totals") or {}
+    counts = {"error": 0, "warning": 0, "note": 0}
+    for finding in result.get("findings") or []:
+        if finding.get("severity") in counts:
+            counts[finding["severity"]] += 1
+    return {
+        "family": model.get("model_type"), "architecture": model.get("architecture"),
+        "layers": model.get("layers"), "hidden_size": model.get("hidden_size"), "heads": model.get("heads"),
+        "kv_heads": model.get("kv_heads"), "head_dim": model.get("head_dim"), "positional": model.get("positional"),
+        "rotary_dim": model.get("rotary_dim"),
+        "model_parameters": totals.get("model_parameters"),
+        "attention_parameters": totals.get("attention_parameters"),
+        "unidentified_parameters": totals.get("unidentified_parameters"),
+        "identification_ratio": totals.get("identification_ratio"),
+        "unidentified_with_weights": totals.get("unidentified_with_weights"),
+        "closed_form": totals.get("closed_form"), "closed_form_ratio": totals.get("closed_form_ratio"),
+        "findings_error": counts["error"], "findings_warning": counts["warning"], "findings_note": counts["note"],
+    }
+
+
+def fingerprint_digest(source: str, opts: SurveyOptions) -> str | None:
+    """The model's fingerprint digest where this idinspect has a fingerprint facility; None otherwise.
+
+    No fingerprint facility exists in this version (``idinspect fingerprint`` is not part of it), so
+    the column stays null; it is kept so that rows keep one layout when it arrives.
+    """
+    return None
+
+
+@dataclass
+class _ByteCounter:
+    total: int = 0
+
+
+def _count_bytes_read(model) -> _ByteCounter:
+    """Count the tensor bytes the model's reader hands out (the reader is shared with the adapter,
+    so wrapping its ``get`` on the instance sees every read of the inspection)."""
+    counter = _ByteCounter()
+    reader = model.reader
+    read = reader.get
+
+    def counting_get(name: str):
+        tensor = read(name)
+        counter.total += tensor.numel() * tensor.element_size()
+        return tensor
+
+    reader.get = counting_get
+    return counter
+
+
+def comparable(row: dict) -> dict:
+    """``row`` without :data:`TIMING_FIELDS` (what two backends must agree on)."""
+    return {k: v for k, v in row.items() if k not in TIMING_FIELDS}
+
+
+def options_dict(opts: SurveyOptions) -> dict:
+    return asdict(opts)
