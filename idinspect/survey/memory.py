@@ -112,5 +112,5 @@ class Admission:
 
 
 def worker_count(requested: int, budget: int) -> int:
-    """Workers the budget allows: each needs :data:`WORKER_BASE_BYTES` plus room for a model; at least 1."""
-    return max(1, min(int(requested), int(budget) // (2 * WORKER_BASE_BYTES)))
+    """Workers the budget allows, each taking :data:`WORKER_BASE_BYTES` of it; at least 1."""
+    return max(1, min(int(requested), int(budget) // WORKER_BASE_BYTES))

@@ -1,7 +1,7 @@
 """The local backend: a process pool of ``workers`` with the models in flight kept within a memory budget.
 
-Workers are spawned (not forked: the parent has torch loaded) and each inspects one model at a
-time with ``cpus / workers`` torch threads. A model is submitted only when the
+Workers come from a fork server (:func:`worker_context`; never forked from the parent, which has
+torch loaded and running) and each inspects one model at a time with ``cpus / workers`` torch threads. A model is submitted only when the
 :class:`~idinspect.survey.memory.Admission` rule lets it in. A row whose error is transient is run
 again, up to ``retries`` more times; a worker that dies (e.g. killed for memory) fails the models
 it held with a transient error, the pool is restarted and they are retried the same way.
@@ -40,8 +40,23 @@ class BackendStats:
     restarts: int = 0
 
 
-def _init_worker(threads: int) -> None:
+def worker_context():
+    """Workers forked from a fork server that has imported torch and idinspect's analysis once (no
+    torch threads started there, so forking it is safe); spawned where there is no fork server."""
+    if "forkserver" in multiprocessing.get_all_start_methods():
+        context = multiprocessing.get_context("forkserver")
+        context.set_forkserver_preload(["idinspect.survey.rows", "idinspect.analysis.inspection"])
+        return context
+    return multiprocessing.get_context("spawn")
+
+
+def _init_worker(threads: int, environ: dict[str, str]) -> None:
+    """Torch threads, and the environment the parent had when it made the pool (the fork server's
+    is older; huggingface_hub, which reads HF_* settings on import, is not imported there yet)."""
     import torch
+
+    os.environ.clear()
+    os.environ.update(environ)
 
     torch.set_num_threads(max(1, threads))
 
@@ -69,8 +84,8 @@ class LocalPool:
 
     def _executor(self) -> ProcessPoolExecutor:
         cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-        return ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("spawn"),
-                                   initializer=_init_worker, initargs=(max(1, cpus // self.workers),))
+        return ProcessPoolExecutor(self.workers, mp_context=worker_context(),
+                                   initializer=_init_worker, initargs=(max(1, cpus // self.workers), dict(os.environ)))
 
     def run(self, tasks: list[Task], emit: Callable[[dict], None]) -> BackendStats:
         admission = Admission(self.model_budget, self.workers)

@@ -47,15 +47,18 @@ def require_ray():
 class RayBackend:
     """``address``: None or "local" starts a local Ray instance (``num_cpus=workers``) for the run
     and stops it after; "auto" or ``host:port`` / ``ray://host:port`` joins that cluster. If Ray is
-    already initialised in this process, that instance is used and left running."""
+    already initialised in this process, that instance is used and left running. ``runtime_env``
+    goes to every task (e.g. ``{"env_vars": {"HF_TOKEN": ...}}``)."""
 
     def __init__(self, address: str | None = None, *, workers: int | None = None, retries: int = 2,
-                 options: SurveyOptions | None = None, max_pending: int | None = None):
+                 options: SurveyOptions | None = None, max_pending: int | None = None,
+                 runtime_env: dict | None = None):
         self.address = address
         self.workers = workers
         self.retries = max(0, int(retries))
         self.options = options or SurveyOptions()
         self.max_pending = max_pending
+        self.runtime_env = runtime_env
         self.stats = BackendStats()
 
     def _connect(self, ray) -> bool:
@@ -99,6 +102,8 @@ class RayBackend:
             while queue and len(pending) < limit:
                 task = queue.popleft()
                 options = {"num_cpus": 1, "max_retries": self.retries, "retry_exceptions": [TransientRowError]}
+                if self.runtime_env:
+                    options["runtime_env"] = self.runtime_env
                 if task.estimate.known and task.estimate.bytes:
                     # capped at the largest node's: a larger request could never be scheduled
                     options["memory"] = min(task.estimate.bytes, node_memory) if node_memory else task.estimate.bytes
