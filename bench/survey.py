@@ -1,6 +1,6 @@
 """``python -m bench.survey [--models N] [--repeats R]``: models per minute of ``idinspect survey``.
 
-Builds N small random checkpoints (hidden 256, 4 layers; BERT, GPT-2, Llama MHA/GQA/MQA, Qwen2,
+Builds N small random float32 checkpoints (default hidden 768, 6 layers; BERT, GPT-2, Llama MHA/GQA/MQA, Qwen2,
 Mistral; 2 to 16 heads) once, then runs the real command in a child process, as a user does, on
 the local pool with 1 and 2 workers and on a local Ray instance (2 CPUs), each on all N models and
 on the first 2, alternating within each repeat. The difference of the two runs gives the marginal
@@ -27,15 +27,15 @@ RESULTS = Path(__file__).resolve().parent / "results"
 BACKENDS = {"pool-1": ["--workers", "1"], "pool-2": ["--workers", "2"], "ray-2": ["--workers", "2", "--ray=local"]}
 
 
-def zoo_configs(n: int) -> list[tuple[str, object, type]]:
+def zoo_configs(n: int, hidden: int = 768, layers: int = 6) -> list[tuple[str, object, type]]:
     """``n`` (name, config, model class) cycling over families and head counts."""
     import transformers as tf
 
-    base = dict(hidden_size=256, intermediate_size=512, num_hidden_layers=4, vocab_size=512,
+    base = dict(hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers, vocab_size=512,
                 max_position_embeddings=128)
     kinds = [
         ("bert-h{h}", lambda h: tf.BertConfig(**base, num_attention_heads=h), tf.BertModel),
-        ("gpt2-h{h}", lambda h: tf.GPT2Config(n_embd=256, n_layer=4, n_head=h, vocab_size=512, n_positions=128),
+        ("gpt2-h{h}", lambda h: tf.GPT2Config(n_embd=hidden, n_layer=layers, n_head=h, vocab_size=512, n_positions=128),
          tf.GPT2Model),
         ("llama-h{h}", lambda h: tf.LlamaConfig(**base, num_attention_heads=h, num_key_value_heads=h), tf.LlamaModel),
         ("llama-gqa-h{h}", lambda h: tf.LlamaConfig(**base, num_attention_heads=h, num_key_value_heads=max(1, h // 4)),
@@ -45,7 +45,7 @@ def zoo_configs(n: int) -> list[tuple[str, object, type]]:
         ("mistral-mqa-h{h}", lambda h: tf.MistralConfig(**base, num_attention_heads=h, num_key_value_heads=1),
          tf.MistralModel),
     ]
-    heads = (2, 4, 8, 16)
+    heads = (4, 8, 16, 2)
     out = []
     for i in range(n):
         name, make, cls = kinds[i % len(kinds)]
@@ -54,11 +54,11 @@ def zoo_configs(n: int) -> list[tuple[str, object, type]]:
     return out
 
 
-def build_zoo(folder: Path, n: int) -> list[str]:
+def build_zoo(folder: Path, n: int, hidden: int = 768, layers: int = 6) -> list[str]:
     import torch
 
     paths = []
-    for i, (name, config, cls) in enumerate(zoo_configs(n)):
+    for i, (name, config, cls) in enumerate(zoo_configs(n, hidden, layers)):
         path = folder / name
         if not (path / "config.json").exists():
             torch.manual_seed(i)
@@ -94,11 +94,15 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--models", type=int, default=24, help="checkpoints in the zoo (default 24)")
     p.add_argument("--repeats", type=int, default=2)
     p.add_argument("--backends", nargs="*", default=list(BACKENDS), choices=list(BACKENDS))
-    p.add_argument("--zoo", type=Path, default=Path(tempfile.gettempdir()) / "idinspect-survey-zoo")
+    p.add_argument("--hidden", type=int, default=768, help="hidden size of every checkpoint (default 768)")
+    p.add_argument("--layers", type=int, default=6, help="layers of every checkpoint (default 6)")
+    p.add_argument("--zoo", type=Path, default=None,
+                   help="where the checkpoints are built (default: a folder in the temp dir named after the shape)")
     p.add_argument("--no-write", action="store_true")
     args = p.parse_args(argv)
+    args.zoo = args.zoo or Path(tempfile.gettempdir()) / f"idinspect-survey-zoo-{args.hidden}x{args.layers}"
     args.zoo.mkdir(parents=True, exist_ok=True)
-    models = build_zoo(args.zoo, args.models)
+    models = build_zoo(args.zoo, args.models, args.hidden, args.layers)
     small = models[:2]
     machine = {**describe(), "load_average_start": load_average()}
     floor = floor_seconds(models)
@@ -122,7 +126,7 @@ def main(argv: list[str] | None = None) -> None:
         r, q = summary["ray-2"], summary["pool-2"]
         summary["ray_overhead"] = {"startup_seconds": r["startup_seconds"] - q["startup_seconds"],
                                    "per_model_seconds": 60 / r["marginal_models_per_minute"] - 60 / q["marginal_models_per_minute"]}
-    result = {"models": n, "repeats": args.repeats, "machine": machine, "load_average_end": load_average(),
+    result = {"models": n, "hidden_size": args.hidden, "layers": args.layers, "repeats": args.repeats, "machine": machine, "load_average_end": load_average(),
               "summary": summary}
     print(json.dumps(summary, indent=2))
     if not args.no_write:
