@@ -194,3 +194,16 @@ def test_html_summary_plots_every_inspected_model(tiny_dir):
 def test_comparable_drops_timing_only(tiny_dir):
     row = survey_row(str(tiny_dir("qwen2")))
     assert set(row) - set(comparable(row)) == {"seconds"}
+
+
+@pytest.mark.parametrize("status, transient", [(500, True), (503, True), (429, True), (404, False), (401, False),
+                                               (403, False)])
+def test_hub_answers_that_may_pass_on_retry_are_transient(status, transient):
+    from huggingface_hub import errors as hf_errors
+
+    from idinspect.sources.hub import hub_error
+    from tests.test_hub import response
+
+    error = hub_error(hf_errors.HfHubHTTPError(str(status), response=response(status)), "org/m", None, offline=False)
+    assert isinstance(error, IdinspectError) and error.transient is transient
+    assert error_kind(error) == ("transient" if transient else "bad-input")

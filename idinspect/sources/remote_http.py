@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import BinaryIO
 
-from ..errors import IdinspectError
+from ..errors import IdinspectError, TransientError
 
 #: Tries per range (first try included) for dropped connections, short reads, 429 and 5xx.
 MAX_TRIES = 6
@@ -112,13 +112,13 @@ class RangeFetcher:
                             if pos >= end:
                                 break
                         if pos < end and tries >= MAX_TRIES:
-                            raise IdinspectError(f"{self.repo_id}/{file.name}: the server kept ending bytes {start}-{end - 1} "
+                            raise TransientError(f"{self.repo_id}/{file.name}: the server kept ending bytes {start}-{end - 1} "
                                                  f"early ({MAX_TRIES} tries, stopped at byte {pos}); retry later")
                         if pos < end:
                             wait = backoff
             except (httpx2.TransportError, httpx2.DecodingError) as exc:
                 if tries >= MAX_TRIES:
-                    raise IdinspectError(f"{self.repo_id}/{file.name}: network error reading bytes {pos}-{end - 1} "
+                    raise TransientError(f"{self.repo_id}/{file.name}: network error reading bytes {pos}-{end - 1} "
                                          f"({type(exc).__name__}, {MAX_TRIES} tries); check the connection and retry") from None
                 wait = backoff
             if wait is not None and pos < end:
@@ -134,7 +134,7 @@ class RangeFetcher:
         except ValueError:
             seconds = backoff   # an HTTP date: fall back to our own backoff
         if seconds > MAX_WAIT_S:
-            raise IdinspectError(f"{self.repo_id}/{file.name}: rate limited by the hub (HTTP 429, Retry-After {after} s); "
+            raise TransientError(f"{self.repo_id}/{file.name}: rate limited by the hub (HTTP 429, Retry-After {after} s); "
                                  "retry later, or pass --token (authenticated requests get a higher limit)")
         return max(seconds, 0.0)
 
@@ -144,7 +144,7 @@ class RangeFetcher:
         commit = hub_answer.headers.get("X-Repo-Commit")
         etag = _normalise_etag(hub_answer.headers.get("X-Linked-Etag") or hub_answer.headers.get("ETag"))
         if commit is not None and commit != self.commit:
-            raise IdinspectError(f"{self.repo_id}/{file.name}: the hub answered for commit {commit} although the run is "
+            raise TransientError(f"{self.repo_id}/{file.name}: the hub answered for commit {commit} although the run is "
                                  f"pinned to {self.commit}; the revision moved during the run: rerun")
         if file.etag is not None and etag is not None and etag != file.etag and response.history:
             raise IdinspectError(f"{self.repo_id}/{file.name}: its content changed during the run (ETag {etag}, expected "
@@ -194,7 +194,7 @@ def resolve_commit(repo_id: str, revision: str | None, token: str | bool | None,
             except ValueError:
                 wait = BASE_BACKOFF_S * 2 ** attempt
             if wait > MAX_WAIT_S:
-                raise IdinspectError(f"{repo_id}: rate limited by the hub (HTTP 429, Retry-After {after} s); retry later, "
+                raise TransientError(f"{repo_id}: rate limited by the hub (HTTP 429, Retry-After {after} s); retry later, "
                                      "or pass --token (authenticated requests get a higher limit)") from None
             (sleep or time.sleep)(max(wait, 0.0))
     files = {}
@@ -204,7 +204,7 @@ def resolve_commit(repo_id: str, revision: str | None, token: str | bool | None,
         etag = lfs.sha256 if lfs is not None else getattr(s, "blob_id", None)
         files[s.rfilename] = RemoteFile(s.rfilename, int(size) if size is not None else -1, etag)
     if not info.sha:
-        raise IdinspectError(f"{repo_id}: the hub did not name the commit of revision {revision or 'main'!r}; retry later")
+        raise TransientError(f"{repo_id}: the hub did not name the commit of revision {revision or 'main'!r}; retry later")
     return info.sha, files
 
 

@@ -25,6 +25,7 @@ ROW_FIELDS: tuple[tuple[str, str], ...] = (
     ("revision", "string"),
     ("status", "string"),
     ("family", "string"),
+    ("model_type", "string"),
     ("architecture", "string"),
     ("layers", "int64"),
     ("hidden_size", "int64"),
@@ -45,6 +46,7 @@ ROW_FIELDS: tuple[tuple[str, str], ...] = (
     ("findings_note", "int64"),
     ("fingerprint", "string"),
     ("bytes_read", "int64"),
+    ("bytes_fetched", "int64"),
     ("seconds", "float64"),
     ("error", "string"),
     ("error_kind", "string"),
@@ -134,7 +136,8 @@ def row_fields(result: dict) -> dict:
         if finding.get("severity") in counts:
             counts[finding["severity"]] += 1
     return {
-        "family": model.get("model_type"), "architecture": model.get("architecture"),
+        "family": model.get("family") or model.get("model_type"), "model_type": model.get("model_type"),
+        "architecture": model.get("architecture"),
         "layers": model.get("layers"), "hidden_size": model.get("hidden_size"), "heads": model.get("heads"),
         "kv_heads": model.get("kv_heads"), "head_dim": model.get("head_dim"), "positional": model.get("positional"),
         "rotary_dim": model.get("rotary_dim"),
@@ -144,6 +147,7 @@ def row_fields(result: dict) -> dict:
         "identification_ratio": totals.get("identification_ratio"),
         "unidentified_with_weights": totals.get("unidentified_with_weights"),
         "closed_form": totals.get("closed_form"), "closed_form_ratio": totals.get("closed_form_ratio"),
+        "bytes_fetched": (model.get("fetch") or {}).get("bytes_fetched"),
         "findings_error": counts["error"], "findings_warning": counts["warning"], "findings_note": counts["note"],
     }
 
