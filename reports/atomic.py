@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import BinaryIO
 
 
 def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
@@ -15,12 +17,18 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
     (0o666 less the umask). Raises OSError (no such folder, not writable, disk full); returns the
     final path.
     """
+    return write_atomic(path, lambda fh: fh.write(text.encode("utf-8")))
+
+
+def write_atomic(path: str | os.PathLike, write: Callable[[BinaryIO], object]) -> Path:
+    """:func:`write_text_atomic` for any content: ``write(fh)`` fills the temporary file, opened in
+    binary mode (e.g. ``pyarrow.parquet.write_table(table, fh)``)."""
     target = Path(path)
     directory = target.parent if str(target.parent) else Path(".")
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=directory)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
-            fh.write(text)
+        with os.fdopen(fd, "wb") as fh:
+            write(fh)
             fh.flush()
             os.fsync(fh.fileno())
         os.chmod(tmp, 0o666 & ~_umask())

@@ -15,7 +15,6 @@ import json
 import math
 import os
 import sys
-import tempfile
 from pathlib import Path
 
 from ..errors import IdinspectError
@@ -147,21 +146,9 @@ class ParquetSink:
         schema = arrow_schema()
         table = pa.Table.from_pylist([{name: _finite(r.get(name)) for name in FIELD_NAMES} for r in self._rows.values()],
                                      schema=schema)
-        directory = self.path.parent if str(self.path.parent) else Path(".")
-        fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp", dir=directory)
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                pq.write_table(table, fh)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.chmod(tmp, 0o644)
-            os.replace(tmp, self.path)
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except FileNotFoundError:
-                pass
-            raise
+        from ..reports.atomic import write_atomic
+
+        write_atomic(self.path, lambda fh: pq.write_table(table, fh))
 
     def close(self) -> None:
         if not self.path.exists():
