@@ -23,6 +23,8 @@ svg .pt-mha { fill: var(--meas); stroke: var(--bg); stroke-width: 1; }
 svg .pt-gqa { fill: var(--abs); stroke: var(--bg); stroke-width: 1; }
 svg .own { stroke: var(--free); stroke-width: 2.5; }
 td.failed { color: var(--error); }
+tbody th[scope=row] code { white-space: nowrap; overflow-wrap: normal; }
+svg .curve-lbl { fill: var(--vo); font-size: 11px; }
 """
 
 
@@ -63,7 +65,7 @@ def _plottable(row: dict) -> bool:
 
 def share_chart(rows: list[dict], chart_id: str = "chart-share") -> str:
     """Log-log scatter of U / P against H with the 1/(2H) and G/(H(H+G)) curves."""
-    width, height, left, right, top, bottom = 860, 440, 70, 150, 30, 44
+    width, height, left, right, top, bottom = 900, 440, 84, 190, 30, 44
     plot_w, plot_h = width - left - right, height - top - bottom
     heads = [r["heads"] for r in rows] or [1, 64]
     h_lo = 2 ** math.floor(math.log2(max(1, min(heads))))
@@ -73,8 +75,7 @@ def share_chart(rows: list[dict], chart_id: str = "chart-share") -> str:
     values += [g / (h_hi * (h_hi + g)) for g in groups]
     values += [r["closed_form_ratio"] for r in rows if isinstance(r.get("closed_form_ratio"), (int, float))
                and r["closed_form_ratio"] > 0]
-    y_lo = 10 ** math.floor(math.log10(min(values)))
-    y_hi = 10 ** math.ceil(math.log10(max(values)))
+    y_lo, y_hi = nice_below(min(values)), nice_above(max(values))
     if y_hi <= y_lo:
         y_hi = y_lo * 10
 
@@ -95,26 +96,27 @@ def share_chart(rows: list[dict], chart_id: str = "chart-share") -> str:
         out.append(f'<line class="grid" x1="{x:.1f}" y1="{top}" x2="{x:.1f}" y2="{top + plot_h}"/>'
                    f'<text class="lbl" x="{x:.1f}" y="{top + plot_h + 16}" text-anchor="middle">{h}</text>')
         k += 1
-    decade = y_lo
+    decade = 10 ** math.floor(math.log10(y_lo))
     while decade <= y_hi * 1.0001:
         for m in (1, 2, 5):
             v = decade * m
             if y_lo <= v <= y_hi * 1.0001:
                 y = y_of(v)
                 out.append(f'<line class="grid" x1="{left}" y1="{y:.1f}" x2="{left + plot_w}" y2="{y:.1f}"/>'
-                           f'<text class="lbl" x="{left - 6}" y="{y + 4:.1f}" text-anchor="end">{esc(fmt_ratio(v))}</text>')
+                           f'<text class="lbl" x="{left - 6}" y="{y + 4:.1f}" text-anchor="end">{esc(percent(v))}</text>')
         decade *= 10
     out.append(f'<text class="lbl" x="{left + plot_w / 2:.1f}" y="{height - 6}" text-anchor="middle">'
                "query heads H (log scale)</text>"
-               f'<text class="lbl" x="14" y="{top + plot_h / 2:.1f}" text-anchor="middle" '
-               f'transform="rotate(-90 14 {top + plot_h / 2:.1f})">unidentified share U / P (log scale)</text>')
+               f'<text class="lbl" x="12" y="{top + plot_h / 2:.1f}" text-anchor="middle" '
+               f'transform="rotate(-90 12 {top + plot_h / 2:.1f})">unidentified share U / P (log scale)</text>')
     out.append(_curve([(h, 1 / (2 * h)) for h in _grid(h_lo, h_hi)], x_of, y_of, "mha-curve", "1/(2H)"))
     for g in groups:
         pts = [(h, g / (h * (h + g))) for h in _grid(max(h_lo, g), h_hi)]
         out.append(_curve(pts, x_of, y_of, "gqa-curve", f"G/(H(H+G)), G={g}"))
+        out.append(f'<text class="curve-lbl" x="{x_of(h_hi) + 4:.1f}" y="{y_of(pts[-1][1]) + 4:.1f}">G={g}</text>')
     for r in rows:
         out.append(_point(r, x_of, y_of))
-    lx = left + plot_w + 14
+    lx = left + plot_w + 44
     out.append(f'<line class="mha-curve" x1="{lx}" y1="{top + 8}" x2="{lx + 24}" y2="{top + 8}"/>'
                f'<text class="lbl" x="{lx + 30}" y="{top + 12}">1/(2H)</text>'
                f'<line class="gqa-curve" x1="{lx}" y1="{top + 28}" x2="{lx + 24}" y2="{top + 28}"/>'
@@ -127,6 +129,24 @@ def share_chart(rows: list[dict], chart_id: str = "chart-share") -> str:
                f'<text class="lbl" x="{lx + 30}" y="{top + 92}">its closed form</text>')
     out.append("</svg>")
     return "".join(out)
+
+
+def nice_below(v: float) -> float:
+    """The largest 1, 2 or 5 x 10^k at or below ``v`` (> 0)."""
+    base = 10 ** math.floor(math.log10(v))
+    return max(m * base for m in (1, 2, 5) if m * base <= v * (1 + 1e-12))
+
+
+def nice_above(v: float) -> float:
+    """The smallest 1, 2 or 5 x 10^k at or above ``v`` (> 0)."""
+    base = 10 ** math.floor(math.log10(v))
+    return min(m * base for m in (1, 2, 5, 10) if m * base >= v * (1 - 1e-12))
+
+
+def percent(v: float) -> str:
+    """An axis label: ``0.5`` -> ``50%``, ``0.0002`` -> ``0.02%`` (no trailing zeros)."""
+    text = f"{100 * v:.6f}".rstrip("0").rstrip(".")
+    return f"{text}%"
 
 
 def _grid(lo: float, hi: float, per_octave: int = 8) -> list[float]:
@@ -161,7 +181,7 @@ def _point(row: dict, x_of, y_of) -> str:
     return "".join(out)
 
 
-_COLUMNS = (("source", "Model"), ("family", "Family"), ("heads", "H"), ("kv_heads", "G"), ("layers", "Layers"),
+_COLUMNS = (("source", "Model"), ("model_type", "Type"), ("heads", "H"), ("kv_heads", "G"), ("layers", "Layers"),
             ("hidden_size", "d"), ("attention_parameters", "Attention params"),
             ("unidentified_parameters", "Unidentified"), ("identification_ratio", "U / P"),
             ("closed_form_ratio", "Closed form"), ("findings", "Findings e/w/n"), ("bytes_read", "Bytes read"),

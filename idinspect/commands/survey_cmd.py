@@ -31,8 +31,9 @@ def parse_size(text: str) -> int:
 @click.option("--jsonl", metavar="PATH", help="Append rows to PATH as JSON lines ('-': stdout). The resume journal.")
 @click.option("--parquet", metavar="PATH", help="Write the rows as a Parquet table (needs idinspect[survey]).")
 @click.option("--html", "html_path", metavar="PATH", help="Write the single-file HTML summary to PATH.")
-@click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True,
-              help="Local pool: models inspected at once (fewer if --memory does not allow them).")
+@click.option("--workers", type=click.IntRange(min=1), default=None,
+              help="Models inspected at once: local pool (default 1; fewer if --memory does not allow them), "
+                   "or the CPUs of a local Ray instance (default: all).")
 @click.option("--memory", "memory", metavar="SIZE",
               help="Local pool: memory budget for workers and models in flight (default: half the available memory).")
 @click.option("--ray", "ray_address", is_flag=False, flag_value="local", default=None, metavar="[ADDRESS]",
@@ -46,7 +47,7 @@ def parse_size(text: str) -> int:
 @click.option("-q", "--quiet", is_flag=True, help="No per-model lines on stderr (errors still print).")
 @debug_option
 def survey_command(sources: tuple[str, ...], from_file: str | None, jsonl: str | None, parquet: str | None,
-                   html_path: str | None, workers: int, memory: str | None, ray_address: str | None, retries: int,
+                   html_path: str | None, workers: int | None, memory: str | None, ray_address: str | None, retries: int,
                    no_resume: bool, device: str, token: str | None, cache_dir: str | None, offline: bool,
                    quiet: bool) -> None:
     """Inspect many models and write one row per model (JSONL and/or Parquet, plus an HTML summary)."""
@@ -68,6 +69,7 @@ def survey_command(sources: tuple[str, ...], from_file: str | None, jsonl: str |
         require_ray()
         backend = RayBackend(ray_address, workers=workers if ray_address == "local" else None,
                              retries=retries, options=options)
+    workers = workers or 1
     progress = _Progress(len(dict.fromkeys(models)), quiet)
     result = run_survey(models, jsonl=jsonl, parquet=parquet, backend=backend, options=options,
                         resume=not no_resume, workers=workers, memory_budget=budget, retries=retries,
