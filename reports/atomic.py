@@ -17,7 +17,7 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
     (0o666 less the umask). Raises OSError (no such folder, not writable, disk full); returns the
     final path.
     """
-    return write_atomic(path, lambda fh: fh.write(text.encode("utf-8")))
+    return write_atomic(path, lambda fh: fh.write(str.encode(text, "utf-8")))  # TypeError if not text
 
 
 def write_atomic(path: str | os.PathLike, write: Callable[[BinaryIO], object]) -> Path:
