@@ -207,3 +207,12 @@ def test_hub_answers_that_may_pass_on_retry_are_transient(status, transient):
     error = hub_error(hf_errors.HfHubHTTPError(str(status), response=response(status)), "org/m", None, offline=False)
     assert isinstance(error, IdinspectError) and error.transient is transient
     assert error_kind(error) == ("transient" if transient else "bad-input")
+
+
+def test_single_file_checkpoints_have_their_own_revision(tmp_path):
+    a, b = tmp_path / "a.gguf", tmp_path / "b.gguf"
+    a.write_bytes(b"GGUF" + b"\0" * 60)
+    b.write_bytes(b"GGUF" + b"\0" * 61)
+    assert current_revision(str(a)) == local_revision(a) != current_revision(str(b))
+    os.utime(a, ns=(a.stat().st_atime_ns, a.stat().st_mtime_ns + 1_000_000))
+    assert current_revision(str(a)) != local_revision(b) and current_revision(str(a)).startswith("files:")

@@ -21,9 +21,14 @@ _COMMIT = re.compile(r"^[0-9a-f]{40}$")
 
 def local_revision(path: str | Path) -> str:
     """``files:`` + 16 hex digits of sha256 over config.json's bytes and each weight file's name,
-    size and modification time (nanoseconds): changes whenever a file of the checkpoint is rewritten."""
+    size and modification time (nanoseconds), or a single-file checkpoint's (GGUF): changes
+    whenever a file of the checkpoint is rewritten."""
     folder = Path(path)
     digest = hashlib.sha256()
+    if folder.is_file():  # a single-file checkpoint (GGUF)
+        st = folder.stat()
+        digest.update(f"{folder.name}\0{st.st_size}\0{st.st_mtime_ns}".encode())
+        return "files:" + digest.hexdigest()[:16]
     config = folder / "config.json"
     digest.update(config.read_bytes() if config.is_file() else b"")
     names = sorted({p.name for pattern in _WEIGHT_GLOBS for p in folder.glob(pattern)})
@@ -34,7 +39,7 @@ def local_revision(path: str | Path) -> str:
 
 
 def local_folder(source: str) -> Path | None:
-    """The folder of a local or ``pkg:`` source, or None for a hub id (or nothing there)."""
+    """The folder (or single file) of a local or ``pkg:`` source, or None for a hub id (or nothing there)."""
     from ..errors import IdinspectError
     from ..sources.hub import looks_like_path
     from ..sources.model import package_checkpoint
@@ -44,7 +49,7 @@ def local_folder(source: str) -> Path | None:
             return package_checkpoint(source)
         if looks_like_path(source):
             path = Path(source).expanduser()
-            return path if path.is_dir() else None
+            return path if path.exists() else None
     except (IdinspectError, OSError):
         return None
     return None
