@@ -97,7 +97,8 @@ class Repo:
 class Fault:
     """Applied to the next request whose path contains ``path`` on ``host`` ('hub' or 'cdn')."""
 
-    kind: str            # 'status', 'drop', 'ignore_range', 'wrong_commit'
+    kind: str            # 'status', 'drop' (connection closed mid-body), 'short' (206 for part of the range),
+    #                      'ignore_range', 'wrong_commit'
     host: str = "cdn"
     path: str = ""
     status: int = 500
@@ -245,6 +246,8 @@ def _handler(hub: LocalHub, role: str):
             if a >= blob.size:
                 self._send(416, {"Content-Range": f"bytes */{blob.size}"}, b"", head)
                 return
+            if fault is not None and fault.kind == "short" and b - a > 1:   # a valid 206 for less than was asked
+                b = a + max(1, int((b - a) * fault.keep))
             headers["Content-Range"] = f"bytes {a}-{b - 1}/{blob.size}"
             keep = fault.keep if fault is not None and fault.kind == "drop" else None
             self._send(206, headers, b"" if head else blob.read(a, b), head, length=b - a, keep=keep)

@@ -220,6 +220,23 @@ def test_dropped_connections_resume_from_the_first_missing_byte(hub, sharded, ca
     assert got["layers"] == inspect_json(str(sharded))["layers"]
 
 
+def test_short_206_answers_are_completed(hub, sharded, cache):
+    hub.add_repo(REPO, served_files(sharded))
+    hub.faults += [Fault("short", host="cdn", keep=0.25) for _ in range(4)]
+    got = inspect_json(REPO, "--cache-dir", str(cache))
+    headers, attention = expected_bytes(sharded)
+    assert hub.bytes_served["cdn"] == headers + attention
+    assert got["layers"] == inspect_json(str(sharded))["layers"]
+
+
+def test_verify_downloads_whole_files(hub, sharded, cache):
+    hub.add_repo(REPO, served_files(sharded))
+    r = run_cli("verify", REPO, REPO, "--cache-dir", str(cache), "--no-functional")
+    assert r.code == 0, r.stderr
+    assert hub.bytes_served["cdn"] >= sum(p.stat().st_size for p in sharded.glob("*.safetensors"))
+    assert all(e["range"] is None for e in hub.log if e["host"] == "cdn" and e["method"] == "GET")
+
+
 def test_a_connection_that_keeps_dropping_is_a_clean_error(hub, sharded, cache):
     hub.add_repo(REPO, served_files(sharded))
     first = blob_path(hub, "model-00001-of-00003.safetensors")
