@@ -317,13 +317,14 @@ def check_sizes(a: Adapter) -> None:
                              f"{numbers['heads']} attention heads; fix the config")
 
 
-def rope_positional(config, pairing: str = "half") -> Positional:
-    """RoPE of ``config`` (frequencies as transformers computes them, :mod:`idinspect.sources.rope_config`);
-    settings transformers cannot use are a one-line error naming the config keys."""
+def rope_positional(config, pairing: str = "half", partial: bool = False) -> Positional:
+    """RoPE of ``config`` (frequencies as transformers computes them, :mod:`idinspect.sources.rope_config`;
+    ``partial``: the family honours ``partial_rotary_factor``); settings transformers cannot use are a
+    one-line error naming the config keys."""
     from ..sources.rope_config import rotary_spec_from_config
 
     try:
-        return Positional("rope", rotary=rotary_spec_from_config(config, pairing))
+        return Positional("rope", rotary=rotary_spec_from_config(config, pairing, partial))
     except (KeyError, TypeError, ValueError, ZeroDivisionError, IdinspectError) as exc:
         raise IdinspectError(f"config.json: RoPE settings that transformers cannot use ({type(exc).__name__}: "
                              f"{one_line(exc)}); fix rope_parameters / rope_scaling") from None

@@ -30,6 +30,8 @@ class LlamaAdapter(Adapter):
     layer_container = "layers"
     buffer_suffixes = (".rotary_emb.inv_freq",)
     hf_modules = {"self": ("self_attn", None)}
+    #: The family's rotary module honours rope_parameters["partial_rotary_factor"] (Phi, StableLM, ...).
+    partial_rotary: bool = False
 
     @property
     def n_kv_heads(self) -> int:
@@ -54,7 +56,7 @@ class LlamaAdapter(Adapter):
 
     @cached_property
     def _rope(self) -> Positional:
-        return rope_positional(self.config, "half")
+        return rope_positional(self.config, "half", self.partial_rotary)
 
     def positional(self, site: Site | None = None) -> Positional:
         return self._rope
@@ -79,7 +81,7 @@ class LlamaAdapter(Adapter):
               "max_position_embeddings": getattr(cfg, "max_position_embeddings", 2048)}
         rope = getattr(cfg, "rope_parameters", None)
         if rope:
-            kw["rope_parameters"] = dict(rope)
+            kw["rope_parameters"] = self.twin_rope(rope, shape)
         for name in ("attention_bias", "sliding_window", "use_sliding_window", "max_window_layers"):
             if hasattr(cfg, name):
                 kw[name] = getattr(cfg, name)
@@ -87,6 +89,16 @@ class LlamaAdapter(Adapter):
         if layer_types:
             kw["layer_types"] = list(layer_types[:1])
         return kw
+
+
+    def twin_rope(self, rope: dict, shape: dict) -> dict:
+        """The twin's rope_parameters: the model's, with a partial rotary factor that keeps the twin's
+        head partly unrotated (one rotated plane) exactly when the model's heads are."""
+        rope = dict(rope)
+        if self.partial_rotary and "partial_rotary_factor" in rope:
+            partial = self.positional().rotary_dim < self.head_dim
+            rope["partial_rotary_factor"] = 2 / shape["head_dim"] if partial else 1.0
+        return rope
 
 
 ADAPTERS = (LlamaAdapter,)

@@ -6,6 +6,7 @@ import torch
 
 import idinspect
 from idinspect.layer.reference import reference_attention
+from idinspect.layer.rotary import rotary_cos_sin
 from tests import tiny
 
 
@@ -58,6 +59,12 @@ def test_rope_frequencies_are_the_models_own(variant, tmp_path):
     tiny.save(hf, tmp_path)
     rotary = idinspect.load(tmp_path).layer(0).positional.rotary
     module = hf.base_model.rotary_emb
+    if not hasattr(module, "inv_freq"):   # GPT-J: a sinusoid table [positions, rotary_dim] = [sin | cos], float32
+        table = module.embed_positions
+        cos, sin = rotary_cos_sin(rotary, torch.arange(table.shape[0]), torch.float32)
+        assert rotary.rope_type == "default" and rotary.attention_factor == 1.0
+        assert torch.equal(table, torch.cat([sin, cos], dim=-1))
+        return
     assert rotary.inv_freq.dtype == module.inv_freq.dtype == torch.float32
     assert torch.equal(rotary.inv_freq, module.inv_freq)
     assert rotary.attention_factor == module.attention_scaling

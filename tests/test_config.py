@@ -123,6 +123,25 @@ EDITS = {
                                                                   "num_hidden_layers", "vocab_size",
                                                                   "max_position_embeddings")}),
     "roberta without architectures": ("roberta", _drop("architectures")),
+    # partial-rotary families: legacy and sparse RoPE keys, standardised by each family's config class
+    "gpt_neox legacy (rotary_pct, rotary_emb_base)": (
+        "gpt-neox", lambda s: {**_drop("rope_parameters")(s), "rotary_pct": 0.5, "rotary_emb_base": 20000}),
+    "gpt_neox without RoPE settings (rotary_pct 0.25)": ("gpt-neox-no-bias-full-rotary", _drop("rope_parameters")),
+    "phi legacy (top-level partial_rotary_factor, rope_theta)": (
+        "phi", lambda s: {**_drop("rope_parameters")(s), "partial_rotary_factor": 0.25, "rope_theta": 5000.0}),
+    "phi without RoPE settings (factor 0.5)": ("phi-full-rotary", _drop("rope_parameters")),
+    "stablelm legacy (top-level partial_rotary_factor, rope_theta)": (
+        "stablelm", lambda s: {**_drop("rope_parameters")(s), "partial_rotary_factor": 0.5, "rope_theta": 500.0}),
+    "stablelm without RoPE settings (factor 0.25)": ("stablelm-qkv-bias-gqa", _drop("rope_parameters")),
+    "phi3 legacy rope_scaling 'su' (longrope)": (
+        "phi3-longrope", _legacy_rope({"type": "su", "short_factor": [1.0, 1.5], "long_factor": [2.0, 3.0]},
+                                      rope_theta=10000.0)),
+    "phi3 sparse (no sliding_window, no RoPE settings)": ("phi3-partial-sliding", _drop("sliding_window", "rope_parameters")),
+    "qwen2_moe without layer_types (sliding from use_sliding_window)": ("qwen2-moe-sliding-no-bias", _drop("layer_types")),
+    "starcoder2 sparse (use_bias, sliding_window)": ("starcoder2", _drop("use_bias", "sliding_window")),
+    "granite without attention_multiplier (class default)": ("granite", _drop("attention_multiplier")),
+    "gptj minimal": ("gptj", lambda s: {k: s[k] for k in (
+        "model_type", "n_embd", "n_head", "n_layer", "vocab_size", "rotary_dim", "n_positions", "architectures")}),
 }
 
 

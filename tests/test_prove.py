@@ -30,7 +30,9 @@ def test_twin_proof_agrees_and_mirrors_the_model(variant, tiny_dir):
     assert twin["heads"] <= 8
     if original.positional.kind == "rope":
         assert twin["rope_type"] == original.positional.rotary.rope_type
-        assert twin["rotary_dim"] == twin["head_dim"]
+        # partial rotary stays partial in the twin (one rotated plane of its 4 dims), full stays full
+        partial = original.positional.rotary_dim < original.d_k
+        assert twin["rotary_dim"] == (2 if partial else twin["head_dim"])
     # the twin's count is idinspect's own pipeline on the twin
     assert proof["structural_unidentified"] == idinspect.inspect(prove_mod.build_twin(model)[0], spectra=False)[
         "layers"][0]["unidentified_parameters"]

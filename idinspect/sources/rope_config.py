@@ -40,23 +40,37 @@ _ROPE_CONTEXT = ("hidden_size", "num_attention_heads", "head_dim", "max_position
 _ROPE_LEGACY = ("rope_scaling", "rope_theta", "partial_rotary_factor")
 
 
-def rotary_spec_from_config(config, pairing: RotaryPairing) -> RotarySpec:
+def rotary_spec_from_config(config, pairing: RotaryPairing, partial: bool = False) -> RotarySpec:
     """RoPE of a Llama-style ``config``: inv_freq [rotary_dim/2] (float32) and attention factor.
 
     ``config`` is a transformers config (standardised on construction) or a :class:`CheckpointConfig`.
+    ``partial``: the family's rotary module honours ``rope_parameters["partial_rotary_factor"]``
+    (Phi, Phi-3, GPT-NeoX, StableLM): its default frequencies span rotary_dim =
+    int(head_dim * factor) dims, the first rotary_dim of each head (Llama's ignore the factor).
+    Those families standardise legacy config.json keys in their own ways (Phi's default factor 0.5,
+    StableLM's 0.25, GPT-NeoX's ``rotary_pct`` / ``rotary_emb_base``, Phi-3's "su" -> "longrope"), so
+    a config.json not already in transformers 5's standard form (:func:`standard_partial_rope`) is
+    read through the family's own config class.
     """
     if isinstance(config, CheckpointConfig):
-        theta = plain_rope_theta(config)
-        if theta is not None:
-            return _default_spec(theta, _head_dim(config), pairing)
-        llama3 = llama3_rope_params(config)
-        if llama3 is not None:
-            return _llama3_spec(llama3, _head_dim(config), pairing)
-        config = rope_settings(config)
+        if partial:
+            params = standard_partial_rope(config)
+            if params is not None:
+                return _default_spec(params["rope_theta"], _partial_dim(config, params), pairing)
+            config = config.full_config()
+        else:
+            theta = plain_rope_theta(config)
+            if theta is not None:
+                return _default_spec(theta, _head_dim(config), pairing)
+            llama3 = llama3_rope_params(config)
+            if llama3 is not None:
+                return _llama3_spec(llama3, _head_dim(config), pairing)
+            config = rope_settings(config)
     params = getattr(config, "rope_parameters", None) or {}
     rope_type = params.get("rope_type", "default")
     if rope_type == "default":
-        return _default_spec(params["rope_theta"], _head_dim(config), pairing)
+        dim = _partial_dim(config, params) if partial else _head_dim(config)
+        return _default_spec(params["rope_theta"], dim, pairing)
     from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
     inv_freq, factor = ROPE_INIT_FUNCTIONS[rope_type](config)
@@ -66,6 +80,36 @@ def rotary_spec_from_config(config, pairing: RotaryPairing) -> RotarySpec:
 
 def _head_dim(config) -> int:
     return setting_optional(config, "head_dim") or config.hidden_size // config.num_attention_heads
+
+
+def _partial_dim(config, params: dict) -> int:
+    """int(head_dim * partial_rotary_factor), as the partial-rotary families' rotary modules compute it;
+    ValueError where that is not a positive even number (the modeling code cannot rotate it)."""
+    factor = params.get("partial_rotary_factor", 1.0)
+    dim = int(_head_dim(config) * factor)
+    if dim < 2 or dim % 2:
+        raise ValueError(f"partial_rotary_factor {factor} of head_dim {_head_dim(config)} gives {dim} rotary dims, "
+                         "not a positive even number")
+    return dim
+
+
+def default_rotary_spec(base: float, rotary_dim: int, pairing: RotaryPairing) -> RotarySpec:
+    """Unscaled RoPE over ``rotary_dim`` dims (GPT-J's sinusoid table: base 10000, ``rotary_dim``)."""
+    return _default_spec(base, rotary_dim, pairing)
+
+
+def standard_partial_rope(config: CheckpointConfig) -> dict | None:
+    """{rope_theta, partial_rotary_factor} when config.json states unscaled partial RoPE in
+    transformers 5's standard form (``rope_parameters`` of type "default" carrying both numbers, no
+    ``rope_scaling``), which every partial-rotary family's config class keeps as it is; else None."""
+    params = config.stored("rope_parameters")
+    if config.stored("rope_scaling") or not isinstance(params, dict):
+        return None
+    if set(params) - {"rope_type", "rope_theta", "partial_rotary_factor"} or params.get("rope_type") != "default":
+        return None
+    if not (_is_number(params.get("rope_theta")) and _is_number(params.get("partial_rotary_factor"))):
+        return None
+    return params
 
 
 def _default_inv_freq(base: float, dim: int) -> torch.Tensor:

@@ -1,0 +1,54 @@
+"""GPT-NeoX (Pythia, GPT-NeoX-20B): fused ``query_key_value`` laid out per head [H, 3, hd], ``dense``,
+biases on both with ``attention_bias`` (default true), multi-head only; rotate_half RoPE over the
+first int(head_dim * rotary_pct) dims of each head.
+
+Layer i (prefix 'gpt_neox.' for GPTNeoXForCausalLM):
+    layers.i.attention.query_key_value.weight [3d, d]   rows: head h's q, k, v (hd each) adjacent
+    layers.i.attention.query_key_value.bias   [3d]
+    layers.i.attention.dense.weight           [d, d]   bias [d]
+Old checkpoints also store ``attention.bias`` / ``attention.masked_bias`` (causal-mask buffers) and
+``attention.rotary_emb.inv_freq``. ``use_parallel_residual`` changes the block's residual wiring,
+not the attention. RoPE: ``rotary_pct`` / ``rotary_emb_base`` in legacy config.json, standardised by
+GPTNeoXConfig into rope_parameters (partial_rotary_factor, rope_theta).
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+
+from .layout import Block, Projection
+from .llama import LlamaAdapter
+
+
+class GPTNeoXAdapter(LlamaAdapter):
+    family = "gpt_neox"
+    model_types = ("gpt_neox",)
+    partial_rotary = True
+    buffer_suffixes = (".attention.bias", ".attention.masked_bias", ".rotary_emb.inv_freq")
+    hf_modules = {"self": ("attention", None)}
+
+    @property
+    def n_kv_heads(self) -> int:
+        return self.n_heads
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.n_heads
+
+    @cached_property
+    def block(self) -> Block:
+        bias = bool(self.config.attention_bias)
+        return Block("self", (Projection("attention.query_key_value", "qkv", bias, layout="per_head"),
+                              Projection("attention.dense", "o", bias)))
+
+    def sliding_window(self, site):
+        return None
+
+    def twin_settings(self, hf_config, shape: dict) -> dict:
+        return {"hidden_size": shape["hidden_size"], "num_attention_heads": shape["heads"], "intermediate_size": 16,
+                "attention_bias": hf_config.attention_bias, "use_parallel_residual": hf_config.use_parallel_residual,
+                "max_position_embeddings": hf_config.max_position_embeddings,
+                "rope_parameters": self.twin_rope(hf_config.rope_parameters, shape)}
+
+
+ADAPTERS = (GPTNeoXAdapter,)
