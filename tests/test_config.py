@@ -132,11 +132,11 @@ EDITS = {
     "phi without RoPE settings (factor 0.5)": ("phi-full-rotary", _drop("rope_parameters")),
     "stablelm legacy (top-level partial_rotary_factor, rope_theta)": (
         "stablelm", lambda s: {**_drop("rope_parameters")(s), "partial_rotary_factor": 0.5, "rope_theta": 500.0}),
-    "stablelm without RoPE settings (factor 0.25)": ("stablelm-qkv-bias-gqa", _drop("rope_parameters")),
+    "stablelm without RoPE settings (factor 0.25)": ("stablelm", _drop("rope_parameters")),
     "phi3 legacy rope_scaling 'su' (longrope)": (
         "phi3-longrope", _legacy_rope({"type": "su", "short_factor": [1.0, 1.5], "long_factor": [2.0, 3.0]},
                                       rope_theta=10000.0)),
-    "phi3 sparse (no sliding_window, no RoPE settings)": ("phi3-partial-sliding", _drop("sliding_window", "rope_parameters")),
+    "phi3 sparse (no sliding_window, no RoPE settings)": ("phi3-mha-sliding", _drop("sliding_window", "rope_parameters")),
     "qwen2_moe without layer_types (sliding from use_sliding_window)": ("qwen2-moe-sliding-no-bias", _drop("layer_types")),
     "starcoder2 sparse (use_bias, sliding_window)": ("starcoder2", _drop("use_bias", "sliding_window")),
     "granite without attention_multiplier (class default)": ("granite", _drop("attention_multiplier")),

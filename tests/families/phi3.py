@@ -18,13 +18,13 @@ def _phi3(**kw):
 
 VARIANTS = {
     "phi3": Variant(lambda: _phi3(), tf.Phi3ForCausalLM, ROPE_LM),
-    "phi3-mha": Variant(lambda: _phi3(num_key_value_heads=4), tf.Phi3ForCausalLM, ROPE_LM),
-    # head_dim 8, half rotated (Phi-4-mini style), with a sliding window; a small theta keeps the slow plane's
-    # angles over a 4-token window well away from zero (the Jacobian's singular-value gap stays wide)
-    "phi3-partial-sliding": Variant(lambda: _phi3(num_attention_heads=2, num_key_value_heads=1, sliding_window=4,
-                                                  rope_parameters={"rope_type": "default", "rope_theta": 16.0,
-                                                                   "partial_rotary_factor": 0.5}),
-                                    tf.Phi3ForCausalLM, ROPE_LM),
+    # MHA with a sliding window on every layer
+    "phi3-mha-sliding": Variant(lambda: _phi3(num_key_value_heads=4, sliding_window=4), tf.Phi3ForCausalLM, ROPE_LM),
+    # head_dim 8, half rotated (Phi-4-mini style), multi-query
+    "phi3-partial-mqa": Variant(lambda: _phi3(num_attention_heads=2, num_key_value_heads=1,
+                                              rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
+                                                               "partial_rotary_factor": 0.5}),
+                                tf.Phi3ForCausalLM, ROPE_LM),
     # Phi-3-mini-128k style longrope (short factors apply below original_max_position_embeddings)
     "phi3-longrope": Variant(lambda: _phi3(max_position_embeddings=128, original_max_position_embeddings=32,
                                            rope_parameters={"rope_type": "longrope", "rope_theta": 10000.0,

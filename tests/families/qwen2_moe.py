@@ -16,7 +16,7 @@ def _moe(**kw):
 
 VARIANTS = {
     "qwen2-moe": Variant(lambda: _moe(), tf.Qwen2MoeForCausalLM, ROPE_LM),
-    # no q/k/v biases; layer 0 slides (window 3), layer 1 is full
-    "qwen2-moe-sliding-no-bias": Variant(lambda: _moe(qkv_bias=False, use_sliding_window=True, sliding_window=3,
+    # no q/k/v biases; layer 0 slides (window 4), layer 1 is full
+    "qwen2-moe-sliding-no-bias": Variant(lambda: _moe(qkv_bias=False, use_sliding_window=True, sliding_window=4,
                                                       max_window_layers=2), tf.Qwen2MoeForCausalLM, ROPE_LM),
 }
