@@ -171,7 +171,7 @@ def test_inspecting_imports_no_config_class(tiny_dir):
     probe = ("import sys, idinspect; idinspect.inspect(sys.argv[1]); "
              "bad = sorted(m for m in sys.modules if m.startswith('transformers') "
              "or m == 'torch.distributed.tensor'); print(bad)")
-    for variant in ("llama-gqa", "llama3-rope", "gpt2", "bert", "mistral", "qwen2"):
+    for variant in ("llama-gqa", "llama3-rope", "gpt2", "bert", "mistral", "qwen2", "phi", "gpt-neox", "gptj"):
         out = subprocess.run([sys.executable, "-c", probe, str(tiny_dir(variant))], capture_output=True, text=True,
                              check=True).stdout
         assert out.strip() == "[]", (variant, out)
