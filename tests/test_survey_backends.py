@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from idinspect.survey import comparable, run_survey
+from idinspect.survey.ray_backend import LOOPBACK_ENV
 from idinspect.survey.memory import WORKER_BASE_BYTES, estimate_model_bytes
 from idinspect.survey.output import read_jsonl
 from idinspect.survey.pool import LocalPool
@@ -49,6 +50,7 @@ def dead_endpoint(tmp_path_factory) -> dict[str, str]:
 def ray_local(dead_endpoint):
     """One real local Ray instance for the module (its start-up costs a few seconds); its workers
     get the dead hub endpoint."""
+    os.environ.setdefault(*LOOPBACK_ENV)     # every Ray service on 127.0.0.1 (before Ray is imported)
     ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'idinspect[ray]'; "
                                             ".ci/run installs it with the test extra)")
     ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,

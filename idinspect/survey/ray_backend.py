@@ -9,6 +9,8 @@ emitted as tasks finish (``ray.wait``). The nodes need idinspect installed (same
 
 from __future__ import annotations
 
+import os
+
 from collections import deque
 from collections.abc import Callable
 
@@ -36,7 +38,16 @@ def ray_row(source: str, options: dict) -> dict:
     return row
 
 
-def require_ray():
+#: Ray's switch for its single-machine mode: set to "0" before Ray is imported, a local instance
+#: binds every service to 127.0.0.1 (otherwise it takes the machine's network address even when
+#: told 127.0.0.1). A user's own setting wins.
+LOOPBACK_ENV = ("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+
+
+def require_ray(local: bool = False):
+    """Ray, imported; ``local``: a local instance will be started, so keep it on loopback."""
+    if local:
+        os.environ.setdefault(*LOOPBACK_ENV)
     try:
         import ray
     except ImportError:
@@ -78,7 +89,7 @@ class RayBackend:
         return True
 
     def run(self, tasks: list[Task], emit: Callable[[dict], None]) -> BackendStats:
-        ray = require_ray()
+        ray = require_ray(local=self.address in (None, "local"))
         started = self._connect(ray)
         try:
             self._run(ray, tasks, emit)
