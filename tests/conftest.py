@@ -1,9 +1,18 @@
 import importlib.util
+import os
 from pathlib import Path
 
-import pytest
+# No test reaches the network: every HTTP(S) request that is not for this machine goes to a proxy
+# on a closed local port and fails at once (the tests' own hub servers on 127.0.0.1 are exempt;
+# subprocesses inherit this). Hub URLs in messages stay the real ones. No telemetry either.
+for _name in ("HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy"):
+    os.environ[_name] = "http://127.0.0.1:9"
+os.environ["NO_PROXY"] = os.environ["no_proxy"] = "127.0.0.1,localhost,::1"
+os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 
-from tests import tiny
+import pytest  # noqa: E402
+
+from tests import tiny  # noqa: E402
 
 
 @pytest.fixture(scope="session")
