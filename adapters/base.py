@@ -215,7 +215,8 @@ class Adapter:
                 t[f"W_{R}"] = heads_from_linear_rows(wr, n_heads, hd)
                 if br is not None:
                     t[f"b_{R}"] = br.reshape(n_heads, hd)
-        return AttentionLayer(index=n, **t, scale=self.scale(site), causal=self.causal(site),
+        return AttentionLayer(index=n, **t, scale=self.scale(site),
+                              causal=self.causal(site) and site.block.kind != "cross",
                               positional=self.positional(site), sliding_window=self.sliding_window(site),
                               flags=self.flags(site), kind=site.block.kind, stack=site.stack, layer=site.layer,
                               tensor_names=names)

@@ -3,6 +3,10 @@
 Layer i (prefix '' for base-model saves such as all-MiniLM-L6-v2, 'bert.' / 'roberta.' / 'electra.' for task models):
     encoder.layer.i.attention.self.{query,key,value}.{weight [d, d], bias [d]}
     encoder.layer.i.attention.output.dense.{weight [d, d], bias [d]}
+A decoder with ``add_cross_attention`` (BertLMHeadModel, EncoderDecoderModel's decoder) adds a
+cross-attention block per layer, queries from the decoder and keys/values from the encoder's output:
+    encoder.layer.i.crossattention.self.{query,key,value}.{weight [d, d], bias [d]}
+    encoder.layer.i.crossattention.output.dense.{weight [d, d], bias [d]}
 Positions are learned absolute embeddings added to the input; nothing positional inside attention.
 ELECTRA's embedding_size projection sits before the layers; attention is d = hidden_size wide.
 """
@@ -16,6 +20,10 @@ SELF = Block("self", (
     Projection("attention.self.query", "q"), Projection("attention.self.key", "k"),
     Projection("attention.self.value", "v"), Projection("attention.output.dense", "o"),
 ))
+CROSS = Block("cross", (
+    Projection("crossattention.self.query", "q"), Projection("crossattention.self.key", "k"),
+    Projection("crossattention.self.value", "v"), Projection("crossattention.output.dense", "o"),
+))
 
 
 class BertAdapter(Adapter):
@@ -23,14 +31,20 @@ class BertAdapter(Adapter):
     model_types = ("bert", "roberta", "xlm-roberta", "electra")
     layer_container = "encoder.layer"
     block = SELF
-    hf_modules = {"self": ("attention.self", "attention.output.dense")}
+    hf_modules = {"self": ("attention.self", "attention.output.dense"),
+                  "cross": ("crossattention.self", "crossattention.output.dense")}
+
+    def blocks(self, layer: int) -> tuple[Block, ...]:
+        return (SELF, CROSS) if self.optional("add_cross_attention", False) else (SELF,)
 
     def causal(self, site: Site) -> bool:
         return bool(self.config.is_decoder)
 
     def twin_settings(self, hf_config, shape: dict) -> dict:
         kw = {"hidden_size": shape["hidden_size"], "num_attention_heads": shape["heads"],
-              "is_decoder": bool(hf_config.is_decoder), "max_position_embeddings": 16, "intermediate_size": 16}
+              "is_decoder": bool(hf_config.is_decoder),
+              "add_cross_attention": bool(getattr(hf_config, "add_cross_attention", False)),
+              "max_position_embeddings": 16, "intermediate_size": 16}
         if hf_config.model_type in ("roberta", "xlm-roberta"):
             kw["pad_token_id"] = 1
         return kw

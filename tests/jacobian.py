@@ -3,7 +3,7 @@
 Written independently of idinspect (it shares nothing with ``idinspect.analysis.prove``): the module's own
 call is captured with a forward pre-hook (masks, rotary cos/sin, positions as the model builds
 them), the hidden states are replaced by N(0, 1) samples (LayerNorm'd inputs lie on a hyperplane
-and would add spurious null directions), and torch.autograd.functional.jacobian differentiates
+and would add spurious null directions; so are a cross-attention block's encoder states), and torch.autograd.functional.jacobian differentiates
 the output projection's output with respect to every parameter of the attention. The rank cut is
 ``RTOL`` times the largest singular value.
 """
@@ -60,7 +60,9 @@ def exact_softmax():
 
 
 def capture_call(model, module, input_ids: torch.Tensor) -> tuple[tuple, dict]:
-    """(args, kwargs) with which ``model(input_ids)`` calls ``module``."""
+    """(args, kwargs) with which ``model`` run on ``input_ids`` (:func:`tiny.model_inputs`) calls ``module``."""
+    from tests.tiny import model_inputs
+
     seen = {}
 
     def hook(mod, args, kwargs):
@@ -69,13 +71,21 @@ def capture_call(model, module, input_ids: torch.Tensor) -> tuple[tuple, dict]:
     handle = module.register_forward_pre_hook(hook, with_kwargs=True)
     try:
         with torch.no_grad():
-            model(input_ids=input_ids, use_cache=False)      # a cache would feed old keys back in
+            model(**model_inputs(model, input_ids), use_cache=False)   # a cache would feed old keys back in
     finally:
         handle.remove()
     return seen["call"]
 
 
 def _with_random_hidden(args: tuple, kwargs: dict, gen: torch.Generator) -> tuple[tuple, dict]:
+    """The call with the hidden states, and a cross-attention block's encoder states, drawn from N(0, 1)."""
+    from tests.tiny import KV_ARGUMENTS
+
+    kwargs = dict(kwargs)
+    for name in KV_ARGUMENTS:
+        if kwargs.get(name) is not None:
+            kv = kwargs[name]
+            kwargs[name] = torch.randn(kv.shape, generator=gen, dtype=kv.dtype)
     if args:
         x = args[0]
         return (torch.randn(x.shape, generator=gen, dtype=x.dtype), *args[1:]), kwargs

@@ -21,10 +21,10 @@ def test_reference_attention_equals_hf_module(variant, tmp_path):
     model = idinspect.load(tmp_path)
     torch.manual_seed(1)
     ids = torch.randint(0, hf.config.vocab_size, (2, 9))
-    for i, (x, y) in enumerate(tiny.capture_attention(hf, ids)):
+    for i, (x, y, x_kv) in enumerate(tiny.capture_attention(hf, ids)):
         layer = model.layer(i)
         assert layer.index == i
-        out = reference_attention(layer, x)
+        out = reference_attention(layer, x, x_kv=x_kv)
         assert _rel(out, y) <= 1e-10, f"{variant} layer {i}: {_rel(out, y):.2e}"
 
 

@@ -62,7 +62,7 @@ def outputs(directory: Path, ids: torch.Tensor) -> torch.Tensor:
     model = cls.from_pretrained(directory, dtype=torch.float64, attn_implementation=tiny.attn_for(cls),
                                                  experts_implementation="eager").eval()
     with torch.no_grad():
-        out = model(input_ids=ids)
+        out = model(**tiny.model_inputs(model, ids))
     return out.logits if getattr(out, "logits", None) is not None else out.last_hidden_state
 
 

@@ -36,11 +36,11 @@ def _prove(hf, model: idinspect.Model, dtype: torch.dtype | None = None) -> None
     ids = torch.randint(0, hf.config.vocab_size, (2, 7))
     records = tiny.capture_attention(hf, ids)
     assert len(records) == model.num_layers
-    for i, (x, y) in enumerate(records):
+    for i, (x, y, x_kv) in enumerate(records):
         layer = model.layer(i)
         if dtype is not None:
             assert layer.dtype == dtype, f"layer {i} read as {layer.dtype}, stored {dtype}"
-        err = _rel(reference_attention(layer.to(torch.float64), x), y)
+        err = _rel(reference_attention(layer.to(torch.float64), x, x_kv=x_kv), y)
         assert err <= TOL, f"layer {i}: {err:.2e}"
 
 

@@ -103,8 +103,39 @@ def attention_modules(model, i: int):
     return src, (out if out is not None else src)
 
 
-def capture_attention(model, input_ids: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """Run ``model`` and return, per attention block, (attention input hidden states, attention output)."""
+#: Keyword names under which transformers' attention modules take the states keys and values come
+#: from in a cross-attention block (BERT, GPT-2: encoder_hidden_states; BART, T5, Whisper: key_value_states).
+KV_ARGUMENTS = ("encoder_hidden_states", "key_value_states")
+
+
+def model_inputs(model, input_ids: torch.Tensor, seed: int = 0) -> dict:
+    """The forward arguments that run every attention block of ``model`` on ``input_ids`` [B, T].
+
+    Decided from the model, not its family: a model whose main input is ``input_features`` (speech
+    encoders) gets N(0, 1) features of the config's size and ``input_ids`` as decoder tokens; an
+    encoder-decoder gets ``input_ids`` for the encoder and their reverse as decoder tokens (another
+    sequence); a decoder with cross-attention but no encoder of its own (``add_cross_attention``)
+    gets N(0, 1) encoder states of T + 3 positions.
+    """
+    cfg = model.config
+    g = torch.Generator().manual_seed(seed)
+    dtype = next(model.parameters()).dtype
+    B, T = input_ids.shape
+    if getattr(model, "main_input_name", "input_ids") == "input_features":
+        frames = 2 * cfg.max_source_positions
+        return {"input_features": torch.randn(B, cfg.num_mel_bins, frames, generator=g, dtype=dtype),
+                "decoder_input_ids": input_ids}
+    if getattr(cfg, "is_encoder_decoder", False):
+        return {"input_ids": input_ids, "decoder_input_ids": input_ids.flip(-1)}
+    if getattr(cfg, "add_cross_attention", False):
+        return {"input_ids": input_ids,
+                "encoder_hidden_states": torch.randn(B, T + 3, cfg.hidden_size, generator=g, dtype=dtype)}
+    return {"input_ids": input_ids}
+
+
+def capture_attention(model, input_ids: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]]:
+    """Run ``model`` and return, per attention block, (attention input hidden states, attention output,
+    the states keys and values are computed from where the block cross-attends, else None)."""
     import idinspect
 
     adapter = idinspect.load(model).adapter
@@ -115,9 +146,15 @@ def capture_attention(model, input_ids: torch.Tensor) -> list[tuple[torch.Tensor
         dst = dst if dst is not None else src
 
         def pre(module, args, kwargs, i=i):
+            if "x" in records[i]:
+                return                 # a module run twice (shared blocks): the first call
             records[i]["x"] = (kwargs.get("hidden_states") if "hidden_states" in kwargs else args[0]).detach().clone()
+            kv = next((kwargs[k] for k in KV_ARGUMENTS if kwargs.get(k) is not None), None)
+            records[i]["x_kv"] = None if kv is None else kv.detach().clone()
 
         def post(module, args, output, i=i):
+            if "y" in records[i]:
+                return
             out = output[0] if isinstance(output, tuple) else output
             records[i]["y"] = out.detach().clone()
 
@@ -127,11 +164,11 @@ def capture_attention(model, input_ids: torch.Tensor) -> list[tuple[torch.Tensor
 
     try:
         with torch.no_grad(), exact_softmax(), adapter.exact_float64():
-            model(input_ids=input_ids)
+            model(**model_inputs(model, input_ids))
     finally:
         for h in handles:
             h.remove()
-    return [(r["x"], r["y"]) for r in records]
+    return [(r["x"], r["y"], r["x_kv"]) for r in records]
 
 
 def float64_layer(layer):

@@ -1,6 +1,9 @@
 """A float64 reference attention over the canonical form, for tests and verification.
 
     out_i = sum_h sum_j softmax_j(scale * <R_i q_i^h, R_j k_j^g(h)> + alibi) v_j^g(h) W_O^h + b_O
+
+Queries come from ``x``; keys and values from ``x_kv`` (the encoder's output for a cross-attention
+block, ``x`` itself otherwise). A cross-attention block sees every key: no causal mask, no window.
 """
 
 from __future__ import annotations
@@ -13,23 +16,32 @@ from .rotary import apply_rotary, rotary_cos_sin
 
 
 def reference_attention(layer: AttentionLayer, x: torch.Tensor, positions: torch.Tensor | None = None,
-                        causal: bool | None = None) -> torch.Tensor:
+                        causal: bool | None = None, x_kv: torch.Tensor | None = None) -> torch.Tensor:
     """Attention output [B, T, d] for hidden states ``x`` [B, T, d], computed in float64.
 
-    ``positions`` [T] default to 0..T-1; ``causal`` defaults to the layer's own setting. Sliding
-    windows follow Hugging Face: key j is visible from query i iff |i - j| < w (and j <= i when causal).
+    ``x_kv`` [B, S, d]: the states keys and values are computed from; required for a cross-attention
+    block (``layer.kind == "cross"``: the encoder's output), ``x`` otherwise. ``positions`` [T]
+    default to 0..T-1; ``causal`` defaults to the layer's own setting (always off for cross
+    blocks). Sliding windows follow Hugging Face: key j is visible from query i iff |i - j| < w (and j <= i when
+    causal).
     """
     if layer.flags:
         raise UnsupportedLayerError(f"layer {layer.index}: the reference attention does not model {sorted(layer.flags)}")
+    cross = layer.kind == "cross"
+    if cross and x_kv is None:
+        raise ValueError(f"layer {layer.index} is a cross-attention block: pass the encoder states as x_kv")
     L = layer.to(torch.float64)
     x = x.to(torch.float64)
+    x_kv = x if x_kv is None else x_kv.to(torch.float64)
     B, T, _ = x.shape
-    causal = L.causal if causal is None else causal
+    S = x_kv.shape[1]
+    causal = (L.causal if causal is None else causal) and not cross
     positions = torch.arange(T) if positions is None else positions
+    key_positions = positions if x_kv is x else torch.arange(S)
 
     q = torch.einsum("btd,hdk->bhtk", x, L.W_Q)
-    k = torch.einsum("btd,gdk->bgtk", x, L.W_K)
-    v = torch.einsum("btd,gdk->bgtk", x, L.W_V)
+    k = torch.einsum("bsd,gdk->bgsk", x_kv, L.W_K)
+    v = torch.einsum("bsd,gdk->bgsk", x_kv, L.W_V)
     if L.b_Q is not None:
         q = q + L.b_Q[None, :, None, :]
     if L.b_K is not None:
@@ -41,21 +53,22 @@ def reference_attention(layer: AttentionLayer, x: torch.Tensor, positions: torch
     if pos.kind == "rope":
         cos, sin = rotary_cos_sin(pos.rotary, positions, torch.float64)
         q = apply_rotary(q, pos.rotary, cos, sin)
-        k = apply_rotary(k, pos.rotary, cos, sin)
+        cos_k, sin_k = rotary_cos_sin(pos.rotary, key_positions, torch.float64)
+        k = apply_rotary(k, pos.rotary, cos_k, sin_k)
 
     r = L.group_size
     k = k.repeat_interleave(r, dim=1)
     v = v.repeat_interleave(r, dim=1)
     scores = L.scale * q @ k.transpose(-1, -2)
     if pos.kind == "alibi":
-        scores = scores + pos.alibi_slopes.to(torch.float64)[None, :, None, None] * positions.to(torch.float64)[None, None, None, :]
+        scores = scores + pos.alibi_slopes.to(torch.float64)[None, :, None, None] * key_positions.to(torch.float64)[None, None, None, :]
 
     i = positions[:, None]
-    j = positions[None, :]
-    visible = torch.ones(T, T, dtype=torch.bool)
+    j = key_positions[None, :]
+    visible = torch.ones(T, S, dtype=torch.bool)
     if causal:
         visible &= j <= i
-    if L.sliding_window is not None:        # |i - j| < w: i - w < j <= i when causal, both sides otherwise
+    if L.sliding_window is not None and not cross:   # |i - j| < w: i - w < j <= i when causal, both sides otherwise
         visible &= (i - j).abs() < L.sliding_window
     scores = scores.masked_fill(~visible, float("-inf"))
     probs = torch.softmax(scores, dim=-1)

@@ -15,6 +15,8 @@ VARIANTS = {
     "bert": Variant(lambda: _bert(), tf.BertForMaskedLM, export_bound=1e-12),
     "bert-base-model": Variant(lambda: _bert(num_attention_heads=2), tf.BertModel, export_bound=1e-12),
     "bert-decoder": Variant(lambda: _bert(is_decoder=True), tf.BertForMaskedLM, export_bound=1e-12),
+    "bert-cross": Variant(lambda: _bert(is_decoder=True, add_cross_attention=True), tf.BertLMHeadModel,
+                          frozenset({"cross"}), export_bound=1e-12),
     "roberta": Variant(lambda: _bert(tf.RobertaConfig), tf.RobertaForMaskedLM, export_bound=1e-12),
     "xlm-roberta": Variant(lambda: _bert(tf.XLMRobertaConfig), tf.XLMRobertaForMaskedLM, export_bound=1e-12),
     "electra": Variant(lambda: _bert(tf.ElectraConfig, embedding_size=8), tf.ElectraForMaskedLM, export_bound=1e-12),
