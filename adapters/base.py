@@ -172,6 +172,11 @@ class Adapter:
         return [(p, self.key(site, p.weight_name), self.key(site, p.bias_name) if p.bias else None)
                 for p in site.block.projections]
 
+    def positional_keys(self) -> list[str]:
+        """Stored tensors that belong to attention without being one block's W/b (a relative-position
+        bias table); the coverage check (:mod:`idinspect.sources.coverage`) counts them as read."""
+        return []
+
     def attention_keys(self, n: int) -> list[str]:
         """Every checkpoint tensor that :meth:`write_layer` produces for block ``n``."""
         return [k for _, w, b in self._stored(self.sites[n]) for k in (w, b) if k is not None]
@@ -283,6 +288,13 @@ class Adapter:
         (some cast to float32 inside: a rotary embedding, a norm); the proofs run in it. None by default."""
         return contextlib.nullcontext()
 
+    #: Keyword names under which transformers' attention modules take a cross block's key/value states.
+    kv_arguments: ClassVar[tuple[str, ...]] = ("encoder_hidden_states", "key_value_states")
+
+    def example_inputs(self, hf_model, input_ids: torch.Tensor, generator: torch.Generator) -> dict[str, torch.Tensor]:
+        """Forward arguments that run every attention block of ``hf_model`` (see :func:`example_inputs`)."""
+        return example_inputs(hf_model, input_ids, generator)
+
     def live_modules(self, hf_model, n: int):
         """(module taking the hidden states, separate output module or None) of block ``n`` in a live
         transformers model of this checkpoint."""
@@ -290,6 +302,26 @@ class Adapter:
         layer = hf_model.get_submodule(f"{self.prefix}{site.path}".rstrip("."))
         module, output = self.hf_modules[site.block.kind]
         return layer.get_submodule(module), (layer.get_submodule(output) if output else None)
+
+
+def example_inputs(hf_model, input_ids: torch.Tensor, generator: torch.Generator) -> dict[str, torch.Tensor]:
+    """Forward arguments that run every attention block of ``hf_model`` on ``input_ids`` [B, T],
+    decided from the model (its main input, ``is_encoder_decoder``, ``add_cross_attention``), not its
+    family. Speech encoders get N(0, 1) features and ``input_ids`` as decoder tokens; an
+    encoder-decoder gets ``input_ids`` for both stacks; a decoder that cross-attends without an
+    encoder of its own gets N(0, 1) encoder states of T + 3 positions."""
+    cfg = hf_model.config
+    dtype = next(hf_model.parameters()).dtype
+    B, T = input_ids.shape
+    if getattr(hf_model, "main_input_name", "input_ids") == "input_features":
+        features = torch.randn(B, cfg.num_mel_bins, 2 * cfg.max_source_positions, generator=generator, dtype=dtype)
+        return {"input_features": features, "decoder_input_ids": input_ids}
+    if getattr(cfg, "is_encoder_decoder", False):
+        return {"input_ids": input_ids, "decoder_input_ids": input_ids}
+    if getattr(cfg, "add_cross_attention", False):
+        states = torch.randn(B, T + 3, cfg.hidden_size, generator=generator, dtype=dtype)
+        return {"input_ids": input_ids, "encoder_hidden_states": states}
+    return {"input_ids": input_ids}
 
 
 #: Settings that must be integers where set (a transformers config class would refuse anything else).

@@ -120,6 +120,7 @@ def _summary(result: dict) -> str:
     if totals:
         att, total = totals.get("attention_parameters"), totals.get("model_parameters")
         rows += [("Attention parameters", esc(fmt_int(att))), ("Model parameters", esc(fmt_int(total))),
+                 ("Share of the model analysed", esc(fmt_ratio(att / total) if att and total else "–")),
                  ("Unidentified parameters", esc(fmt_int(totals.get("unidentified_parameters")))),
                  ("Identification ratio (U / P)", esc(fmt_ratio(totals.get("identification_ratio")))),
                  ("Closed form", esc(closed_form_line(result)))]

@@ -16,7 +16,7 @@ from ..audit.rules import WORST_FIRST, severity_rank
 #: The per-layer columns that decide whether consecutive layers are "identical" in the table.
 LAYER_KEYS = ("attention_parameters", "qk_gauge", "vo_gauge", "noop_bias", "absorbable_bias",
               "unidentified_parameters", "identification_ratio", "closed_form_ratio", "heads", "kv_heads",
-              "d_k", "d_v", "positional", "rotary_dim")
+              "d_k", "d_v", "positional", "rotary_dim", "kind", "stack", "not_analysed")
 
 
 def fmt_int(value) -> str:
@@ -118,6 +118,9 @@ class LayerGroup:
     first: int
     last: int
     row: dict
+    last_row: dict | None = None
+    #: Every block of the model is plain self-attention of one stack, numbered as its layer.
+    plain: bool = True
 
     @property
     def count(self) -> int:
@@ -125,9 +128,20 @@ class LayerGroup:
 
     @property
     def label(self) -> str:
+        """``layer 3`` / ``layers 0-5 (6 identical)`` for plain self-attention of one stack; otherwise the
+        flat block numbers with each block's stack, layer number and kind: ``block 7: decoder layer 1,
+        cross`` / ``blocks 0-5: encoder layers 0-5, self (6 identical)``."""
+        row, last = self.row, self.last_row or self.row
+        kind, stack = row.get("kind") or "self", row.get("stack") or ""
+        if self.plain:
+            if self.count == 1:
+                return f"layer {self.first}"
+            return f"layers {self.first}-{self.last} ({self.count} identical)"
+        where = f"{stack} " if stack else ""
         if self.count == 1:
-            return f"layer {self.first}"
-        return f"layers {self.first}-{self.last} ({self.count} identical)"
+            return f"block {self.first}: {where}layer {row.get('layer')}, {kind}"
+        return (f"blocks {self.first}-{self.last}: {where}layers {row.get('layer')}-{last.get('layer')}, {kind} "
+                f"({self.count} identical)")
 
 
 def _signature(layer: dict) -> tuple:
@@ -137,14 +151,16 @@ def _signature(layer: dict) -> tuple:
 def layer_groups(layers: list[dict], collapse: bool = True) -> list[LayerGroup]:
     """Rows for the per-layer table; with ``collapse``, runs of identical layers become one group."""
     groups: list[LayerGroup] = []
+    plain = all((x.get("kind") or "self") == "self" and not x.get("stack") and x.get("layer") in (None, x.get("index"))
+                for x in layers)
     for layer in sorted(layers, key=lambda x: x.get("index", 0)):
         idx = int(layer.get("index", 0))
         if (collapse and groups and groups[-1].last == idx - 1
                 and _signature(groups[-1].row) == _signature(layer)):
             prev = groups[-1]
-            groups[-1] = LayerGroup(prev.first, idx, prev.row)
+            groups[-1] = LayerGroup(prev.first, idx, prev.row, layer, plain)
         else:
-            groups.append(LayerGroup(idx, idx, layer))
+            groups.append(LayerGroup(idx, idx, layer, plain=plain))
     return groups
 
 
@@ -196,8 +212,14 @@ def revision_text(model: dict) -> str:
 
 def attention_shape(model: dict) -> str:
     """``H=12, G=12, d_k=32`` (with d_model and layer count)."""
-    return (f"H={model.get('heads')}, G={model.get('kv_heads')}, d_k={model.get('head_dim')}, "
+    text = (f"H={model.get('heads')}, G={model.get('kv_heads')}, d_k={model.get('head_dim')}, "
             f"d={model.get('hidden_size')}, {model.get('layers')} layers")
+    kinds, blocks = model.get("block_kinds") or ["self"], model.get("attention_blocks")
+    stacks = model.get("stacks") or []
+    if kinds != ["self"] or (blocks is not None and blocks != model.get("layers")) or stacks:
+        where = f" in stacks {', '.join(stacks)}" if stacks else ""
+        text += f", {blocks} attention blocks{where} ({', '.join(kinds)})"
+    return text
 
 
 def positional_text(model: dict) -> str:

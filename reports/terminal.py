@@ -87,7 +87,7 @@ def summary_panel(result: dict) -> Panel:
     grid.add_row("Positional", Text(positional_text(model)))
     if totals:
         att, total = totals.get("attention_parameters"), totals.get("model_parameters")
-        share = f" ({fmt_ratio(att / total)} of the model)" if att and total else ""
+        share = f" ({fmt_ratio(att / total)} of the model analysed)" if att and total else ""
         grid.add_row("Parameters", Text(f"{fmt_int(att)} in attention of {fmt_int(total)} in the model{share}"))
         un = Text(f"{fmt_int(totals.get('unidentified_parameters'))}", style="bold")
         un.append(f" = {fmt_ratio(totals.get('identification_ratio'))} of attention", style="bold")

@@ -33,9 +33,14 @@ def test_twin_proof_agrees_and_mirrors_the_model(variant, tiny_dir):
         # partial rotary stays partial in the twin (one rotated plane of its 4 dims), full stays full
         partial = original.positional.rotary_dim < original.d_k
         assert twin["rotary_dim"] == (2 if partial else twin["head_dim"])
-    # the twin's count is idinspect's own pipeline on the twin
-    assert proof["structural_unidentified"] == idinspect.inspect(prove_mod.build_twin(model)[0], spectra=False)[
-        "layers"][0]["unidentified_parameters"]
+    # the twin's count is idinspect's own pipeline on the twin, block by block
+    rows = idinspect.inspect(prove_mod.build_twin(model)[0], spectra=False)["layers"]
+    assert [b["structural_unidentified"] for b in proof["blocks"]] == [r["unidentified_parameters"] for r in rows]
+    assert proof["structural_unidentified"] == sum(r["unidentified_parameters"] for r in rows)
+    assert all(b["agree"] and b["jacobian_nullity"] == b["structural_unidentified"] for b in proof["blocks"])
+    # every kind of block of every stack is proven
+    kinds = {(s.block.kind, s.stack) for s in model.adapter.sites}
+    assert {(b["kind"], b["stack"]) for b in proof["blocks"]} == kinds
 
 
 def test_minilm_proof(minilm_dir):

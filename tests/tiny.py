@@ -146,15 +146,11 @@ def capture_attention(model, input_ids: torch.Tensor) -> list[tuple[torch.Tensor
         dst = dst if dst is not None else src
 
         def pre(module, args, kwargs, i=i):
-            if "x" in records[i]:
-                return                 # a module run twice (shared blocks): the first call
             records[i]["x"] = (kwargs.get("hidden_states") if "hidden_states" in kwargs else args[0]).detach().clone()
             kv = next((kwargs[k] for k in KV_ARGUMENTS if kwargs.get(k) is not None), None)
             records[i]["x_kv"] = None if kv is None else kv.detach().clone()
 
         def post(module, args, output, i=i):
-            if "y" in records[i]:
-                return
             out = output[0] if isinstance(output, tuple) else output
             records[i]["y"] = out.detach().clone()
 

@@ -10,6 +10,12 @@ the real module's own masks and rotary embeddings) is differentiated with respec
 parameters theta. The nullity of the Jacobian dy/dtheta [B T d', P'], with singular values cut at
 ``RTOL`` * s_max, is the number of parameter directions that change no output: it must equal the
 twin's structural unidentified count (:func:`structure.unidentified_dims`).
+
+Every attention block of the one-layer twin is proven on its own: a decoder with cross-attention
+has a self and a cross block, an encoder-decoder an encoder self block and decoder self and cross
+blocks, so each block kind and stack is checked. A cross block's encoder states are drawn from
+N(0, 1) as well. The top-level numbers sum over the blocks (their Jacobians side by side, block
+diagonal: the nullity of the whole is the sum); ``blocks`` lists each one.
 """
 
 from __future__ import annotations
@@ -75,8 +81,9 @@ def build_twin(model, seed: int = 0):
     return hf, shape
 
 
-def _capture(hf, src, batch: int, generator: torch.Generator) -> tuple[tuple, dict]:
-    """The real call of ``src`` (args, kwargs) in a forward pass, hidden states replaced by N(0, 1)."""
+def _capture(hf, adapter, src, batch: int, generator: torch.Generator) -> tuple[tuple, dict]:
+    """The real call of ``src`` (args, kwargs) in a forward pass, hidden states (and a cross block's
+    encoder states) replaced by N(0, 1)."""
     seen: dict = {}
 
     def hook(module, args, kwargs):
@@ -86,10 +93,14 @@ def _capture(hf, src, batch: int, generator: torch.Generator) -> tuple[tuple, di
     ids = torch.randint(2, hf.config.vocab_size, (batch, TOKENS), generator=generator)
     try:
         with torch.no_grad():
-            hf(input_ids=ids, use_cache=False)
+            hf(**adapter.example_inputs(hf, ids, generator), use_cache=False)
     finally:
         handle.remove()
     args, kwargs = seen["args"], seen["kwargs"]
+    for name in adapter.kv_arguments:
+        if kwargs.get(name) is not None:
+            kv = kwargs[name]
+            kwargs[name] = torch.randn(kv.shape, generator=generator, dtype=kv.dtype)
     if args:
         x = args[0]
         args = (torch.randn(x.shape, generator=generator, dtype=x.dtype), *args[1:])
@@ -99,8 +110,8 @@ def _capture(hf, src, batch: int, generator: torch.Generator) -> tuple[tuple, di
     return args, kwargs
 
 
-def attention_jacobian(hf, adapter, batch: int, seed: int = 0) -> torch.Tensor:
-    """d(attention output of block 0 of the live model ``hf``)/d(its parameters) as a [B T d, P]
+def attention_jacobian(hf, adapter, batch: int, seed: int = 0, block: int = 0) -> torch.Tensor:
+    """d(attention output of ``block`` of the live model ``hf``)/d(its parameters) as a [B T d, P]
     float64 matrix; ``adapter`` (idinspect's adapter over ``hf``) says where the block lives.
 
     Where the output module sits inside the attention module (BLOOM's ``dense`` before the residual
@@ -109,9 +120,9 @@ def attention_jacobian(hf, adapter, batch: int, seed: int = 0) -> torch.Tensor:
     """
     from torch.func import functional_call, jacrev
 
-    src, out = adapter.live_modules(hf, 0)
+    src, out = adapter.live_modules(hf, block)
     nested = out is not None and any(m is out for m in src.modules())
-    args, kwargs = _capture(hf, src, batch, torch.Generator().manual_seed(seed + 1))
+    args, kwargs = _capture(hf, adapter, src, batch, torch.Generator().manual_seed(seed + 1 + block))
     params = {f"a.{k}": v.detach() for k, v in src.named_parameters()}
     if out is not None and not nested:
         params.update({f"o.{k}": v.detach() for k, v in out.named_parameters()})
@@ -195,17 +206,10 @@ def prove(model, seed: int = 0) -> dict:
 
     hf, shape = build_twin(model, seed)
     twin = idinspect.load(hf)
+    blocks = [_prove_block(hf, twin, n, seed) for n in range(twin.num_layers)]
     layer = twin.layer(0)
-    structure.require_modelled(layer)
-    P = layer.parameter_count()
-    batch = max(2, math.ceil(2 * P / (TOKENS * layer.d_model)))
-    J = attention_jacobian(hf, twin.adapter, batch, seed)
-    if J.shape[1] != P:
-        raise IdinspectError(f"--prove: the twin's attention module has {J.shape[1]} parameters, "
-                             f"idinspect reads {P}; the adapter misses a tensor")
-    null, kept, dropped = nullity(J)
-    structural = structure.unidentified_dims(layer)
     pos = layer.positional
+    dropped = [b["largest_dropped_singular_value"] for b in blocks if b["largest_dropped_singular_value"] is not None]
     return {
         "twin": {
             "model_type": hf.config.model_type, "family": model.adapter.family, "layers": 1, **shape,
@@ -214,14 +218,33 @@ def prove(model, seed: int = 0) -> dict:
             "rope_type": pos.rotary.rope_type if pos.kind == "rope" else None,
             "causal": layer.causal, "sliding_window": layer.sliding_window, "seed": seed,
         },
-        "attention_parameters": P,
-        "jacobian_shape": list(J.shape),
-        "batches": batch,
+        "attention_parameters": sum(b["attention_parameters"] for b in blocks),
+        "jacobian_shape": [sum(b["jacobian_shape"][0] for b in blocks), sum(b["jacobian_shape"][1] for b in blocks)],
+        "batches": max(b["batches"] for b in blocks),
         "tokens": TOKENS,
         "rtol": RTOL,
-        "smallest_kept_singular_value": kept,
-        "largest_dropped_singular_value": dropped,
-        "jacobian_nullity": null,
-        "structural_unidentified": structural,
-        "agree": null == structural,
+        "smallest_kept_singular_value": min(b["smallest_kept_singular_value"] for b in blocks),
+        "largest_dropped_singular_value": max(dropped) if dropped else None,
+        "jacobian_nullity": sum(b["jacobian_nullity"] for b in blocks),
+        "structural_unidentified": sum(b["structural_unidentified"] for b in blocks),
+        "agree": all(b["agree"] for b in blocks),
+        "blocks": blocks,
     }
+
+
+def _prove_block(hf, twin, n: int, seed: int) -> dict:
+    """Block ``n`` of the twin: its Jacobian nullity against its structural count."""
+    layer = twin.layer(n)
+    structure.require_modelled(layer)
+    P = layer.parameter_count()
+    batch = max(2, math.ceil(2 * P / (TOKENS * layer.d_model)))
+    J = attention_jacobian(hf, twin.adapter, batch, seed, block=n)
+    if J.shape[1] != P:
+        raise IdinspectError(f"--prove: the twin's attention module of block {n} ({layer.kind}) has {J.shape[1]} "
+                             f"parameters, idinspect reads {P}; the adapter misses a tensor")
+    null, kept, dropped = nullity(J)
+    structural = structure.unidentified_dims(layer)
+    return {"index": n, "kind": layer.kind, "stack": layer.stack, "layer": layer.layer, "attention_parameters": P,
+            "jacobian_shape": list(J.shape), "batches": batch, "smallest_kept_singular_value": kept,
+            "largest_dropped_singular_value": dropped, "jacobian_nullity": null,
+            "structural_unidentified": structural, "agree": null == structural}

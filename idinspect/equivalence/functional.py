@@ -123,8 +123,20 @@ def run_model(path: Path, ids: torch.Tensor, decode: int, plan: LoadPlan,
             offload_dir.cleanup()
 
 
+def _inputs(model, ids: torch.Tensor) -> dict:
+    """Forward arguments for ``ids``: encoder states, decoder tokens or speech features where the model
+    needs them (seeded, so both models of a comparison see the same), plus the all-ones mask."""
+    from ..adapters.base import example_inputs
+
+    kw = example_inputs(model, ids, torch.Generator().manual_seed(0))
+    kw = {k: (v.to(model.dtype) if v.is_floating_point() else v) for k, v in kw.items()}
+    if "input_ids" in kw:
+        kw["attention_mask"] = torch.ones_like(ids)
+    return kw
+
+
 def _forward(model, ids: torch.Tensor) -> tuple[torch.Tensor, str]:
-    out = model(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=False)
+    out = model(**_inputs(model, ids), use_cache=False)
     logits = getattr(out, "logits", None)
     if logits is not None:
         return logits, "logits"
@@ -132,10 +144,12 @@ def _forward(model, ids: torch.Tensor) -> tuple[torch.Tensor, str]:
 
 
 def _greedy(model, ids: torch.Tensor, n: int) -> torch.Tensor:
-    """n greedy tokens, recomputing the whole sequence each step (no cache: nothing hidden)."""
+    """n greedy tokens, recomputing the whole sequence each step (no cache: nothing hidden); a decoder
+    that cross-attends keeps the same encoder states throughout."""
     seq = ids
+    fixed = {k: v for k, v in _inputs(model, ids).items() if k not in ("input_ids", "attention_mask")}
     for _ in range(n):
-        logits = model(input_ids=seq, attention_mask=torch.ones_like(seq), use_cache=False).logits
+        logits = model(input_ids=seq, attention_mask=torch.ones_like(seq), use_cache=False, **fixed).logits
         seq = torch.cat([seq, logits[:, -1].argmax(dim=-1, keepdim=True)], dim=1)
     return seq[:, ids.shape[1]:]
 

@@ -16,6 +16,7 @@ from ..adapters import Adapter, adapter_for, supported_model_types
 from ..layer.attention_layer import AttentionLayer
 from .config import CheckpointConfig, read_config
 from .checkpoint import SafetensorsCheckpoint, ShapeOnlyReader, StateDictReader, TensorReader
+from .coverage import check_coverage
 from .file_names import CONFIG_FILE, INDEX_FILE, SINGLE_FILE
 from ..errors import IdinspectError, one_line
 from .hf_logging import quiet_transformers
@@ -68,6 +69,9 @@ class Model:
         """Check, from headers only, that every layer's attention tensors exist with the shapes the
         config implies and that the checkpoint holds no layers beyond ``num_layers``.
 
+        Then any tensor inside a layer that looks like part of attention but that the adapter does not
+        read is refused by name (:mod:`idinspect.sources.coverage`): nothing is left out silently.
+
         Raises :class:`IdinspectError` naming the tensor. No tensor data is read.
         """
         a = self.adapter
@@ -82,6 +86,7 @@ class Model:
                 raise IdinspectError(f"the checkpoint has tensors for layer {max(indices)} ({a.prefix}{container}."
                                      f"{max(indices)}.*) but config.json says {count} layers; the weights do "
                                      "not belong to this config")
+        check_coverage(a, self.reader)
 
     def layers(self) -> Iterator[AttentionLayer]:
         """Every attention layer, read lazily one at a time."""
@@ -114,6 +119,7 @@ class Model:
             "architecture": a.architecture,
             "attention_blocks": a.num_blocks,
             "block_kinds": sorted({s.block.kind for s in a.sites}),
+            "stacks": list(dict.fromkeys(s.stack for s in a.sites if s.stack)),
             "layers": a.num_layers,
             "hidden_size": a.hidden_size,
             "heads": a.n_heads,

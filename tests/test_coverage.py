@@ -1,0 +1,93 @@
+"""Nothing attention-like is ever dropped silently: a tensor the adapter does not read is refused by name,
+from a folder and from a model in memory, in every output format; cross-attention blocks are counted."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+import idinspect
+from idinspect.adapters import gpt2 as gpt2_adapter
+from idinspect.errors import IdinspectError
+from idinspect.sources.coverage import unread_attention_tensors
+from tests import tiny
+from tests.cli import run_cli
+
+EXTRA = "bert.encoder.layer.1.attention.self.gate.weight"
+
+
+def _with_extra_tensor(src, dst, name: str, shape: tuple[int, ...]):
+    """A copy of checkpoint ``src`` with one more tensor ``name`` (N(0, 1) of ``shape``)."""
+    dst.mkdir()
+    for f in src.iterdir():
+        (dst / f.name).write_bytes(f.read_bytes())
+    tensors = load_file(str(src / "model.safetensors"))
+    tensors[name] = torch.randn(shape, dtype=torch.float64)
+    save_file(tensors, str(dst / "model.safetensors"), metadata={"format": "pt"})
+    return dst
+
+
+def test_every_supported_variant_is_fully_read(tiny_dir):
+    for variant in tiny.variants():
+        model = idinspect.load(tiny_dir(variant))
+        assert unread_attention_tensors(model.adapter, model.reader) == [], variant
+
+
+@pytest.mark.parametrize("fmt", ["text", "json"])
+def test_unknown_attention_tensor_is_refused_by_name(tiny_dir, tmp_path, fmt):
+    src = _with_extra_tensor(tiny_dir("bert"), tmp_path / "m", EXTRA, (16, 16))
+    with pytest.raises(IdinspectError, match=EXTRA.replace(".", r"\.")):
+        idinspect.load(src)
+    res = run_cli(src, "--format", fmt, "--html", tmp_path / "r.html")
+    assert res.code == 2 and EXTRA in res.stderr and "refuses" in res.stderr
+    assert res.stdout == "" and not (tmp_path / "r.html").exists()
+    res = run_cli("export", src, tmp_path / "out")
+    assert res.code == 2 and EXTRA in res.stderr and not (tmp_path / "out").exists()
+
+
+def test_its_bias_is_named_too_and_norms_pass(tiny_dir, tmp_path):
+    src = _with_extra_tensor(tiny_dir("bert"), tmp_path / "a", EXTRA, (8, 16))
+    src = _with_extra_tensor(src, tmp_path / "b", EXTRA.replace("weight", "bias"), (8,))
+    model_error = pytest.raises(IdinspectError)
+    with model_error as err:
+        idinspect.load(src)
+    assert EXTRA in str(err.value) and EXTRA.replace("weight", "bias") in str(err.value)
+    # a 1-D norm weight inside attention is not a projection (GPT-2's ln_cross_attn, BERT's LayerNorm)
+    norm = _with_extra_tensor(tiny_dir("bert"), tmp_path / "c", "bert.encoder.layer.0.attention.extra_norm.weight", (16,))
+    idinspect.load(norm)
+
+
+def test_unknown_attention_module_in_memory_is_refused():
+    hf = tiny.build("bert")
+    hf.bert.encoder.layer[0].attention.self.talking_heads = torch.nn.Linear(16, 16, dtype=torch.float64)
+    with pytest.raises(IdinspectError, match=r"attention\.self\.talking_heads\.weight.*refuses"):
+        idinspect.load(hf)
+
+
+def test_an_adapter_that_forgets_cross_attention_is_caught(tiny_dir, monkeypatch):
+    """Before cross-attention was read, GPT-2 decoders with add_cross_attention were counted without
+    it; the coverage check alone now refuses such an adapter, naming the cross-attention tensors."""
+    monkeypatch.setattr(gpt2_adapter.GPT2Adapter, "blocks", lambda self, layer: (gpt2_adapter.SELF,))
+    with pytest.raises(IdinspectError, match=r"12 attention tensors .*h\.0\.crossattention\.c_attn\.bias"):
+        idinspect.load(tiny_dir("gpt2-cross"))
+
+
+@pytest.mark.parametrize("variant", tiny.variants("cross"))
+def test_cross_blocks_are_counted_and_shown_in_every_format(variant, tiny_dir, tmp_path):
+    src = tiny_dir(variant)
+    res = run_cli(src, "--format", "json", "--html", tmp_path / "r.html")
+    assert res.code == 0, res.stderr
+    report = json.loads(res.stdout)
+    kinds = [row["kind"] for row in report["layers"]]
+    assert "cross" in kinds and "cross" in report["model"]["block_kinds"]
+    assert report["totals"]["attention_parameters"] == sum(r["attention_parameters"] for r in report["layers"])
+    html = (tmp_path / "r.html").read_text()
+    text = run_cli(src, "--layers", "all").stdout
+    for row in report["layers"]:
+        stack = f"{row['stack']} " if row["stack"] else ""
+        label = f"block {row['index']}: {stack}layer {row['layer']}, {row['kind']}"
+        assert label in html and label in text, label
+    assert "analysed" in text
