@@ -21,7 +21,7 @@ from idinspect.sources import hub, remote
 from tests.cli import run_cli
 
 SUPPORTED = ", ".join(supported_model_types())
-MODEL_KEYS = ["source", "revision", "model_type", "family", "architecture", "attention_blocks", "block_kinds", "layers", "hidden_size", "heads", "kv_heads",
+MODEL_KEYS = ["source", "revision", "model_type", "family", "architecture", "attention_blocks", "block_kinds", "stacks", "layers", "hidden_size", "heads", "kv_heads",
               "head_dim", "positional", "rotary_dim"]
 
 
