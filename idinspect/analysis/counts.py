@@ -62,7 +62,8 @@ def layer_counts(layer: AttentionLayer) -> dict:
     noop = structure.noop_key_bias_dims(layer)
     absorbable = structure.absorbable_value_bias_dims(layer)
     redundant = structure.redundant_value_bias_dims(layer)
-    U = qk + vo + noop + absorbable + redundant
+    shift = structure.relative_bias_shift_dims(layer)
+    U = qk + vo + noop + absorbable + redundant + shift
     form, value = bias_free_closed_form(layer)
     pos = layer.positional
     return {
@@ -91,11 +92,13 @@ def layer_counts(layer: AttentionLayer) -> dict:
         "bias_free_parameters": bias_free_parameters(layer),
         "bias_free_unidentified": qk + vo,
         "redundant_value_bias": redundant,
+        "relative_bias_shift": shift,
     }
 
 
 _SUMMED = ("attention_parameters", "unidentified_parameters", "qk_gauge", "vo_gauge", "noop_bias",
-           "absorbable_bias", "redundant_value_bias", "bias_free_parameters", "bias_free_unidentified")
+           "absorbable_bias", "redundant_value_bias", "relative_bias_shift", "bias_free_parameters",
+           "bias_free_unidentified")
 
 
 def model_totals(layers: list[dict], model_parameters: int) -> dict:

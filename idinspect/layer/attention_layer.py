@@ -18,7 +18,7 @@ from typing import Literal
 
 import torch
 
-PositionalKind = Literal["none", "absolute", "rope", "alibi"]
+PositionalKind = Literal["none", "absolute", "rope", "alibi", "relative"]
 RotaryPairing = Literal["half", "interleaved"]
 
 #: Features that change the mathematics; later stages refuse a layer carrying one they do not model.
@@ -56,12 +56,36 @@ class RotarySpec:
 
 
 @dataclass(frozen=True)
+class RelativeBias:
+    """T5's bucketed relative-position bias, added to the attention logits.
+
+    ``table`` [num_buckets, H]: head h's logit for query i and key j gains
+    ``table[bucket(j - i), h]`` with T5's bucketing (:func:`idinspect.layer.relative.relative_buckets`):
+    ``bidirectional`` (encoder) or past-only (decoder), ``max_distance``. The table lives in layer 0
+    of its stack and every layer of the stack reuses it; ``owned`` says whether this block holds it
+    (its parameters are counted there, once).
+    """
+
+    table: torch.Tensor
+    bidirectional: bool
+    max_distance: int
+    owned: bool
+    tensor_name: str = ""
+
+    @property
+    def num_buckets(self) -> int:
+        return int(self.table.shape[0])
+
+
+@dataclass(frozen=True)
 class Positional:
-    """How positions enter attention: nothing, absolute embeddings (outside), RoPE or ALiBi."""
+    """How positions enter attention: nothing, absolute embeddings (outside), RoPE, ALiBi or T5's
+    relative-position bias (``relative``)."""
 
     kind: PositionalKind
     rotary: RotarySpec | None = None
     alibi_slopes: torch.Tensor | None = None
+    relative: RelativeBias | None = None
 
     @property
     def rotary_dim(self) -> int:
@@ -156,8 +180,11 @@ class AttentionLayer:
         return dataclasses.replace(self, **changes)
 
     def parameter_count(self) -> int:
-        """P = H d d_k + G d d_k + G d d_v + H d_v d + bias sizes."""
-        return sum(t.numel() for t in self.tensors().values())
+        """P = H d d_k + G d d_k + G d d_v + H d_v d + bias sizes (+ the relative-position bias table
+        where this block holds it)."""
+        rel = self.positional.relative
+        table = rel.table.numel() if rel is not None and rel.owned else 0
+        return sum(t.numel() for t in self.tensors().values()) + table
 
     def validate(self) -> None:
         """Raise ValueError if the shapes are not a consistent canonical layer."""

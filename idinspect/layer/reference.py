@@ -1,6 +1,8 @@
 """A float64 reference attention over the canonical form, for tests and verification.
 
-    out_i = sum_h sum_j softmax_j(scale * <R_i q_i^h, R_j k_j^g(h)> + alibi) v_j^g(h) W_O^h + b_O
+    out_i = sum_h sum_j softmax_j(scale * <R_i q_i^h, R_j k_j^g(h)> + alibi + rel) v_j^g(h) W_O^h + b_O
+
+(``rel`` = T5's relative-position bias table[bucket(j - i), h]).
 
 Queries come from ``x``; keys and values from ``x_kv`` (the encoder's output for a cross-attention
 block, ``x`` itself otherwise). A cross-attention block sees every key: no causal mask, no window.
@@ -12,6 +14,7 @@ import torch
 
 from .attention_layer import AttentionLayer
 from ..errors import UnsupportedLayerError
+from .relative import relative_logit_bias
 from .rotary import apply_rotary, rotary_cos_sin
 
 
@@ -62,6 +65,8 @@ def reference_attention(layer: AttentionLayer, x: torch.Tensor, positions: torch
     scores = L.scale * q @ k.transpose(-1, -2)
     if pos.kind == "alibi":
         scores = scores + pos.alibi_slopes.to(torch.float64)[None, :, None, None] * key_positions.to(torch.float64)[None, None, None, :]
+    if pos.kind == "relative":
+        scores = scores + relative_logit_bias(pos.relative, positions, key_positions)[None]
 
     i = positions[:, None]
     j = key_positions[None, :]

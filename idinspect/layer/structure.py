@@ -9,6 +9,10 @@ never on weight values (weight-level facts are findings, in the analyzer).
     no-op key bias:         the unrotated dims of b_K (all of them without RoPE)
     absorbable value bias:  all of b_V when b_O exists (softmax rows sum to one)
     redundant value bias:   max(0, G d_v - d) of a live b_V (no b_O): it acts only through one d-vector
+    relative-bias null:     H (1 + unreachable buckets), in the block that holds T5's relative-position
+                            bias table: adding a constant to all of head h's buckets adds it to every
+                            logit of a row, which the softmax cancels; a bucket no position pair uses
+                            (bidirectional bucketing has one) never reaches the output
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import math
 import torch
 
 from .attention_layer import AttentionLayer, RotarySpec
+from .relative import unreachable_buckets
 from ..errors import UnsupportedLayerError
 
 #: Flags under which the score is not shift-invariant over keys / rows do not sum to one, or the
@@ -122,7 +127,20 @@ def redundant_value_bias_dims(layer: AttentionLayer) -> int:
     return max(0, layer.n_kv_heads * layer.d_v - layer.d_model)
 
 
+def relative_bias_shift_dims(layer: AttentionLayer) -> int:
+    """H (1 + u) where the block holds a relative-position bias table, else 0: one constant shift per
+    head's column of buckets cancels in the softmax, and each of the u buckets that no pair of
+    positions ever reaches (:func:`relative.unreachable_buckets`: one in T5's bidirectional encoder
+    bucketing, none past-only) is dead. The table adds terms that do not depend on any weight, so
+    the QK and VO gauges are unchanged. Measured with the Jacobian of T5's own module."""
+    rel = layer.positional.relative
+    if layer.positional.kind != "relative" or rel is None or not rel.owned:
+        return 0
+    return layer.n_heads * (1 + unreachable_buckets(rel.bidirectional, rel.num_buckets, rel.max_distance))
+
+
 def unidentified_dims(layer: AttentionLayer) -> int:
-    """U = QK gauge + VO gauge + no-op key-bias dims + absorbable value-bias dims + redundant value-bias dims."""
+    """U = QK gauge + VO gauge + no-op key-bias dims + absorbable value-bias dims + redundant value-bias dims
+    + relative-bias shift dims."""
     return (qk_gauge_dim(layer) + vo_gauge_dim(layer) + noop_key_bias_dims(layer) + absorbable_value_bias_dims(layer)
-            + redundant_value_bias_dims(layer))
+            + redundant_value_bias_dims(layer) + relative_bias_shift_dims(layer))

@@ -1,0 +1,88 @@
+"""T5: encoder and decoder stacks of q/k/v/o without biases, no softmax scale, a bucketed
+relative-position bias on the self-attention logits.
+
+Layer i of each stack (prefix '' for T5Model and T5ForConditionalGeneration saves):
+    encoder.block.i.layer.0.SelfAttention.{q,k,v}.weight [H*d_kv, d]    o.weight [d, H*d_kv]    self
+    decoder.block.i.layer.0.SelfAttention.{q,k,v,o}.weight                                      self (causal)
+    decoder.block.i.layer.1.EncDecAttention.{q,k,v,o}.weight                                   cross
+    {encoder,decoder}.block.0.layer.0.SelfAttention.relative_attention_bias.weight [buckets, H]
+The relative bias table lives in layer 0 of each stack and every self-attention layer of that stack
+adds the same bias (bidirectional buckets in the encoder, past-only in the decoder); cross-attention
+has none. Head width d_kv is its own setting (H d_kv need not be d). Scale 1: T5 folds d_kv^-1/2 into
+its initialisation.
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+
+from ..layer.attention_layer import Positional, RelativeBias
+from .base import Adapter, Site
+from .layout import Block, Projection
+
+TABLE = "layer.0.SelfAttention.relative_attention_bias.weight"
+
+
+def _block(kind: str, attn: str) -> Block:
+    return Block(kind, tuple(Projection(f"{attn}.{r}", r, bias=False) for r in "qkvo"))
+
+
+SELF = _block("self", "layer.0.SelfAttention")
+CROSS = _block("cross", "layer.1.EncDecAttention")
+
+
+class T5Adapter(Adapter):
+    family = "t5"
+    model_types = ("t5",)
+    layer_container = "encoder.block"
+    config_names = {"hidden_size": "d_model", "num_attention_heads": "num_heads", "num_hidden_layers": "num_layers",
+                    "head_dim": "d_kv"}
+    hf_modules = {"self": ("layer.0.SelfAttention", None), "cross": ("layer.1.EncDecAttention", None)}
+
+    @property
+    def head_dim(self) -> int:
+        return int(self.config.d_kv)
+
+    @property
+    def _decoder_layers(self) -> int:
+        return int(self.optional("num_decoder_layers") or self.config.num_layers)
+
+    @property
+    def num_layers(self) -> int:
+        return int(self.config.num_layers) + self._decoder_layers
+
+    @cached_property
+    def sites(self) -> list[Site]:
+        """Encoder layers (self), then decoder layers (self, cross)."""
+        return ([Site(f"encoder.block.{i}", "encoder", i, SELF) for i in range(int(self.config.num_layers))]
+                + [Site(f"decoder.block.{i}", "decoder", i, b) for i in range(self._decoder_layers) for b in (SELF, CROSS)])
+
+    def scale(self, site: Site) -> float:
+        return 1.0
+
+    def causal(self, site: Site) -> bool:
+        return site.stack == "decoder"
+
+    def positional_keys(self) -> list[str]:
+        return [f"{self.prefix}{stack}.block.0.{TABLE}" for stack in ("encoder", "decoder")]
+
+    def positional(self, site: Site | None = None) -> Positional:
+        if site is None:
+            return Positional("relative")
+        if site.block.kind == "cross":
+            return Positional("none")
+        name = f"{self.prefix}{site.stack}.block.0.{TABLE}"
+        table = self._load(name, (int(self.config.relative_attention_num_buckets), self.n_heads))
+        return Positional("relative", relative=RelativeBias(
+            table=table, bidirectional=site.stack == "encoder",
+            max_distance=int(self.config.relative_attention_max_distance), owned=site.layer == 0, tensor_name=name))
+
+    def twin_settings(self, hf_config, shape: dict) -> dict:
+        # 8 buckets over distance 8: the twin's 8-token sequences reach every bucket of both stacks
+        return {"d_model": shape["hidden_size"], "num_heads": shape["heads"], "d_kv": shape["head_dim"],
+                "num_layers": 1, "num_decoder_layers": 1, "d_ff": 16, "relative_attention_num_buckets": 8,
+                "relative_attention_max_distance": 8, "decoder_start_token_id": 0,
+                "feed_forward_proj": getattr(hf_config, "feed_forward_proj", "relu")}
+
+
+ADAPTERS = (T5Adapter,)
