@@ -99,12 +99,12 @@ def test_exit_zero_reports_but_does_not_fail(zoo, tmp_path):
 
 
 def test_unsupported_model_type_is_a_finding_not_a_crash(zoo):
-    code, doc = audit_json(zoo["t5"])
+    code, doc = audit_json(zoo["unsupported"])
     assert code == 1
     [f] = findings_of(doc)
     assert f["rule"] == "unsupported-architecture" and f["severity"] == "error"
-    assert "t5" in f["message"] and f["file"] == "config.json"
-    assert audit(zoo["t5"], "--severity", "unsupported-architecture=warning").code == 0
+    assert "mamba" in f["message"] and f["file"] == "config.json"
+    assert audit(zoo["unsupported"], "--severity", "unsupported-architecture=warning").code == 0
 
 
 def test_unmodelled_layer_is_an_unsupported_architecture_finding(zoo, monkeypatch):

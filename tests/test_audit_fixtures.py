@@ -67,9 +67,9 @@ def zoo(tiny_dir, tmp_path_factory) -> dict[str, Path]:
     export(models["llama"], models["llama-fixed"])
     models["empty"] = root / "empty"
     models["empty"].mkdir()
-    models["t5"] = root / "t5"
-    models["t5"].mkdir()
-    (models["t5"] / "config.json").write_text(json.dumps({"model_type": "t5", "d_model": 16, "num_heads": 2}))
+    models["unsupported"] = root / "mamba"          # no attention at all: an unsupported model type
+    models["unsupported"].mkdir()
+    (models["unsupported"] / "config.json").write_text(json.dumps({"model_type": "mamba", "hidden_size": 16}))
     return models
 
 

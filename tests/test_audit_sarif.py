@@ -69,7 +69,7 @@ def test_the_validator_rejects_what_it_should(validator):
 
 
 def test_sarif_is_schema_valid_with_findings_from_several_models(zoo, validator, tmp_path):
-    code, log = sarif(zoo["gpt2"], zoo["llama-nan"], zoo["t5"], tmp_path / "missing")
+    code, log = sarif(zoo["gpt2"], zoo["llama-nan"], zoo["unsupported"], tmp_path / "missing")
     assert code == 2
     errors = sorted(validator.iter_errors(log), key=str)
     assert not errors, errors[0]
