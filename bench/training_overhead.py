@@ -59,6 +59,9 @@ def measure(mode: str, args) -> list[float]:
                                   learning_rate=1e-3, logging_steps=10_000, report_to=[], save_strategy="no",
                                   use_cpu=True, disable_tqdm=True)
         trainer = Trainer(model=model, args=targs, train_dataset=_Tokens(args.steps * args.batch, args.block, 256))
+        from transformers.trainer_callback import PrinterCallback
+
+        trainer.remove_callback(PrinterCallback)      # the metrics go to Trainer.log; no console printing
         trainer.add_callback(Timer())
         if mode != "plain":
             GaugeCallback.attach(trainer, every=1 if mode == "every1" else 50)
