@@ -1,0 +1,173 @@
+"""``compare``: same function, same lineage or unrelated, from the gauge invariants alone.
+
+1. Invariants of both models (:mod:`.invariants`; from a fingerprint file without the weights).
+2. Heads matched within each layer by the least-distance assignment (:mod:`.matching`).
+3. same-function: same structure, every head matched, and every invariant value within the
+   rounding tolerance |s_A - s_B| <= r_A + r_B (+ 2^-24 |s| for a float32 fingerprint side).
+4. Otherwise same-lineage when the permutation test of :mod:`.lineage` gives p < alpha, else
+   unrelated. Models with no comparable heads (different head widths or RoPE planes) are
+   structurally different, hence unrelated.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from .invariants import LayerInvariants, ModelInvariants, head_vectors
+from .lineage import PERMUTATIONS, LineageTest, lineage_test
+from .matching import distance_matrix, match
+
+VERDICTS = ("same-function", "same-lineage", "unrelated")
+#: Default significance level of the lineage test.
+ALPHA = 1e-6
+KINDS = ("qk", "ov", "planes")
+
+
+@dataclass
+class CompareResult:
+    a: ModelInvariants
+    b: ModelInvariants
+    verdict: str
+    alpha: float
+    structure_notes: list[str]
+    same_function: dict
+    lineage: LineageTest | None
+    layers: list[dict] = field(default_factory=list)
+    similarity: float | None = None
+
+    def satisfies(self, expect: str) -> bool:
+        """Whether the verdict is at least as strong as ``expect`` (for the exit status)."""
+        if expect == "unrelated":
+            return self.verdict == "unrelated"
+        return VERDICTS.index(self.verdict) <= VERDICTS.index(expect)
+
+    def to_dict(self) -> dict:
+        return {
+            "schema": "idinspect-compare", "version": 1, "verdict": self.verdict, "alpha": self.alpha,
+            "a": _side(self.a), "b": _side(self.b),
+            "structurally_different": self.lineage is None, "structure_notes": self.structure_notes,
+            "similarity": self.similarity, "same_function": self.same_function,
+            "lineage": None if self.lineage is None else self.lineage.to_dict(),
+            "layers": self.layers,
+        }
+
+
+def _side(m: ModelInvariants) -> dict:
+    return {"source": m.source, "origin": m.origin, "dtype": m.dtype, "unit_roundoff": m.unit_roundoff,
+            "gains_folded": m.gains_folded, "layers": len(m.layers), "model": m.model}
+
+
+def compare_invariants(a: ModelInvariants, b: ModelInvariants, *, alpha: float = ALPHA,
+                       permutations: int = PERMUTATIONS, seed: int = 0) -> CompareResult:
+    """Compare two models' invariants (see the module docstring)."""
+    notes = _structure_notes(a, b)
+    shared = min(len(a.layers), len(b.layers))
+    comparable = [l for l in range(shared) if a.layers[l].head_shape() == b.layers[l].head_shape()]
+    if not comparable:
+        notes.append("no layer has heads of the same shape (d_k, d_v, RoPE planes): structurally different")
+        sf = {"holds": False, "reason": "structurally different"}
+        return CompareResult(a, b, "unrelated", alpha, notes, sf, None)
+    La, Lb = [a.layers[l] for l in comparable], [b.layers[l] for l in comparable]
+    D = distance_matrix(head_vectors(La), head_vectors(Lb))
+    layer_a = torch.cat([torch.full((L.n_heads,), i) for i, L in enumerate(La)])
+    layer_b = torch.cat([torch.full((L.n_heads,), i) for i, L in enumerate(Lb)])
+    test = lineage_test(D, layer_a, layer_b, permutations=permutations, seed=seed)
+    nn = D.argmin(dim=1)
+
+    layers, worst, all_matched, sims = [], None, True, []
+    oa = ob = 0
+    for i, (A, B) in enumerate(zip(La, Lb)):
+        block = D[oa:oa + A.n_heads, ob:ob + B.n_heads]
+        pairs = match(block)
+        all_matched &= len(pairs) == A.n_heads == B.n_heads
+        head_sims = [1.0 - float(block[p, q]) for p, q in pairs]
+        sims += head_sims
+        ratio, where = _tolerance_ratio(A, B, pairs, a.value_rtol, b.value_rtol)
+        if where is not None and (worst is None or ratio > worst["ratio"]):
+            worst = {"ratio": ratio, "layer": A.index, **where}
+        nn_here = nn[oa:oa + A.n_heads]
+        same_layer = int(((nn_here >= ob) & (nn_here < ob + B.n_heads)).sum())
+        layers.append({"index": A.index, "similarity": sum(head_sims) / len(head_sims),
+                       "min_similarity": min(head_sims), "heads": [A.n_heads, B.n_heads],
+                       "nearest_in_layer": same_layer, "tolerance_ratio": ratio,
+                       "pairs": [[p, q, round(s, 9)] for (p, q), s in zip(pairs, head_sims)]})
+        oa += A.n_heads
+        ob += B.n_heads
+
+    structural_ok = not notes and len(comparable) == len(a.layers) == len(b.layers) and all_matched
+    holds = bool(structural_ok and worst is not None and worst["ratio"] <= 1.0)
+    sf = {"holds": holds, "worst": worst,
+          "bound": "|s_A - s_B| <= r_A + r_B per singular value, r = eps_Q ||Q||_F ||K||_2 + eps_K ||Q||_2 ||K||_F "
+                   "+ (eps_Q eps_K + 1e-9) ||Q||_F ||K||_F, eps = unit roundoff of the stored dtype (u_g + u_W + u_g u_W "
+                   "with a folded gain)"}
+    if not structural_ok and not holds:
+        sf["reason"] = "; ".join(notes) or "layers or heads not all matched"
+    if holds:
+        verdict = "same-function"
+    elif test.p_value < alpha:
+        verdict = "same-lineage"
+    else:
+        verdict = "unrelated"
+    return CompareResult(a, b, verdict, alpha, notes, sf, test, layers, sum(sims) / len(sims))
+
+
+def _tolerance_ratio(A: LayerInvariants, B: LayerInvariants, pairs: list[tuple[int, int]],
+                     rtol_a: float, rtol_b: float) -> tuple[float, dict | None]:
+    """Largest |s_A - s_B| / tolerance over the matched heads' values, and where."""
+    if not pairs:
+        return float("inf"), None
+    ia = torch.tensor([p for p, _ in pairs])
+    ib = torch.tensor([q for _, q in pairs])
+    best, where = -1.0, None
+    for kind in KINDS:
+        xa, xb = getattr(A, kind), getattr(B, kind)
+        if xa is None or xb is None:
+            continue
+        sa, sb = xa[ia], xb[ib]
+        ra, rb = getattr(A, f"radius_{kind}")[ia], getattr(B, f"radius_{kind}")[ib]
+        while ra.dim() < sa.dim():
+            ra, rb = ra[..., None], rb[..., None]
+        tol = ra + rb + rtol_a * sa.abs() + rtol_b * sb.abs()
+        err = (sa - sb).abs()
+        ratio = torch.where(tol > 0, err / tol, torch.where(err > 0, torch.full_like(err, float("inf")), torch.zeros_like(err)))
+        ratio = torch.nan_to_num(ratio, nan=float("inf"))
+        bad = ~(A.finite[ia] & B.finite[ib])
+        ratio[bad] = float("inf")
+        flat = int(ratio.flatten().argmax())
+        value = float(ratio.flatten()[flat])
+        if value > best:
+            h = flat // (ratio.numel() // len(pairs))
+            best = value
+            where = {"kind": kind, "head_a": int(ia[h]), "head_b": int(ib[h]),
+                     "error": float(err.flatten()[flat]), "tolerance": float(tol.flatten()[flat])}
+    return best, where
+
+
+def _structure_notes(a: ModelInvariants, b: ModelInvariants) -> list[str]:
+    """Differences that rule out the same function (each one line)."""
+    notes = []
+    if len(a.layers) != len(b.layers):
+        notes.append(f"layers differ: {len(a.layers)} vs {len(b.layers)}")
+    for La, Lb in zip(a.layers, b.layers):
+        sa, sb = La.structure, Lb.structure
+        diff = [k for k in sorted(set(sa) | set(sb)) if not _same(sa.get(k), sb.get(k))]
+        if diff:
+            notes.append(f"layer {La.index}: {', '.join(f'{k} {_short(sa.get(k))} vs {_short(sb.get(k))}' for k in diff)}")
+            break
+    return notes
+
+
+def _same(x, y) -> bool:
+    if isinstance(x, list) and isinstance(y, list):
+        return len(x) == len(y) and all(_same(p, q) for p, q in zip(x, y))
+    if isinstance(x, float) and isinstance(y, float):
+        return abs(x - y) <= 1e-6 * max(abs(x), abs(y))
+    return x == y
+
+
+def _short(v) -> str:
+    if isinstance(v, list):
+        return f"[{len(v)} values]"
+    return str(v)

@@ -1,0 +1,185 @@
+"""Per-head invariants of the attention gauge, for comparing two models.
+
+For every query head h (kv head g = g(h)), with the input norm's gain g_n folded into the
+projections (Q = diag(g_n) W_Q^h, K = diag(g_n) W_K^g, V = diag(g_n) W_V^g, O = W_O^h):
+
+- ``qk`` [d_k]: singular values of W_QK = Q K^T (d x d, rank <= d_k);
+- ``ov`` [d_v]: singular values of W_OV = V O;
+- ``planes`` [P, 2] (RoPE only): singular values of each rotary plane's form Q_p K_p^T, Q_p = Q[:, (a_p, b_p)].
+
+No gauge move changes them: Q A (A^-1 K^T) = Q K^T for any A in GL(d_k) (with RoPE, A is one
+scale times rotation per plane on the rotated columns, which also leaves each Q_p K_p^T alone:
+M = s Rot(t) gives M^-T = s^-1 Rot(t) and M M^-1 = I); V B B^-1 O = V O. A residual rotation
+x -> x R (R orthogonal, gains folded first) maps Q K^T -> R^T Q K^T R and V O -> R^T V O R, which
+keep their singular values. A permutation of heads permutes the rows, which matching undoes.
+
+They are computed as :func:`idinspect.analysis.spectra.head_spectra` computes them for
+``inspect``: R factors of thin QRs (Gram/Cholesky where well conditioned) and small cores, never a
+d x d matrix.
+
+Rounding radius. A model stored in a dtype of unit roundoff u holds W (1 + delta) with
+|delta| <= u entrywise, so ||dW||_2 <= ||dW||_F <= u ||W||_F; a folded factor diag(g) W carries
+eps = u_g + u_W + u_g u_W. By Weyl's inequality each singular value of Q K^T moves by at most
+
+    r = eps_Q ||Q||_F ||K||_2 + eps_K ||Q||_2 ||K||_F + eps_Q eps_K ||Q||_F ||K||_F  (+ 1e-9 ||Q||_F ||K||_F)
+
+where the last term bounds the float64 computation (R factors exact to ~cond^2 eps64 with cond < 1e3).
+Each model's r is computed from its own stored factors (the rounding happened there), and two
+models' invariants agree up to rounding when |s_A - s_B| <= r_A + r_B for every value.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+import torch
+
+from ..analysis.analyzer import _layer_bytes_in_flight, for_analysis
+from ..analysis.spectra import CastScratch, head_spectra
+from ..layer.attention_layer import AttentionLayer
+
+#: Relative accuracy of the float64 singular values themselves (see the module docstring).
+COMPUTE_RTOL = 1e-9
+
+
+def unit_roundoff(dtype: torch.dtype) -> float:
+    """u = eps / 2 of a float dtype (round to nearest): bf16 2^-8, fp16 2^-11, fp32 2^-24, fp64 2^-53."""
+    return torch.finfo(dtype).eps / 2
+
+
+@dataclass
+class LayerInvariants:
+    """The invariants of one layer's heads, float64 on the CPU, descending per head.
+
+    ``qk`` [H, d_k], ``ov`` [H, d_v], ``planes`` [H, P, 2] or None; ``radius_*`` the rounding
+    radius of each form ([H], [H], [H, P]); ``finite`` [H]: False where a factor holds NaN/Inf.
+    """
+
+    index: int
+    qk: torch.Tensor
+    ov: torch.Tensor
+    planes: torch.Tensor | None
+    radius_qk: torch.Tensor
+    radius_ov: torch.Tensor
+    radius_planes: torch.Tensor | None
+    finite: torch.Tensor
+    structure: dict = field(default_factory=dict)
+
+    @property
+    def n_heads(self) -> int:
+        return self.qk.shape[0]
+
+    def head_shape(self) -> tuple[int, int, int]:
+        """(d_k, d_v, planes): heads are comparable only when these agree."""
+        return (self.qk.shape[1], self.ov.shape[1], 0 if self.planes is None else self.planes.shape[1])
+
+
+@dataclass
+class ModelInvariants:
+    """Every layer's invariants and what they were computed from.
+
+    ``value_rtol``: relative rounding of the stored invariants themselves (0 when computed from
+    weights, 2^-24 when read from a float32 fingerprint).
+    """
+
+    source: str
+    model: dict
+    dtype: str
+    unit_roundoff: float
+    gains_folded: bool
+    layers: list[LayerInvariants]
+    value_rtol: float = 0.0
+    origin: str = "weights"
+    revision: str | None = None
+
+
+def layer_invariants(layer: AttentionLayer, gain: torch.Tensor | None, *, device: torch.device | str = "cpu",
+                     scratch: CastScratch | None = None) -> LayerInvariants:
+    """The invariants of one canonical layer, with the input gain ``gain`` [d] (or None) folded in."""
+    L = for_analysis(layer, torch.device(device))
+    u_w = {role: unit_roundoff(getattr(L, role).dtype) for role in ("W_Q", "W_K", "W_V", "W_O")}
+    eps = dict(u_w)
+    if gain is not None:
+        u_g = unit_roundoff(gain.dtype) if gain.is_floating_point() else 0.0
+        g = gain.to(L.W_Q.device)
+        work = torch.float64 if L.W_Q.dtype == torch.float64 else torch.float32
+        col = g.to(work)[None, :, None]
+        L = dataclasses.replace(L, W_Q=L.W_Q.to(work) * col, W_K=L.W_K.to(work) * col, W_V=L.W_V.to(work) * col)
+        for role in ("W_Q", "W_K", "W_V"):
+            eps[role] = u_w[role] + u_g + u_w[role] * u_g
+    s = head_spectra(L, scratch)
+    R = s.factors
+    kv = torch.arange(L.n_heads, device=R["R_Q"].device) // L.group_size
+    radius_qk = _radius(R["R_Q"], R["R_K"][kv], eps["W_Q"], eps["W_K"])
+    radius_ov = _radius(R["R_V"][kv], R["R_O"], eps["W_V"], eps["W_O"])
+    radius_planes = None
+    if s.qk_planes is not None:
+        cols = torch.tensor(L.positional.rotary.plane_columns(), device=R["R_Q"].device)   # [P, 2]
+        Qp = R["R_Q"][:, :, cols].permute(0, 2, 1, 3)                                      # [H, P, d_k, 2]
+        Kp = R["R_K"][kv][:, :, cols].permute(0, 2, 1, 3)
+        radius_planes = _radius(Qp, Kp, eps["W_Q"], eps["W_K"])
+    finite = (s.qk_ok & s.ov_ok).cpu()
+    return LayerInvariants(index=layer.index, qk=s.qk.cpu(), ov=s.ov.cpu(),
+                           planes=None if s.qk_planes is None else s.qk_planes.cpu(),
+                           radius_qk=radius_qk.cpu(), radius_ov=radius_ov.cpu(),
+                           radius_planes=None if radius_planes is None else radius_planes.cpu(),
+                           finite=finite, structure=layer_structure(layer))
+
+
+def _radius(A: torch.Tensor, B: torch.Tensor, eps_a: float, eps_b: float) -> torch.Tensor:
+    """Weyl bound on how far the singular values of A B^T move when A, B are rounded (see module doc).
+
+    A, B [..., k, m]: factors with the norms of the stored ones (R factors share them)."""
+    Fa, Fb = torch.linalg.matrix_norm(A), torch.linalg.matrix_norm(B)
+    Sa, Sb = torch.linalg.matrix_norm(A, 2), torch.linalg.matrix_norm(B, 2)
+    return eps_a * Fa * Sb + eps_b * Sa * Fb + (eps_a * eps_b + COMPUTE_RTOL) * Fa * Fb
+
+
+def layer_structure(layer: AttentionLayer) -> dict:
+    """What must agree for two layers to be the same function beyond the invariants."""
+    pos = layer.positional
+    out = {"heads": layer.n_heads, "kv_heads": layer.n_kv_heads, "d_model": layer.d_model, "d_k": layer.d_k,
+           "d_v": layer.d_v, "positional": pos.kind, "rotary_dim": pos.rotary_dim, "scale": float(layer.scale),
+           "causal": bool(layer.causal)}
+    if pos.rotary is not None:
+        out["pairing"] = pos.rotary.pairing
+        out["inv_freq"] = [float(x) for x in pos.rotary.inv_freq.tolist()]
+        out["attention_factor"] = float(pos.rotary.attention_factor)
+    return out
+
+
+def model_invariants(model, *, device: str | torch.device = "cpu", workers: int | None = None,
+                     on_layer=None) -> ModelInvariants:
+    """The invariants of every layer of an open :class:`idinspect.Model` (layers analysed in
+    parallel as ``inspect`` does; results in layer order)."""
+    from ..analysis.parallel import layer_workers, ordered_map
+    from .gains import attention_input_gain
+
+    dev = torch.device(device)
+    n = model.num_layers
+    k = max(1, int(workers)) if workers is not None else layer_workers(_layer_bytes_in_flight(model), n, dev)
+    gains_found: list[bool] = []
+
+    def one(i: int, scratch: CastScratch) -> LayerInvariants:
+        gain = attention_input_gain(model, i)
+        gains_found.append(gain is not None)
+        return layer_invariants(model.layer(i), gain, device=dev, scratch=scratch)
+
+    layers = []
+    for i, inv in enumerate(ordered_map(one, n, k, CastScratch)):
+        layers.append(inv)
+        if on_layer is not None:
+            on_layer(i, n)
+    dtype = model.reader.dtype(model.adapter.attention_keys(0)[0]) if n else torch.float32
+    return ModelInvariants(source=str(model.provenance.source), model=model.summary(), dtype=str(dtype).replace("torch.", ""),
+                           unit_roundoff=unit_roundoff(dtype), gains_folded=bool(gains_found) and all(gains_found),
+                           layers=layers)
+
+
+def head_vectors(layers: list[LayerInvariants]) -> dict[str, torch.Tensor]:
+    """Kind -> [N, k] rows of every head of every layer in order (planes flattened)."""
+    out = {"qk": torch.cat([L.qk for L in layers]), "ov": torch.cat([L.ov for L in layers])}
+    if layers and all(L.planes is not None for L in layers):
+        out["planes"] = torch.cat([L.planes.flatten(1) for L in layers])
+    return out

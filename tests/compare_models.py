@@ -1,0 +1,115 @@
+"""Models for the compare tests: a small trained Llama, disguised, fine-tuned and quantised copies.
+
+``disguise_llama`` applies every move that keeps the function of a Llama: the norm gains folded
+into the projections that read them and the residual stream rotated (x -> x R), a random gauge in
+every head (one scale times rotation per RoPE plane on the QK side, a random invertible d_v x d_v
+on the VO side) and a random permutation of the heads of every layer.
+"""
+
+from __future__ import annotations
+
+import torch
+import transformers as tf
+
+#: 8 layers x 8 heads: enough heads (64) for the lineage test to resolve p < 1e-6.
+SMALL = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=8, num_attention_heads=8,
+             num_key_value_heads=8, head_dim=4, vocab_size=96, max_position_embeddings=64,
+             tie_word_embeddings=False)
+
+
+def small_llama(seed: int, dtype: torch.dtype = torch.float32, **overrides):
+    """A freshly initialised (transformers' own init, seeded) small Llama."""
+    config = tf.LlamaConfig(**{**SMALL, **overrides})
+    config._attn_implementation = "sdpa"
+    torch.manual_seed(seed)
+    return tf.LlamaForCausalLM(config).to(dtype)
+
+
+def train(model, steps: int, lr: float, seed: int, batch: int = 4, length: int = 8):
+    """``steps`` Adam steps of next-token prediction on seeded random tokens (a fixed, learnable map:
+    token t is followed by (a t + b) mod V); returns the model in eval mode."""
+    gen = torch.Generator().manual_seed(seed)
+    V = model.config.vocab_size
+    a, b = int(torch.randint(1, V, (1,), generator=gen)), int(torch.randint(0, V, (1,), generator=gen))
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    model.train()
+    for _ in range(steps):
+        start = torch.randint(0, V, (batch, 1), generator=gen)
+        ids = [start]
+        for _ in range(length - 1):
+            ids.append((a * ids[-1] + b) % V)
+        ids = torch.cat(ids, dim=1)
+        noise = torch.rand(ids.shape, generator=gen) < 0.2
+        ids = torch.where(noise, torch.randint(0, V, ids.shape, generator=gen), ids)
+        loss = model(input_ids=ids, labels=ids).loss
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return model.eval()
+
+
+def _random_orthogonal(n: int, gen: torch.Generator) -> torch.Tensor:
+    q, r = torch.linalg.qr(torch.randn(n, n, generator=gen, dtype=torch.float64))
+    return q * torch.sign(torch.diagonal(r))[None, :]
+
+
+def disguise_llama(model, seed: int = 1):
+    """A float64 copy of a Llama (MHA, full RoPE, no biases) that computes the same function with
+    every parameter changed: folded gains + residual rotation, per-head gauge, head permutation."""
+    gen = torch.Generator().manual_seed(seed)
+    cfg = model.config
+    H, dk, d = cfg.num_attention_heads, cfg.head_dim, cfg.hidden_size
+    half = dk // 2
+    sd = {k: v.detach().to(torch.float64).clone() for k, v in model.state_dict().items()}
+    R = _random_orthogonal(d, gen)
+    sd["model.embed_tokens.weight"] = sd["model.embed_tokens.weight"] @ R
+    for i in range(cfg.num_hidden_layers):
+        p = f"model.layers.{i}."
+        g_in = sd[p + "input_layernorm.weight"]
+        g_post = sd[p + "post_attention_layernorm.weight"]
+        for name in ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"):
+            sd[p + name + ".weight"] = sd[p + name + ".weight"] * g_in[None, :] @ R
+        for name in ("mlp.gate_proj", "mlp.up_proj"):
+            sd[p + name + ".weight"] = sd[p + name + ".weight"] * g_post[None, :] @ R
+        for name in ("self_attn.o_proj", "mlp.down_proj"):
+            sd[p + name + ".weight"] = R.T @ sd[p + name + ".weight"]
+        sd[p + "input_layernorm.weight"] = torch.ones_like(g_in)
+        sd[p + "post_attention_layernorm.weight"] = torch.ones_like(g_post)
+        q, k, v, o = (sd[p + f"self_attn.{n}_proj.weight"] for n in "qkvo")
+        q, k, v, o = q.view(H, dk, d).clone(), k.view(H, dk, d).clone(), v.view(H, dk, d).clone(), o.view(d, H, dk).clone()
+        for h in range(H):
+            for plane in range(half):
+                rows = [plane, plane + half]
+                s = float(torch.exp(torch.randn((), generator=gen, dtype=torch.float64)))
+                t = float(torch.rand((), generator=gen, dtype=torch.float64)) * 6.283185307179586
+                M = s * torch.tensor([[torch.cos(torch.tensor(t)), -torch.sin(torch.tensor(t))],
+                                      [torch.sin(torch.tensor(t)), torch.cos(torch.tensor(t))]], dtype=torch.float64)
+                q[h, rows] = M.T @ q[h, rows]                     # Q_p -> Q_p M
+                k[h, rows] = torch.linalg.inv(M) @ k[h, rows]     # K_p -> K_p M^-T
+            B = torch.eye(dk, dtype=torch.float64) + 0.5 * torch.randn(dk, dk, generator=gen, dtype=torch.float64)
+            v[h] = B.T @ v[h]                                     # V -> V B
+            o[:, h] = o[:, h] @ torch.linalg.inv(B).T             # W_O -> B^-1 W_O
+        perm = torch.randperm(H, generator=gen)
+        sd[p + "self_attn.q_proj.weight"] = q[perm].reshape(H * dk, d)
+        sd[p + "self_attn.k_proj.weight"] = k[perm].reshape(H * dk, d)
+        sd[p + "self_attn.v_proj.weight"] = v[perm].reshape(H * dk, d)
+        sd[p + "self_attn.o_proj.weight"] = o[:, perm].reshape(d, H * dk)
+    g_final = sd["model.norm.weight"]
+    sd["lm_head.weight"] = sd["lm_head.weight"] * g_final[None, :] @ R
+    sd["model.norm.weight"] = torch.ones_like(g_final)
+    out = tf.LlamaForCausalLM(cfg).to(torch.float64)
+    out.load_state_dict(sd)
+    return out.eval()
+
+
+def quantise_int8(model):
+    """A copy whose attention and MLP weights went through int8 per-row absmax quantisation and back."""
+    out = tf.LlamaForCausalLM(model.config).to(next(model.parameters()).dtype)
+    sd = {}
+    for k, w in model.state_dict().items():
+        if w.dim() == 2 and "embed" not in k and "lm_head" not in k:
+            scale = w.abs().amax(dim=1, keepdim=True).clamp_min(1e-12) / 127.0
+            w = (w / scale).round().clamp(-127, 127) * scale
+        sd[k] = w
+    out.load_state_dict(sd)
+    return out.eval()
