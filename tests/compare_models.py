@@ -104,12 +104,69 @@ def disguise_llama(model, seed: int = 1):
 
 def quantise_int8(model):
     """A copy whose attention and MLP weights went through int8 per-row absmax quantisation and back."""
-    out = tf.LlamaForCausalLM(model.config).to(next(model.parameters()).dtype)
+    out = type(model)(model.config).to(next(model.parameters()).dtype)
+    out.load_state_dict(quantise_int8_state(model))
+    return out.eval()
+
+
+def disguise_bert(model, seed: int = 1):
+    """A float64 copy of a BERT that computes the same function with every attention parameter
+    changed: a random GL(d_k) gauge on each head's QK (biases included) and GL(d_v) on its VO, and
+    a random permutation of each layer's heads. (A residual rotation does not keep a post-norm
+    BERT's function: LayerNorm centres and its gain sits on the residual stream itself.)"""
+    gen = torch.Generator().manual_seed(seed)
+    cfg = model.config
+    H, d = cfg.num_attention_heads, cfg.hidden_size
+    dk = d // H
+    sd = {k: v.detach().to(torch.float64).clone() for k, v in model.state_dict().items()}
+    prefix = next(k for k in sd if k.endswith("encoder.layer.0.attention.self.query.weight")).split("encoder.layer.0.")[0]
+    eye = torch.eye(dk, dtype=torch.float64)
+    for i in range(cfg.num_hidden_layers):
+        p = f"{prefix}encoder.layer.{i}.attention."
+        W = {n: sd[p + f"self.{n}.weight"].view(H, dk, d).clone() for n in ("query", "key", "value")}
+        b = {n: sd[p + f"self.{n}.bias"].view(H, dk).clone() for n in ("query", "key", "value")}
+        O = sd[p + "output.dense.weight"].view(d, H, dk).clone()
+        for h in range(H):
+            A = eye + 0.5 * torch.randn(dk, dk, generator=gen, dtype=torch.float64) / dk ** 0.5
+            B = eye + 0.5 * torch.randn(dk, dk, generator=gen, dtype=torch.float64) / dk ** 0.5
+            Ai, Bi = torch.linalg.inv(A), torch.linalg.inv(B)
+            W["query"][h], b["query"][h] = A.T @ W["query"][h], A.T @ b["query"][h]      # W_Q A
+            W["key"][h], b["key"][h] = Ai @ W["key"][h], Ai @ b["key"][h]                # W_K A^-T
+            W["value"][h], b["value"][h] = B.T @ W["value"][h], B.T @ b["value"][h]      # W_V B
+            O[:, h] = O[:, h] @ Bi.T                                                     # B^-1 W_O
+        perm = torch.randperm(H, generator=gen)
+        for n in ("query", "key", "value"):
+            sd[p + f"self.{n}.weight"] = W[n][perm].reshape(H * dk, d)
+            sd[p + f"self.{n}.bias"] = b[n][perm].reshape(H * dk)
+        sd[p + "output.dense.weight"] = O[:, perm].reshape(d, H * dk)
+    out = type(model)(cfg).to(torch.float64)
+    out.load_state_dict(sd)
+    return out.eval()
+
+
+def quantise_int8_state(model) -> dict:
+    """The state dict with every 2-d weight but embeddings through int8 per-row absmax and back."""
     sd = {}
     for k, w in model.state_dict().items():
         if w.dim() == 2 and "embed" not in k and "lm_head" not in k:
             scale = w.abs().amax(dim=1, keepdim=True).clamp_min(1e-12) / 127.0
             w = (w / scale).round().clamp(-127, 127) * scale
         sd[k] = w
-    out.load_state_dict(sd)
-    return out.eval()
+    return sd
+
+
+def regress(model, steps: int, lr: float, seed: int, batch: int = 2, length: int = 12):
+    """``steps`` Adam steps pulling a base model's last hidden states towards seeded random targets
+    on seeded random tokens (a fine-tune for models without a language-model head)."""
+    gen = torch.Generator().manual_seed(seed)
+    V, d = model.config.vocab_size, model.config.hidden_size
+    ids = torch.randint(0, V, (batch, length), generator=gen)
+    target = torch.randn(batch, length, d, generator=gen)
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    model.train()
+    for _ in range(steps):
+        loss = (model(input_ids=ids).last_hidden_state - target).pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return model.eval()

@@ -18,6 +18,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "audit": ("audit_cmd", "audit_command"),
     "diff": ("diff_cmd", "diff_command"),
     "survey": ("survey_cmd", "survey_command"),
+    "compare": ("compare_cmd", "compare_command"),
+    "fingerprint": ("fingerprint_cmd", "fingerprint_command"),
 }
 
 #: One line per command for the top-level ``--help``, so that listing the commands imports none of

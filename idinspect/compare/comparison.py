@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import torch
@@ -44,14 +45,25 @@ class CompareResult:
         return VERDICTS.index(self.verdict) <= VERDICTS.index(expect)
 
     def to_dict(self) -> dict:
-        return {
+        """The JSON record (strict JSON: non-finite numbers become null)."""
+        return _json_safe({
             "schema": "idinspect-compare", "version": 1, "verdict": self.verdict, "alpha": self.alpha,
             "a": _side(self.a), "b": _side(self.b),
             "structurally_different": self.lineage is None, "structure_notes": self.structure_notes,
             "similarity": self.similarity, "same_function": self.same_function,
             "lineage": None if self.lineage is None else self.lineage.to_dict(),
             "layers": self.layers,
-        }
+        })
+
+
+def _json_safe(x):
+    if isinstance(x, float):
+        return x if math.isfinite(x) else None
+    if isinstance(x, dict):
+        return {k: _json_safe(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_json_safe(v) for v in x]
+    return x
 
 
 def _side(m: ModelInvariants) -> dict:

@@ -1,0 +1,33 @@
+"""``idinspect fingerprint MODEL``: the model's gauge invariants as compact, versioned JSON."""
+
+from __future__ import annotations
+
+import click
+
+from ..cli import debug_option, hub_options
+
+
+@click.command("fingerprint")
+@click.argument("model")
+@click.option("--revision", help="Hub branch, tag or commit (same as MODEL@REVISION).")
+@hub_options
+@click.option("-o", "--output", type=click.Path(dir_okay=False), metavar="PATH",
+              help="Write the fingerprint to PATH (atomically) instead of stdout.")
+@click.option("--device", default="cpu", show_default=True, help="Where the linear algebra runs: cpu or cuda.")
+@debug_option
+def fingerprint_command(model: str, revision: str | None, token: str | None, cache_dir: str | None, offline: bool,
+                        output: str | None, device: str) -> None:
+    """Write MODEL's fingerprint: per-head invariants (float32) and rounding radii, from which
+    'idinspect compare FINGERPRINT.json OTHER' works without MODEL's weights."""
+    from ..analysis.device import resolve_device
+    from ..compare import fingerprint_json, invariants_of
+    from ..reports.atomic import write_text_atomic
+
+    inv = invariants_of(model, revision=revision, token=token, cache_dir=cache_dir, local_files_only=offline,
+                        device=str(resolve_device(device)))
+    text = fingerprint_json(inv, inv.revision)
+    if output:
+        write_text_atomic(output, text)
+        click.echo(f"wrote {output} ({len(text.encode())} bytes)", err=True)
+    else:
+        click.echo(text, nl=False)

@@ -1,0 +1,39 @@
+"""Plain-text rendering of a ``compare`` result (the dict of ``CompareResult.to_dict``)."""
+
+from __future__ import annotations
+
+
+def render_compare_text(r: dict) -> str:
+    """One header line per model, one row per layer, the evidence, then the verdict."""
+    a, b = r["a"], r["b"]
+    lines = [f"compare {a['source']} -> {b['source']}"]
+    for tag, side in (("A", a), ("B", b)):
+        gains = "norm gains folded" if side["gains_folded"] else "no norm gains found"
+        lines.append(f"  {tag}: {side['source']} ({side['origin']}; {side['dtype']}, unit roundoff "
+                     f"{side['unit_roundoff']:.1e}; {side['layers']} layers; {gains})")
+    for note in r["structure_notes"]:
+        lines.append(f"  structure: {note}")
+    if r["layers"]:
+        lines.append("  layer  heads    similarity  min head  nearest in layer  max |dS|/tolerance")
+        for L in r["layers"]:
+            ha, hb = L["heads"]
+            lines.append(f"  {L['index']:>5}  {ha:>3}/{hb:<3}  {L['similarity']:>10.6f}  {L['min_similarity']:>8.6f}"
+                         f"  {L['nearest_in_layer']:>7}/{ha:<8}  {L['tolerance_ratio']:.3g}")
+        lines.append(f"  mean similarity of matched heads {r['similarity']:.6f} (1 - mean relative distance of "
+                     "singular values; heads matched within layers by least total distance)")
+    sf = r["same_function"]
+    w = sf.get("worst")
+    if w:
+        lines.append(f"  same function: {'yes' if sf['holds'] else 'no'}: largest |s_A - s_B| {w['error']:.3g} against "
+                     f"tolerance {w['tolerance']:.3g} (ratio {w['ratio']:.3g}) at layer {w['layer']} head "
+                     f"{w['head_a']}/{w['head_b']} {w['kind']}")
+    elif sf.get("reason"):
+        lines.append(f"  same function: no ({sf['reason']})")
+    t = r["lineage"]
+    if t is not None:
+        lines.append(f"  lineage: {t['statistic']} of {t['heads']} heads have their nearest counterpart in the same "
+                     f"layer (chance: {t['null_mean']:.2f}); p = {t['p_value']:.3g} (Chatterjee bound "
+                     f"{t['chatterjee_bound']:.3g}, Monte Carlo {t['p_monte_carlo']:.3g} over {t['permutations']} "
+                     f"random re-pairings); alpha {r['alpha']:.0e}")
+    lines.append(f"verdict: {r['verdict']}")
+    return "\n".join(lines)
