@@ -5,8 +5,9 @@
 3. same-function: same structure, every head matched, and every invariant value within the
    rounding tolerance |s_A - s_B| <= r_A + r_B (+ 2^-24 |s| for a float32 fingerprint side).
 4. Otherwise same-lineage when the permutation test of :mod:`.lineage` gives p < alpha, else
-   unrelated. Models with no comparable heads (different head widths or RoPE planes) are
-   structurally different, hence unrelated.
+   unrelated. Heads of different families or sizes are compared where their widths (d_k, d_v)
+   agree (RoPE planes only when both have them); models with no such layer are structurally
+   different, hence unrelated.
 """
 
 from __future__ import annotations
@@ -76,9 +77,9 @@ def compare_invariants(a: ModelInvariants, b: ModelInvariants, *, alpha: float =
     """Compare two models' invariants (see the module docstring)."""
     notes = _structure_notes(a, b)
     shared = min(len(a.layers), len(b.layers))
-    comparable = [l for l in range(shared) if a.layers[l].head_shape() == b.layers[l].head_shape()]
+    comparable = [l for l in range(shared) if a.layers[l].head_shape()[:2] == b.layers[l].head_shape()[:2]]
     if not comparable:
-        notes.append("no layer has heads of the same shape (d_k, d_v, RoPE planes): structurally different")
+        notes.append("no layer has heads of the same width (d_k, d_v): structurally different")
         sf = {"holds": False, "reason": "structurally different"}
         return CompareResult(a, b, "unrelated", alpha, notes, sf, None)
     La, Lb = [a.layers[l] for l in comparable], [b.layers[l] for l in comparable]
