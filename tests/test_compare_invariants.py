@@ -143,3 +143,13 @@ def test_lineage_p_value_is_valid_under_the_null():
     assert t.statistic == 48 and t.expected == 8.0
     assert t.bound == pytest.approx(2 * np.exp(-40.0 ** 2 / (4 * 8 + 2 * 40)), rel=1e-12)     # 1.25e-6
     assert t.p_value == pytest.approx(2 * t.bound)
+
+
+@pytest.mark.parametrize("variant", sorted(tiny.VARIANTS))
+def test_every_family_compares_to_itself_and_finds_its_gains(variant, tiny_dir):
+    from idinspect.compare import compare
+
+    r = compare(tiny_dir(variant), tiny_dir(variant))
+    assert r.verdict == "same-function"
+    # ELECTRA's embeddings norm has the embedding size, not the hidden size: nothing to fold in layer 0
+    assert r.a.gains_folded == (variant != "electra"), variant

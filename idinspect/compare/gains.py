@@ -7,10 +7,15 @@ diag(g) W_V of both models, whatever either stores in its gain.
 
 Which norm feeds layer i's attention (prefix and container from the model's adapter):
 
-- Llama, Mistral, Qwen2 (pre-norm RMSNorm): ``layers.{i}.input_layernorm.weight``;
-- GPT-2 (pre-norm LayerNorm): ``h.{i}.ln_1.weight``;
-- BERT, RoBERTa (post-norm): the previous block's ``encoder.layer.{i-1}.output.LayerNorm.weight``,
-  for layer 0 ``embeddings.LayerNorm.weight``.
+- pre-norm families, the norm in front of the attention of block i: Llama, Mistral, Mixtral,
+  Qwen2 ``input_layernorm``; GPT-2, GPTBigCode ``ln_1``; Falcon ``ln_attn`` (new decoder
+  architecture) or ``input_layernorm``; OPT ``self_attn_layer_norm`` (only when
+  ``do_layer_norm_before``: the post-norm OPT-350m layout folds nothing);
+- post-norm BERT-layout families (BERT, RoBERTa, XLM-RoBERTa, ELECTRA; DistilBERT): the previous
+  block's output norm ``output.LayerNorm`` (``output_layer_norm``), for layer 0 the embeddings'
+  ``embeddings.LayerNorm``.
+
+A family not listed folds nothing (``gains_folded`` false in the result).
 """
 
 from __future__ import annotations
@@ -18,19 +23,31 @@ from __future__ import annotations
 import torch
 
 
+#: family -> suffixes (relative to block i) of the norm in front of its attention, tried in order.
+PRE_NORM = {"llama": ("input_layernorm.weight",), "gpt2": ("ln_1.weight",), "gpt_bigcode": ("ln_1.weight",),
+            "falcon": ("ln_attn.weight", "input_layernorm.weight"), "opt": ("self_attn_layer_norm.weight",)}
+#: family -> (embeddings norm relative to the prefix, previous block's output norm relative to block i - 1).
+POST_NORM = {"bert": ("embeddings.LayerNorm.weight", "output.LayerNorm.weight"),
+             "distilbert": ("embeddings.LayerNorm.weight", "output_layer_norm.weight")}
+
+
 def attention_input_gain_key(model, i: int) -> str | None:
     """The checkpoint name of the gain feeding layer ``i``'s attention, or None if not stored."""
     adapter = model.adapter
     family = getattr(adapter, "family", None)
-    if family == "llama":
-        key = adapter.key(i, "input_layernorm.weight")
-    elif family == "gpt2":
-        key = adapter.key(i, "ln_1.weight")
-    elif family == "bert":
-        key = f"{adapter.prefix}embeddings.LayerNorm.weight" if i == 0 else adapter.key(i - 1, "output.LayerNorm.weight")
+    sites = adapter.sites
+    site = sites[i]
+    if family in PRE_NORM:
+        if family == "opt" and not getattr(model.config, "do_layer_norm_before", True):
+            return None
+        keys = [adapter.key(site, suffix) for suffix in PRE_NORM[family]]
+    elif family in POST_NORM:
+        embeddings, block = POST_NORM[family]
+        first = i == 0 or sites[i - 1].stack != site.stack
+        keys = [f"{adapter.prefix}{embeddings}" if first else adapter.key(sites[i - 1], block)]
     else:
         return None
-    return key if key in model.reader else None
+    return next((k for k in keys if k in model.reader), None)
 
 
 def attention_input_gain(model, i: int) -> torch.Tensor | None:

@@ -162,9 +162,12 @@ def model_invariants(model, *, device: str | torch.device = "cpu", workers: int 
     gains_found: list[bool] = []
 
     def one(i: int, scratch: CastScratch) -> LayerInvariants:
+        layer = model.layer(i)
         gain = attention_input_gain(model, i)
+        if gain is not None and gain.shape[0] != layer.d_model:     # e.g. ELECTRA's embedding-size norm
+            gain = None
         gains_found.append(gain is not None)
-        return layer_invariants(model.layer(i), gain, device=dev, scratch=scratch)
+        return layer_invariants(layer, gain, device=dev, scratch=scratch)
 
     layers = []
     for i, inv in enumerate(ordered_map(one, n, k, CastScratch)):
