@@ -133,7 +133,7 @@ def ensure_checkpoint(spec: ModelSpec, log=print) -> Path:
             shutil.rmtree(stale)
     log(f"building {spec.name} ({spec.layers} layers, {spec.dtype}) in {final} ...")
     t0 = time.perf_counter()
-    info = write_checkpoint(spec, partial)
+    info = write_checkpoint(spec, partial, seed=spec.seed)
     build_s = time.perf_counter() - t0
     verify = run_task_checked(["verify", str(partial), spec.model_class])
     partial.rename(final)
@@ -175,7 +175,9 @@ def _check_disk(spec: ModelSpec) -> None:
 
 def main(argv: list[str]) -> int:
     """``python -m bench.build NAME...``: build the named specs (``all`` for every one)."""
-    specs = {s.name: s for s in (*FULL, *QUICK)}
+    from .specs import compare_pair
+
+    specs = {s.name: s for s in (*FULL, *QUICK, *(x for n in (2, 4, 16) for x in compare_pair(n)))}
     wanted = list(specs) if argv == ["all"] else argv
     unknown = [n for n in wanted if n not in specs]
     if not wanted or unknown:

@@ -39,6 +39,7 @@ class ModelSpec:
     max_shard_size: int = 1_000_000_000   # bytes, as save_pretrained's "1GB"
     role: str = "main"               # "main", "rss-small", "rss-large" or "extra"
     causal_lm: bool = True           # baseline loads AutoModelForCausalLM (else AutoModel)
+    seed: int = 0                    # weight seed (a second, unrelated checkpoint of the same shape)
 
     @property
     def layers(self) -> int:
@@ -49,6 +50,8 @@ class ModelSpec:
         payload = json.dumps({"v": BUILDER_VERSION, "type": self.model_type, "cls": self.model_class,
                               "config": self.config, "dtype": self.dtype, "shard": self.max_shard_size},
                              sort_keys=True)
+        if self.seed:                # seed 0 keeps the digests (and caches) of earlier builds
+            payload += f"seed={self.seed}"
         return hashlib.sha256(payload.encode()).hexdigest()[:10]
 
     def make_config(self):
@@ -91,6 +94,13 @@ QUICK: tuple[ModelSpec, ...] = (
     GPT2_SMALL,
     BERT_BASE,
 )
+
+
+def compare_pair(layers: int) -> tuple[ModelSpec, ModelSpec]:
+    """Two Llama-3.2-1B-shaped checkpoints with ``layers`` layers and different weight seeds (the
+    compare benchmark, :mod:`bench.compare_bench`); the first is the main benchmark's checkpoint."""
+    a = llama(f"llama-1b-{layers}l", layers, "main")
+    return a, ModelSpec(**{**a.__dict__, "name": f"llama-1b-{layers}l-seed1", "seed": 1, "role": "extra"})
 
 
 def by_role(specs: tuple[ModelSpec, ...], role: str) -> ModelSpec | None:

@@ -1,6 +1,7 @@
 """Workloads the benchmark runs in child processes: ``python -m bench.tasks TASK ARGS...``.
 
-- ``floor DIR NAMES.json``: read exactly the named tensors with safetensors, cast to float32.
+- ``floor DIR NAMES.json [DIR2 NAMES2.json ...]``: read exactly the named tensors with safetensors,
+  cast to float32 (several checkpoints in one process: the floor of ``compare``).
 - ``copy DIR OUT``: plain copy of the whole checkpoint through safetensors (read every tensor,
   write it, shard by shard; other files copied as bytes).
 - ``baseline DIR CLASS DEVICE``: what a user would otherwise write: ``from_pretrained`` plus a full
@@ -189,7 +190,9 @@ def main(argv: list[str]) -> int:
         return 2
     task, args = argv[0], argv[1:]
     if task == "floor":
-        result = floor(Path(args[0]), Path(args[1]))
+        parts = [floor(Path(d), Path(n)) for d, n in zip(args[0::2], args[1::2])]
+        result = {**parts[0], "read_s": sum(r["read_s"] for r in parts), "tensors": sum(r["tensors"] for r in parts),
+                  "elements": sum(r["elements"] for r in parts), "checkpoints": len(parts)}
     elif task == "copy":
         result = copy(Path(args[0]), Path(args[1]))
     elif task == "baseline":

@@ -33,7 +33,11 @@ def render_compare_text(r: dict) -> str:
     if t is not None:
         lines.append(f"  lineage: {t['statistic']} of {t['heads']} heads have their nearest counterpart in the same "
                      f"layer (chance: {t['null_mean']:.2f}); p = {t['p_value']:.3g} (Chatterjee bound "
-                     f"{t['chatterjee_bound']:.3g}, Monte Carlo {t['p_monte_carlo']:.3g} over {t['permutations']} "
+                     f"{t['chatterjee_bound']:.3g}, Monte Carlo {_mc(t)} over {t['permutations']} "
                      f"random re-pairings); alpha {r['alpha']:.0e}")
     lines.append(f"verdict: {r['verdict']}")
     return "\n".join(lines)
+
+
+def _mc(t: dict) -> str:
+    return "skipped (bound below its resolution)" if t["p_monte_carlo"] is None else f"{t['p_monte_carlo']:.3g}"
