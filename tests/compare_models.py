@@ -170,3 +170,67 @@ def regress(model, steps: int, lr: float, seed: int, batch: int = 2, length: int
         loss.backward()
         opt.step()
     return model.eval()
+
+
+def one_thread():
+    """Context: torch on one thread (tiny matrices; the machine is shared)."""
+    import contextlib
+
+    @contextlib.contextmanager
+    def scope():
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            yield
+        finally:
+            torch.set_num_threads(threads)
+    return scope()
+
+
+def llama_set(root) -> dict:
+    """Saved checkpoints under ``root``: A (small Llama trained 150 Adam steps), D (A disguised,
+    bf16), F (A fine-tuned 200 steps at lr 3e-4 on another token map), Q (A through int8 per-row
+    absmax), C (independently initialised, trained 150 steps); ``function_error``: max |logits|
+    difference of A and D in float64."""
+    import copy
+    from pathlib import Path
+
+    root = Path(root)
+    with one_thread():
+        A = train(small_llama(0), 150, 3e-3, seed=0)
+        C = train(small_llama(1), 150, 3e-3, seed=1)
+        F = train(copy.deepcopy(A), 200, 3e-4, seed=7)
+        D = disguise_llama(A, seed=1)
+        ids = torch.randint(0, A.config.vocab_size, (2, 12), generator=torch.Generator().manual_seed(0))
+        with torch.no_grad():
+            err = (copy.deepcopy(A).double()(input_ids=ids).logits - D(input_ids=ids).logits).abs().max()
+        out: dict = {"function_error": float(err)}
+        for name, model, dtype in (("A", A, None), ("C", C, None), ("F", F, None), ("D", D, torch.bfloat16),
+                                   ("Q", quantise_int8(A), None)):
+            out[name] = root / name
+            (model.to(dtype) if dtype else model).save_pretrained(out[name])
+    return out
+
+
+def minilm_set(root, minilm_dir) -> dict:
+    """Saved variants of all-MiniLM-L6-v2 under ``root``: D (head gauges and permutation, bf16),
+    F (fine-tuned 12 Adam steps at lr 1e-4 towards random targets), Q (int8 per-row absmax),
+    C (the same shape, freshly initialised, trained 5 steps); ``function_error`` of D in float64."""
+    import copy
+    from pathlib import Path
+
+    root = Path(root)
+    with one_thread():
+        M = tf.BertModel.from_pretrained(minilm_dir).float().eval()
+        D = disguise_bert(M, seed=3)
+        ids = torch.randint(0, 1000, (2, 10), generator=torch.Generator().manual_seed(0))
+        with torch.no_grad():
+            err = (copy.deepcopy(M).double()(input_ids=ids).last_hidden_state - D(input_ids=ids).last_hidden_state)
+        out: dict = {"function_error": float(err.abs().max())}
+        F = regress(copy.deepcopy(M), 12, 1e-4, seed=0)
+        torch.manual_seed(5)
+        C = regress(tf.BertModel(copy.deepcopy(M.config)), 5, 1e-3, seed=1)
+        for name, model, dtype in (("D", D, torch.bfloat16), ("F", F, None), ("Q", quantise_int8(M), None), ("C", C, None)):
+            out[name] = root / name
+            (model.to(dtype) if dtype else model).save_pretrained(out[name])
+    return out

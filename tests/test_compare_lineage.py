@@ -4,11 +4,7 @@ same lineage, independently trained models unrelated."""
 
 from __future__ import annotations
 
-import copy
-
 import pytest
-import torch
-import transformers as tf
 
 from idinspect.compare import compare
 from tests import compare_models as cm
@@ -17,28 +13,7 @@ from tests.cli import run_cli
 
 @pytest.fixture(scope="module")
 def llamas(tmp_path_factory):
-    """Saved checkpoints: A (trained 150 steps), its disguise in bf16, a 200-step fine-tune of A,
-    an int8 round trip of A, and C (independently initialised and trained 150 steps)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)                      # tiny matrices: one thread is fastest
-    try:
-        root = tmp_path_factory.mktemp("llamas")
-        A = cm.train(cm.small_llama(0), 150, 3e-3, seed=0)
-        C = cm.train(cm.small_llama(1), 150, 3e-3, seed=1)
-        F = cm.train(copy.deepcopy(A), 200, 3e-4, seed=7)
-        D = cm.disguise_llama(A, seed=1)
-        ids = torch.randint(0, A.config.vocab_size, (2, 12), generator=torch.Generator().manual_seed(0))
-        with torch.no_grad():
-            same = (copy.deepcopy(A).double()(input_ids=ids).logits - D(input_ids=ids).logits).abs().max()
-        paths = {}
-        for name, model, dtype in (("A", A, None), ("C", C, None), ("F", F, None), ("D", D, torch.bfloat16),
-                                   ("Q", cm.quantise_int8(A), None)):
-            paths[name] = root / name
-            (model.to(dtype) if dtype else model).save_pretrained(paths[name])
-        paths["function_error"] = float(same)
-        return paths
-    finally:
-        torch.set_num_threads(threads)
+    return cm.llama_set(tmp_path_factory.mktemp("llamas"))
 
 
 def test_disguise_keeps_the_function(llamas):
@@ -79,25 +54,7 @@ def test_independent_models_are_unrelated(llamas):
 
 @pytest.fixture(scope="module")
 def minilm_variants(minilm_dir, tmp_path_factory):
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        root = tmp_path_factory.mktemp("minilm")
-        M = tf.BertModel.from_pretrained(minilm_dir).float().eval()
-        D = cm.disguise_bert(M, seed=3)
-        ids = torch.randint(0, 1000, (2, 10), generator=torch.Generator().manual_seed(0))
-        with torch.no_grad():
-            err = (copy.deepcopy(M).double()(input_ids=ids).last_hidden_state - D(input_ids=ids).last_hidden_state)
-        out = {"function_error": float(err.abs().max())}
-        F = cm.regress(copy.deepcopy(M), 12, 1e-4, seed=0)
-        torch.manual_seed(5)
-        C = cm.regress(tf.BertModel(copy.deepcopy(M.config)), 5, 1e-3, seed=1)
-        for name, model, dtype in (("D", D, torch.bfloat16), ("F", F, None), ("Q", cm.quantise_int8(M), None), ("C", C, None)):
-            out[name] = root / name
-            (model.to(dtype) if dtype else model).save_pretrained(out[name])
-        return out
-    finally:
-        torch.set_num_threads(threads)
+    return cm.minilm_set(tmp_path_factory.mktemp("minilm"), minilm_dir)
 
 
 def test_minilm_verdicts(minilm_dir, minilm_variants):
