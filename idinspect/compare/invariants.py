@@ -132,8 +132,18 @@ def _radius(A: torch.Tensor, B: torch.Tensor, eps_a: float, eps_b: float) -> tor
 
     A, B [..., k, m]: factors with the norms of the stored ones (R factors share them)."""
     Fa, Fb = torch.linalg.matrix_norm(A), torch.linalg.matrix_norm(B)
-    Sa, Sb = torch.linalg.matrix_norm(A, 2), torch.linalg.matrix_norm(B, 2)
+    Sa, Sb = _spectral_norm(A), _spectral_norm(B)
     return eps_a * Fa * Sb + eps_b * Sa * Fb + (eps_a * eps_b + COMPUTE_RTOL) * Fa * Fb
+
+
+def _spectral_norm(A: torch.Tensor) -> torch.Tensor:
+    """||A||_2 [...] of A [..., k, m]; for two columns in closed form from the 2 x 2 Gram matrix
+    [[a, b], [b, c]]: lambda_max = (a + c) / 2 + sqrt(((a - c) / 2)^2 + b^2)."""
+    if A.shape[-1] != 2:
+        return torch.linalg.matrix_norm(A, 2)
+    x, y = A[..., 0], A[..., 1]
+    a, b, c = (x * x).sum(-1), (x * y).sum(-1), (y * y).sum(-1)
+    return torch.sqrt((a + c) / 2 + torch.sqrt(((a - c) / 2) ** 2 + b * b))
 
 
 def layer_structure(layer: AttentionLayer) -> dict:
