@@ -20,7 +20,7 @@ from ..cli import debug_option, hub_options
               show_default=True, help="Exit 0 when the verdict is at least this (same-lineage accepts same-function too).")
 @click.option("--alpha", type=click.FloatRange(0.0, 1.0, min_open=True), default=1e-6, show_default=True,
               help="Significance level of the lineage test.")
-@click.option("--permutations", type=click.IntRange(0), default=2_000, show_default=True,
+@click.option("--permutations", type=click.IntRange(0), default=1_000, show_default=True,
               help="Monte Carlo re-pairings of the lineage test (seeded; the tail bound needs none).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the Monte Carlo re-pairings.")
 @hub_options

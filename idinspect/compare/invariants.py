@@ -23,6 +23,9 @@ eps = u_g + u_W + u_g u_W. By Weyl's inequality each singular value of Q K^T mov
 
     r = eps_Q ||Q||_F ||K||_2 + eps_K ||Q||_2 ||K||_F + eps_Q eps_K ||Q||_F ||K||_F  (+ 1e-9 ||Q||_F ||K||_F)
 
+(||.||_2 replaced by the cheaper upper bound min(||.||_F, sqrt(||.||_1 ||.||_inf)) of the R factor,
+exact for a RoPE plane's two columns)
+
 where the last term bounds the float64 computation (R factors exact to ~cond^2 eps64 with cond < 1e3).
 Each model's r is computed from its own stored factors (the rounding happened there), and two
 models' invariants agree up to rounding when |s_A - s_B| <= r_A + r_B for every value.
@@ -104,8 +107,8 @@ def layer_invariants(layer: AttentionLayer, gain: torch.Tensor | None, *, device
         u_g = unit_roundoff(gain.dtype) if gain.is_floating_point() else 0.0
         g = gain.to(L.W_Q.device)
         work = torch.float64 if L.W_Q.dtype == torch.float64 else torch.float32
-        col = g.to(work)[None, :, None]
-        L = dataclasses.replace(L, W_Q=L.W_Q.to(work) * col, W_K=L.W_K.to(work) * col, W_V=L.W_V.to(work) * col)
+        col = g.to(work)[None, :, None]          # bf16 * float32 promotes in one pass, no separate cast
+        L = dataclasses.replace(L, W_Q=L.W_Q * col, W_K=L.W_K * col, W_V=L.W_V * col)
         for role in ("W_Q", "W_K", "W_V"):
             eps[role] = u_w[role] + u_g + u_w[role] * u_g
     s = head_spectra(L, scratch)
@@ -137,13 +140,19 @@ def _radius(A: torch.Tensor, B: torch.Tensor, eps_a: float, eps_b: float) -> tor
 
 
 def _spectral_norm(A: torch.Tensor) -> torch.Tensor:
-    """||A||_2 [...] of A [..., k, m]; for two columns in closed form from the 2 x 2 Gram matrix
-    [[a, b], [b, c]]: lambda_max = (a + c) / 2 + sqrt(((a - c) / 2)^2 + b^2)."""
-    if A.shape[-1] != 2:
-        return torch.linalg.matrix_norm(A, 2)
-    x, y = A[..., 0], A[..., 1]
-    a, b, c = (x * x).sum(-1), (x * y).sum(-1), (y * y).sum(-1)
-    return torch.sqrt((a + c) / 2 + torch.sqrt(((a - c) / 2) ** 2 + b * b))
+    """An upper bound on ||A||_2 [...] for A [..., k, m] (a bound keeps the radius a bound).
+
+    Two columns: exact, from the 2 x 2 Gram matrix [[a, b], [b, c]]:
+    lambda_max = (a + c) / 2 + sqrt(((a - c) / 2)^2 + b^2). Otherwise the smaller of ||A||_F and
+    sqrt(||A||_1 ||A||_inf) (Hoelder), with no SVD.
+    """
+    if A.shape[-1] == 2:
+        x, y = A[..., 0], A[..., 1]
+        a, b, c = (x * x).sum(-1), (x * y).sum(-1), (y * y).sum(-1)
+        return torch.sqrt((a + c) / 2 + torch.sqrt(((a - c) / 2) ** 2 + b * b))
+    absA = A.abs()
+    holder = torch.sqrt(absA.sum(-2).amax(-1) * absA.sum(-1).amax(-1))
+    return torch.minimum(holder, torch.linalg.matrix_norm(A))
 
 
 def layer_structure(layer: AttentionLayer) -> dict:

@@ -43,7 +43,7 @@ from dataclasses import dataclass
 import torch
 
 #: Monte Carlo permutations by default (seeded: the result is deterministic).
-PERMUTATIONS = 2_000
+PERMUTATIONS = 1_000
 
 
 @dataclass
