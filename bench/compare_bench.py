@@ -8,7 +8,9 @@ process, alternating within each repeat so that load drift hits all alike:
 - ``compare``: ``idinspect compare A B --format json``;
 - ``floor1``: read B's attention tensors;
 - ``fp_compare``: ``idinspect compare A.fingerprint.json B --format json`` (fingerprint written once,
-  untimed, by ``idinspect fingerprint A``).
+  untimed, by ``idinspect fingerprint A``);
+- ``inspect``: ``idinspect B --format json``, for reference: the same per-layer analysis of one
+  checkpoint that ``fp_compare`` needs (no target).
 
 Targets: compare / floor2 <= 2.5 and fp_compare / floor1 <= 1.5 (medians of whole-process wall
 times: interpreter start and imports count on both sides). Results go to
@@ -29,6 +31,7 @@ from . import workloads
 from .build import ensure_checkpoint_in_child
 from .machine import describe, load_average
 from .measure import idinspect_argv, run_child, task_argv
+from .tasks import PREFIX
 from .specs import compare_pair
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -48,7 +51,7 @@ def _sample(res, parse_json: bool = False) -> dict:
                                 "similarity": r.get("similarity")}
         except (json.JSONDecodeError, KeyError) as exc:
             sample.update(ok=False, error=f"bad JSON from compare: {exc}")
-    elif res.ok:
+    elif res.ok and PREFIX in res.stdout:
         sample["detail"] = res.task_result()
     return sample
 
@@ -79,6 +82,7 @@ def main(argv: list[str] | None = None) -> int:
         "compare": (idinspect_argv("compare", str(dirs[0]), str(dirs[1]), "--format", "json"), True),
         "floor1": (task_argv("floor", str(dirs[1]), str(names[1])), False),
         "fp_compare": (idinspect_argv("compare", str(fp), str(dirs[1]), "--format", "json"), True),
+        "inspect": (idinspect_argv(str(dirs[1]), "--format", "json"), False),
     }
     for name, (argv_, as_json) in commands.items():          # warm-up, untimed: fail early
         warm = _sample(run_child(argv_), as_json)
@@ -99,15 +103,19 @@ def main(argv: list[str] | None = None) -> int:
     medians = {k: statistics.median(s["wall_s"] for s in v if s["ok"]) for k, v in samples.items()}
     ratios = {"compare / floor2": medians["compare"] / medians["floor2"],
               "fp_compare / floor1": medians["fp_compare"] / medians["floor1"]}
+    reference = {"inspect / floor1": medians["inspect"] / medians["floor1"],
+                 "fp_compare / inspect": medians["fp_compare"] / medians["inspect"]}
     verdicts = {k: {"value": v, "target": TARGETS[k], "pass": v <= TARGETS[k]} for k, v in ratios.items()}
     _log("\nmedian wall seconds: " + ", ".join(f"{k} {v:.3f}" for k, v in medians.items()))
     for k, v in verdicts.items():
         _log(f"{k:<22} {v['value']:.2f}  (target <= {v['target']})  {'PASS' if v['pass'] else 'FAIL'}")
+    for k, v in reference.items():
+        _log(f"{k:<22} {v:.2f}  (reference)")
     result = {"benchmark": "compare", "layers": args.layers, "repeats": args.repeats,
               "elapsed_s": round(time.perf_counter() - t0, 1), "machine": {**machine, "load_average_end": load_average()},
               "models": {s.name: {"dir": str(d), "seed": s.seed, "dtype": s.dtype, "config": s.config}
                          for s, d in zip((spec_a, spec_b), dirs)},
-              "fingerprint_bytes": fp.stat().st_size, "medians_s": medians, "targets": verdicts, "samples": samples}
+              "fingerprint_bytes": fp.stat().st_size, "medians_s": medians, "targets": verdicts, "reference": reference, "samples": samples}
     if not args.no_write:
         RESULTS.mkdir(exist_ok=True)
         path = RESULTS / f"{machine['date_utc'].replace(':', '').replace('-', '')}-compare-{args.layers}l.json"
