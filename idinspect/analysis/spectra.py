@@ -84,16 +84,23 @@ MAX_FACTOR_CONDITION = 1e3
 CAST_CHUNK_BYTES = 2**20
 
 
-def gram_float64(tall: torch.Tensor, scratch: Float64Buffers | None = None) -> torch.Tensor:
+def gram_float64(tall: torch.Tensor, scratch: Float64Buffers | None = None,
+                 row_scale: torch.Tensor | None = None) -> torch.Tensor:
     """W^T W [n, k, k] in float64 for W [n, m, k] of any float dtype.
 
     Float64 input is multiplied as it is; on a GPU the whole tensor is cast at once; on the CPU a
     few heads (:data:`CAST_CHUNK_BYTES`) are cast into ``scratch`` and multiplied while in cache.
+    ``row_scale`` [m] (float64): the Gram matrix of diag(row_scale) W instead, scaled in the
+    float64 chunk (e.g. a norm gain folded into the projection, with no scaled copy of W).
     """
+    if row_scale is not None and tall.dtype == torch.float64:
+        tall = tall * row_scale[:, None]
     if tall.dtype == torch.float64:
         return tall.transpose(-1, -2) @ tall
     if tall.device.type != "cpu":
         wide = tall.to(torch.float64)
+        if row_scale is not None:
+            wide.mul_(row_scale[:, None])
         return wide.transpose(-1, -2) @ wide
     n, m, k = tall.shape
     per = int(max(1, min(n, CAST_CHUNK_BYTES // max(1, 8 * m * k))))
@@ -104,11 +111,14 @@ def gram_float64(tall: torch.Tensor, scratch: Float64Buffers | None = None) -> t
     for h in range(0, n, per):
         chunk = buf[:min(per, n - h)]
         chunk.copy_(tall[h:h + per])
+        if row_scale is not None:
+            chunk.mul_(row_scale[:, None])
         torch.matmul(chunk.transpose(-1, -2), chunk, out=out[h:h + per])
     return out
 
 
-def _r_factor(tall: torch.Tensor, scratch: Float64Buffers | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def _r_factor(tall: torch.Tensor, scratch: Float64Buffers | None = None,
+              row_scale: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """(R [..., k, k] float64, finite [...]): W = Q R with Q orthonormal for a batch W [n, m, k],
     m >= k, of any float dtype, and whether each W is free of NaN/Inf (R is the identity where not).
 
@@ -119,9 +129,9 @@ def _r_factor(tall: torch.Tensor, scratch: Float64Buffers | None = None) -> tupl
     bound (within a factor k of the 2-norm condition) from one triangular inverse, cheaper than the
     eigenvalues. A NaN or Inf in W makes its Gram matrix non-finite, so finiteness costs no extra
     pass over W; only the rare non-finite Gram of finite entries (overflow past ~1e154) is told
-    apart elementwise.
+    apart elementwise. ``row_scale`` [m]: the factor of diag(row_scale) W (see :func:`gram_float64`).
     """
-    gram = gram_float64(tall, scratch)
+    gram = gram_float64(tall, scratch, row_scale)
     usable = torch.isfinite(gram).flatten(-2).all(dim=-1)
     finite = usable.clone()
     if not bool(usable.all()):
@@ -136,7 +146,8 @@ def _r_factor(tall: torch.Tensor, scratch: Float64Buffers | None = None) -> tupl
     ok = ok & (bound < MAX_FACTOR_CONDITION)
     redo = finite & ~ok
     if bool(redo.any()):
-        R[redo] = torch.linalg.qr(tall[redo].to(torch.float64), mode="r").R
+        wide = tall[redo].to(torch.float64)
+        R[redo] = torch.linalg.qr(wide if row_scale is None else wide * row_scale[:, None], mode="r").R
     return R, finite
 
 
@@ -165,19 +176,22 @@ def layer_finite(layer: AttentionLayer) -> dict[str, torch.Tensor]:
     return {role: finite_slices(t) for role, t in layer.tensors().items()}
 
 
-def head_spectra(layer: AttentionLayer, scratch: Float64Buffers | None = None) -> HeadSpectra:
+def head_spectra(layer: AttentionLayer, scratch: Float64Buffers | None = None,
+                 input_gain: torch.Tensor | None = None) -> HeadSpectra:
     """Singular values of every head's W_QK and W_OV (and RoPE planes) of a layer, in float64.
 
     Weights may be in any float dtype (cast to float64 a few heads at a time, into ``scratch`` when
     given, see :func:`gram_float64`), on any device; results come back on the CPU. The finiteness
     masks (``HeadSpectra.finite``, as :func:`layer_finite` gives them) come out of the Gram matrices.
+    ``input_gain`` [d] (float64): spectra of diag(g) W_Q, diag(g) W_K, diag(g) W_V, i.e. with the
+    gain of the norm in front of the attention folded in (:mod:`idinspect.compare`).
     """
     H, d, dk = layer.W_Q.shape
     kv = torch.arange(H, device=layer.W_Q.device) // layer.group_size   # g(h)
 
-    R_Q, fin_Q = _r_factor(layer.W_Q, scratch)                       # [H, k, dk]
-    R_K, fin_K = _r_factor(layer.W_K, scratch)                       # [G, k, dk]
-    R_V, fin_V = _r_factor(layer.W_V, scratch)                       # [G, k, dv]
+    R_Q, fin_Q = _r_factor(layer.W_Q, scratch, input_gain)           # [H, k, dk]
+    R_K, fin_K = _r_factor(layer.W_K, scratch, input_gain)           # [G, k, dk]
+    R_V, fin_V = _r_factor(layer.W_V, scratch, input_gain)           # [G, k, dv]
     R_O, fin_O = _r_factor(layer.W_O.transpose(-1, -2), scratch)     # [H, k, dv]   (W_O^hT = Q R)
     finite = {"W_Q": fin_Q, "W_K": fin_K, "W_V": fin_V, "W_O": fin_O}
     qk_ok = finite["W_Q"] & finite["W_K"][kv]

@@ -33,13 +33,13 @@ models' invariants agree up to rounding when |s_A - s_B| <= r_A + r_B for every 
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 
 import torch
 
 from ..analysis.analyzer import _layer_bytes_in_flight, for_analysis
-from ..analysis.spectra import CastScratch, head_spectra
+from ..analysis.spectra import head_spectra
+from ..layer.buffers import Float64Buffers
 from ..layer.attention_layer import AttentionLayer
 
 #: Relative accuracy of the float64 singular values themselves (see the module docstring).
@@ -98,20 +98,18 @@ class ModelInvariants:
 
 
 def layer_invariants(layer: AttentionLayer, gain: torch.Tensor | None, *, device: torch.device | str = "cpu",
-                     scratch: CastScratch | None = None) -> LayerInvariants:
+                     scratch: Float64Buffers | None = None) -> LayerInvariants:
     """The invariants of one canonical layer, with the input gain ``gain`` [d] (or None) folded in."""
     L = for_analysis(layer, torch.device(device))
     u_w = {role: unit_roundoff(getattr(L, role).dtype) for role in ("W_Q", "W_K", "W_V", "W_O")}
     eps = dict(u_w)
+    g = None
     if gain is not None:
         u_g = unit_roundoff(gain.dtype) if gain.is_floating_point() else 0.0
-        g = gain.to(L.W_Q.device)
-        work = torch.float64 if L.W_Q.dtype == torch.float64 else torch.float32
-        col = g.to(work)[None, :, None]          # bf16 * float32 promotes in one pass, no separate cast
-        L = dataclasses.replace(L, W_Q=L.W_Q * col, W_K=L.W_K * col, W_V=L.W_V * col)
+        g = gain.to(device=L.W_Q.device, dtype=torch.float64)    # folded inside the float64 Gram chunks
         for role in ("W_Q", "W_K", "W_V"):
             eps[role] = u_w[role] + u_g + u_w[role] * u_g
-    s = head_spectra(L, scratch)
+    s = head_spectra(L, scratch, input_gain=g)
     R = s.factors
     kv = torch.arange(L.n_heads, device=R["R_Q"].device) // L.group_size
     radius_qk = _radius(R["R_Q"], R["R_K"][kv], eps["W_Q"], eps["W_K"])
@@ -180,7 +178,7 @@ def model_invariants(model, *, device: str | torch.device = "cpu", workers: int 
     k = max(1, int(workers)) if workers is not None else layer_workers(_layer_bytes_in_flight(model), n, dev)
     gains_found: list[bool] = []
 
-    def one(i: int, scratch: CastScratch) -> LayerInvariants:
+    def one(i: int, scratch: Float64Buffers) -> LayerInvariants:
         layer = model.layer(i)
         gain = attention_input_gain(model, i)
         if gain is not None and gain.shape[0] != layer.d_model:     # e.g. ELECTRA's embedding-size norm
@@ -189,7 +187,7 @@ def model_invariants(model, *, device: str | torch.device = "cpu", workers: int 
         return layer_invariants(layer, gain, device=dev, scratch=scratch)
 
     layers = []
-    for i, inv in enumerate(ordered_map(one, n, k, CastScratch)):
+    for i, inv in enumerate(ordered_map(one, n, k, Float64Buffers)):
         layers.append(inv)
         if on_layer is not None:
             on_layer(i, n)
