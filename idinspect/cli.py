@@ -13,6 +13,7 @@ import traceback
 import click
 
 from .errors import IdinspectError
+from .textsafe import visible
 
 _DEBUG = {"on": False}
 
@@ -118,24 +119,47 @@ def main(argv: list[str] | None = None) -> None:
         code = cli.main(args=argv, prog_name="idinspect", standalone_mode=False)
     except click.exceptions.Exit as exc:
         code = exc.exit_code
+    except SystemExit as exc:
+        from click.utils import PacifyFlushWrapper
+
+        if not (isinstance(sys.stdout, PacifyFlushWrapper) or isinstance(exc.__context__, BrokenPipeError)):
+            raise
+        code = 0  # click's and rich's answer to a closed stdout (EPIPE) is exit 1; ``idinspect MODEL | head`` is fine
+        _silence_stdout()
     except click.ClickException as exc:
         exc.show()
         code = exc.exit_code
-    except click.Abort:
-        err.print("Aborted.")
-        code = 130
-    except KeyboardInterrupt:
-        err.print("Interrupted.")
-        code = 130
+    except click.Abort as exc:  # click turns KeyboardInterrupt (and entry.Terminated) into Abort
+        from .entry import interrupted_code, say_interrupted
+
+        cause = exc.__cause__ if isinstance(exc.__cause__, KeyboardInterrupt) else KeyboardInterrupt()
+        say_interrupted(cause)
+        code = interrupted_code(cause)
+    except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM/SIGHUP (entry.Terminated): cleanups have run
+        from .entry import interrupted_code, say_interrupted
+
+        say_interrupted(exc)
+        code = interrupted_code(exc)
+    except BrokenPipeError:  # ``idinspect MODEL | head``: the reader has what it wanted
+        _silence_stdout()
+        code = 0
     except IdinspectError as exc:
         if _DEBUG["on"]:
             traceback.print_exc()
-        err.print(f"[bold red]error:[/] {_escape(str(exc))}", soft_wrap=True)
+        err.print(f"[bold red]error:[/] {_escape(visible(str(exc)))}", soft_wrap=True)
         code = exc.exit_code
+    except OSError as exc:  # the file system said no: name the path and the reason, never "internal error"
+        from .sources.validate import os_reason
+
+        if _DEBUG["on"]:
+            traceback.print_exc()
+        where = f"{exc.filename}: " if exc.filename else ""
+        err.print(f"[bold red]error:[/] {_escape(visible(where + os_reason(exc)))}", soft_wrap=True)
+        code = 2
     except Exception as exc:  # a bug: still one line unless --debug
         if _DEBUG["on"]:
             traceback.print_exc()
-        err.print(f"[bold red]internal error:[/] {_escape(type(exc).__name__ + ': ' + str(exc))} "
+        err.print(f"[bold red]internal error:[/] {_escape(visible(type(exc).__name__ + ': ' + str(exc)))} "
                   "(rerun with --debug for the traceback and report it)", soft_wrap=True)
         code = 2
     sys.exit(code if isinstance(code, int) else 0)
@@ -154,6 +178,16 @@ def _escape(text: str) -> str:
     from rich.markup import escape as rich_escape
 
     return rich_escape(text)
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so that the interpreter's last flush finds no closed pipe."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
 
 
 def run() -> None:
@@ -177,5 +211,5 @@ def run() -> None:
         try:
             stream.flush()
         except (OSError, ValueError):  # a closed pipe (``idinspect ... | head``): nothing left to deliver
-            code = code or 1
+            _silence_stdout()
     os._exit(code)

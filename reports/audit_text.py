@@ -68,7 +68,10 @@ def _model(console: Console, model: dict, show_all: bool) -> None:
 def render_audit(result: dict, console: Console | None = None, show_all: bool = False) -> None:
     """Print the audit report to ``console`` (stdout by default). Strings go in as ``Text``, so
     tensor names such as ``[bold]x`` are shown literally, never as markup."""
+    from ..textsafe import visible_tree
+
     console = console or Console()
+    result = visible_tree(result)  # control characters from checkpoints shown as escapes
     summary = result.get("audit", {})
     if summary.get("error"):
         console.print(Text("error: ", style="bold red") + Text(str(summary["error"])))

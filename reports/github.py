@@ -9,7 +9,10 @@ in properties.
 
 from __future__ import annotations
 
+import re
+
 from ..audit.rules import severity_rank
+from ..textsafe import visible
 
 LIMIT = 10
 _KIND = {"error": "error", "warning": "warning", "note": "notice"}
@@ -73,12 +76,18 @@ def render_github(result: dict) -> str:
 
 # --- job summary -----------------------------------------------------------------------------------
 
+#: Markdown's active ASCII punctuation (CommonMark lets a backslash escape any of it); ``&<>`` are
+#: entities already. ``@`` and ``:`` stop mentions and autolinks (``https\://`` is no URL).
+_MD_PUNCTUATION = re.compile(r"[\\`*_{}\[\]()#+\-.!|~@:]")
+
+
 def md(text) -> str:
     """Escape text for a GitHub-flavoured markdown table cell."""
     s = "" if text is None else str(text)
     s = s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-    s = s.replace("\\", "\\\\").replace("|", "\\|").replace("`", "\\`").replace("*", "\\*").replace("_", "\\_")
-    return s.replace("\r\n", "<br>").replace("\n", "<br>").replace("\r", "<br>")
+    s = _MD_PUNCTUATION.sub(lambda m: "\\" + m.group(), s)  # links, images, emphasis, headings: literal
+    s = s.replace("\r\n", "<br>").replace("\n", "<br>").replace("\r", "<br>")
+    return visible(s)
 
 
 _ICON = {"pass": "✅ pass", "fail": "❌ fail", "error": "⚠️ error"}

@@ -86,13 +86,13 @@ def embed_json(data) -> str:
 def _embedded(result: dict) -> dict:
     data = ordered(result)
     total = sum(len(s) for layer in data.get("layers") or [] for side in ("qk", "ov")
-                for s in ((layer.get("spectra") or {}).get(side) or []))
+                for s in ((layer.get("spectra") or {}).get(side) or []) if s is not None)  # None: a skipped (non-finite) head
     if total > EMBED_SPECTRA_LIMIT:
         for layer in data["layers"]:
             spectra = layer.get("spectra") or {}
             for side in ("qk", "ov"):
                 if side in spectra:
-                    spectra[side] = [s[:EMBED_TOP] for s in spectra[side]]
+                    spectra[side] = [s if s is None else s[:EMBED_TOP] for s in spectra[side]]
         data["embedded_spectra_truncated_to"] = EMBED_TOP
     return data
 

@@ -30,7 +30,10 @@ LayersMode = Literal["collapsed", "all"]
 def render_report(result: dict, console: Console | None = None, *, layers: LayersMode = "collapsed",
                   heads: bool = False) -> None:
     """Print the whole report for ``result`` (the JSON-contract dict) to ``console`` (stdout)."""
+    from ..textsafe import visible_tree
+
     console = console or Console()
+    result = visible_tree(result)  # checkpoint text (names, config strings) never reaches the terminal raw
     sections = [summary_panel(result)]
     if result.get("layers"):
         sections.append(layer_table(result, collapse=layers != "all", width=console.width))

@@ -110,10 +110,10 @@ def test_rule_metadata_for_code_scanning(zoo):
     assert driver["name"] == "idinspect" and driver["version"] == idinspect.__version__
     assert driver["informationUri"].startswith("https://")
     ids = [r["id"] for r in driver["rules"]]
-    assert ids == ["non-finite", "noop-bias", "rank-deficient-head", "absorbable-bias", "unsupported-architecture",
+    assert ids == ["non-finite", "overflow", "noop-bias", "rank-deficient-head", "absorbable-bias", "unsupported-architecture",
                    "not-gauge-fixed", "identification-ratio"]
     levels = {r["id"]: r["defaultConfiguration"]["level"] for r in driver["rules"]}
-    assert levels == {"non-finite": "error", "noop-bias": "warning", "rank-deficient-head": "warning",
+    assert levels == {"non-finite": "error", "overflow": "error", "noop-bias": "warning", "rank-deficient-head": "warning",
                       "absorbable-bias": "note", "unsupported-architecture": "error", "not-gauge-fixed": "error",
                       "identification-ratio": "error"}
     for rule in driver["rules"]:

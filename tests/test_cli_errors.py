@@ -121,7 +121,7 @@ def test_missing_config(tiny_dir, tmp_path):
     ('{"model_type": "llama", "hidden_size": ', r"config.json: not valid JSON"),
     ("[1, 2, 3]", r"config.json: not a JSON object"),
     ('{"hidden_size": 16}', r"config.json: no model_type; add it \(supported: " + re.escape(SUPPORTED) + r"\)"),
-    ('{"model_type": "llama", "hidden_size": "sixteen"}', r"config.json: hidden_size is 'sixteen', not an integer"),
+    ('{"model_type": "llama", "hidden_size": "sixteen"}', r'config.json: hidden_size is "sixteen", not a positive integer'),
 ])
 def test_malformed_config(text, match, tiny_dir, tmp_path):
     d = copy_of(tiny_dir, tmp_path)
@@ -138,12 +138,12 @@ def test_unknown_model_type_lists_the_supported(model_type, tiny_dir, tmp_path):
 
 
 @pytest.mark.parametrize("changes, match", [
-    ({"num_key_value_heads": 3}, r"config.json: 4 attention heads do not divide into 3 key/value heads"),
+    ({"num_key_value_heads": 3}, r"config.json: num_attention_heads 4 does not divide into num_key_value_heads 3"),
     ({"num_key_value_heads": 1}, r"tensor model.layers.0.self_attn.k_proj.weight has shape \[8, 16\] but config.json implies \[4, 16\]"),
     ({"head_dim": 8}, r"tensor model.layers.0.self_attn.q_proj.weight has shape \[16, 16\] but config.json implies \[32, 16\]"),
     ({"num_hidden_layers": 3}, r"tensor model.layers.2.self_attn.q_proj.weight is missing from the checkpoint"),
     ({"num_hidden_layers": 1}, r"tensors for layer 1 \(model.layers.1.\*\) but config.json says 1 layers"),
-    ({"num_hidden_layers": 0}, r"config.json: layers=0 must be positive"),
+    ({"num_hidden_layers": 0}, r"config.json: num_hidden_layers is 0, not a positive integer"),
 ])
 def test_config_disagreeing_with_the_weights(changes, match, tiny_dir, tmp_path):
     d = copy_of(tiny_dir, tmp_path)

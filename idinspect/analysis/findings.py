@@ -6,10 +6,13 @@ of fused tensors included), ``tensors`` lists the stored tensors it concerns (``
 which the audit uses to find the file that holds them.
 
 - ``non-finite`` (error): NaN or Inf in an attention tensor; ``parameters`` = entries affected.
+- ``overflow`` (error): finite float64 entries so large that a product of two summed over the
+  model width overflows float64 (|w| > sqrt(max_float64 / d)); ``parameters`` = entries affected.
 - ``noop-bias`` (warning): the key bias (its unrotated dims) cancels in the softmax, since
   <q_i, b_K> is the same for every key j; ``parameters`` = no-op dims, ``max_abs`` its largest |value|.
+  Not reported where those dims are stored as zeros (a gauge-fixed export): nothing is left to remove.
 - ``absorbable-bias`` (note): with an output bias, b_V adds the constant sum_h b_V^g(h) W_O^h
-  (softmax rows sum to one), which b_O can take; ``parameters`` = G d_v.
+  (softmax rows sum to one), which b_O can take; ``parameters`` = G d_v. Not reported for a zero b_V.
 - ``rank-deficient-head`` (warning): W_QK^h or W_OV^h has numerical rank below d_k (rule in
   :data:`spectra.RANK_RULE`); the structural count assumes full rank, so these factors have more
   freedom than counted, unless a live bias row, RoPE or the group's other heads keep it identified;
@@ -20,13 +23,15 @@ which the audit uses to find the file that holds them.
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from ..layer import structure
 from ..layer.attention_layer import ROLES, AttentionLayer
 from .spectra import RANK_RULE, HeadSpectra, finite_slices
 
-SEVERITY = {"non-finite": "error", "noop-bias": "warning", "absorbable-bias": "note",
+SEVERITY = {"non-finite": "error", "overflow": "error", "noop-bias": "warning", "absorbable-bias": "note",
             "rank-deficient-head": "warning"}
 
 
@@ -84,6 +89,36 @@ def non_finite_findings(layer: AttentionLayer, finite_by_role: dict[str, torch.T
     return out
 
 
+def overflow_limit(width: int) -> float:
+    """The largest |w| whose products, summed over ``width`` terms, stay below float64's maximum."""
+    return math.sqrt(torch.finfo(torch.float64).max / max(width, 1))
+
+
+def overflow_findings(layer: AttentionLayer) -> list[dict]:
+    """One ``overflow`` finding per float64 attention tensor with finite entries above
+    :func:`overflow_limit` (float32 and narrower values can never get there: (3.4e38)^2 d < 1.8e308)."""
+    out = []
+    limit = overflow_limit(max(layer.d_model, layer.d_k))
+    for role in ROLES:
+        t = getattr(layer, role)
+        if t is None or t.dtype != torch.float64 or t.numel() == 0:
+            continue
+        lo, hi = torch.aminmax(t)
+        if not (float(hi) > limit or float(lo) < -limit):
+            continue
+        big = torch.isfinite(t) & (t.abs() > limit)
+        n = int(big.sum())
+        if not n:
+            continue
+        name = _name(layer, role)
+        out.append(_finding("overflow", layer, name, n,
+                            f"{name} holds {n} finite values above {limit:.3g} in magnitude (largest "
+                            f"{float(t[big].abs().max()):.3g}); products of such weights overflow float64, so "
+                            "the attention output and every spectrum of the affected heads are unreliable",
+                            role=role, max_abs=float(t[big].abs().max()), limit=limit))
+    return out
+
+
 def noop_bias_findings(layer: AttentionLayer) -> list[dict]:
     """``noop-bias`` for a key bias whose unrotated dims cancel in the softmax."""
     dims = structure.noop_key_bias_dims(layer)
@@ -91,6 +126,8 @@ def noop_bias_findings(layer: AttentionLayer) -> list[dict]:
         return []
     cols = structure.unrotated_columns(layer)
     part = layer.b_K[:, cols.start:cols.stop]
+    if not bool(part.any()):  # stored as zeros (a gauge-fixed export): nothing to remove
+        return []
     name = _name(layer, "b_K")
     where = "" if cols.start == 0 else f" (its unrotated dims {cols.start}..{cols.stop - 1} of each head)"
     max_abs = _max_abs(part)
@@ -105,6 +142,8 @@ def absorbable_bias_findings(layer: AttentionLayer) -> list[dict]:
     """``absorbable-bias`` for a value bias that the output bias can take."""
     dims = structure.absorbable_value_bias_dims(layer)
     if not dims:
+        return []
+    if not bool(layer.b_V.any()):  # already folded (a gauge-fixed export stores zeros)
         return []
     name, into = _name(layer, "b_V"), _name(layer, "b_O")
     max_abs = _max_abs(layer.b_V)
@@ -169,7 +208,7 @@ def _rank_effect(kind: str, g: int, gained: int | None, extra: dict | None, dead
 def layer_findings(layer: AttentionLayer, spectra: HeadSpectra | None, extra: dict | None = None,
                    finite_by_role: dict[str, torch.Tensor] | None = None) -> list[dict]:
     """All findings of one float64 layer, in rule order (non-finite first)."""
-    found = (non_finite_findings(layer, finite_by_role) + noop_bias_findings(layer)
+    found = (non_finite_findings(layer, finite_by_role) + overflow_findings(layer) + noop_bias_findings(layer)
              + absorbable_bias_findings(layer))
     if spectra is not None:
         found += rank_findings(layer, spectra, extra)

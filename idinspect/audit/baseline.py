@@ -59,6 +59,8 @@ class Baseline:
             raise BaselineError(f"{path}: baseline file does not exist; create it with --write-baseline {path}") from None
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise BaselineError(f"{path}: not a readable baseline ({exc})") from None
+        except RecursionError:
+            raise BaselineError(f"{path}: not a readable baseline (JSON nested too deeply)") from None
         if not isinstance(data, dict) or data.get("idinspect_baseline") != FORMAT_VERSION:
             raise BaselineError(f"{path}: not an idinspect baseline (expected \"idinspect_baseline\": {FORMAT_VERSION})")
         findings = data.get("findings")

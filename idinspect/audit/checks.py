@@ -77,7 +77,7 @@ def unsupported_model_type(directory: Path | None) -> str | None:
     cfg = Path(directory) / CONFIG_FILE
     try:
         raw = json.loads(cfg.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError):
         return None
     model_type = raw.get("model_type") if isinstance(raw, dict) else None
     if not isinstance(model_type, str) or model_type in supported_model_types():

@@ -169,6 +169,10 @@ def _read_toml(path: Path) -> dict:
             return tomllib.load(fh)
     except OSError as exc:
         raise PolicyError(f"{path}: cannot read the policy file ({exc.strerror or exc})") from None
+    except UnicodeDecodeError as exc:
+        raise PolicyError(f"{path}: not UTF-8 text (byte {exc.start}); TOML files must be UTF-8") from None
+    except RecursionError:
+        raise PolicyError(f"{path}: not valid TOML (nested too deeply to read)") from None
     except tomllib.TOMLDecodeError as exc:
         raise PolicyError(f"{path}: not valid TOML ({exc})") from None
 

@@ -73,6 +73,15 @@ RULES: tuple[Rule, ...] = (
              "step or a truncated/corrupted file. The message names the tensor and how many values are bad.",
         tags=("parameter-identification", "model-integrity")),
     Rule(
+        id="overflow", name="OverflowingTensor", severity="error",
+        short="An attention tensor holds values whose products overflow float64",
+        full="At least one float64 attention weight or bias is so large (above sqrt(max_float64 / d)) "
+             "that the products the attention forms overflow to infinity: the output and every "
+             "count derived from the affected heads are unreliable.",
+        help="Re-export or re-download the checkpoint; values near 1e154 and beyond are never trained "
+             "weights. The message names the tensor, the largest value and the limit.",
+        tags=("parameter-identification", "model-integrity")),
+    Rule(
         id="noop-bias", name="NoOpKeyBias", severity="warning",
         short="A key bias has no effect on the attention output",
         full="Softmax is invariant to adding the same score to every key, so the (unrotated part of "

@@ -25,6 +25,7 @@ from ..cli import debug_option, hub_options
 from ..errors import IdinspectError
 from ..reports.atomic import write_text_atomic
 from ..sources.file_names import CONFIG_FILE, INDEX_FILE, SAFETENSORS_SUFFIX
+from ..textsafe import visible
 
 FORMATS = ("text", "json", "sarif", "github", "junit")
 #: Files that stand for their checkpoint directory (so pre-commit can pass changed files).
@@ -154,6 +155,11 @@ def audit_command(ctx: click.Context, models: tuple[str, ...], fail_on: str | No
     """
     err = Console(stderr=True, highlight=False)
     _debug_logging()
+    from .paths import check_report_path
+
+    for option, path in (("--output", output), ("--write-baseline", write_baseline)):
+        if path is not None:  # before any work, and before any document is written: never into an input
+            check_report_path(path, _targets(models), option)
     try:
         policy = load_policy(Path(config) if config else None, isolated=no_config)
         policy = policy.with_cli(cli_settings(severity, disable, require_gauge_fixed, gauge_rtol, max_unidentified_ratio),
@@ -164,7 +170,7 @@ def audit_command(ctx: click.Context, models: tuple[str, ...], fail_on: str | No
             base = Baseline.read(base_path)
     except IdinspectError as exc:
         result = AuditResult([], fail_on or "error", exit_zero=exit_zero, error=str(exc))
-        err.print(f"[bold red]error:[/] {escape(str(exc))}", soft_wrap=True)
+        err.print(f"[bold red]error:[/] {escape(visible(str(exc)))}", soft_wrap=True)
         if fmt != "text" or output is not None:  # machine formats still get a document that says so
             _emit(result, fmt, output, show_all, err)
         ctx.exit(2)
@@ -173,7 +179,7 @@ def audit_command(ctx: click.Context, models: tuple[str, ...], fail_on: str | No
     for m in result.models:
         if m.error is not None:
             where = "" if m.source in m.error else f"{escape(m.source)}: "
-            err.print(f"[bold red]error:[/] {where}{escape(m.error)}", soft_wrap=True)
+            err.print(f"[bold red]error:[/] {visible(where)}{escape(visible(m.error))}", soft_wrap=True)
     if write_baseline is not None:
         if result.exit_code() == 2:
             err.print(f"error: baseline {escape(write_baseline)} not written: some models could not be audited")

@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from ..cli import debug_option, hub_options
+from ..textsafe import visible
 from ..exporting.pipeline import DTYPES, ExportResult, export
 
 
@@ -37,14 +38,14 @@ def export_command(model: str, out: str, dtype: str, force: bool, revision: str 
         result = export(model, out, dtype=dtype, force=force, revision=revision, token=token, cache_dir=cache_dir,
                         local_files_only=offline, progress=progress)
     for d in result.degeneracies:
-        err.print(f"[yellow]note:[/] {escape(d.describe())}", soft_wrap=True)
+        err.print(f"[yellow]note:[/] {escape(visible(d.describe()))}", soft_wrap=True)
     for f in result.skipped_files:
-        err.print(f"[yellow]note:[/] not copied: {escape(f)} (weights in another format would not be gauge-fixed)",
-                  soft_wrap=True)
+        err.print(f"[yellow]note:[/] not copied: {escape(visible(f))} (weights in another format would not be "
+                  "gauge-fixed)", soft_wrap=True)
     if fmt == "json":
         click.echo(json.dumps(result.to_dict(), indent=2))
     else:
-        click.echo(_summary(result))
+        click.echo(visible(_summary(result), newlines=True))
 
 
 def _summary(r: ExportResult) -> str:

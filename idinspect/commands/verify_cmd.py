@@ -6,6 +6,8 @@ import json
 
 import click
 
+from ..textsafe import visible
+
 from ..cli import debug_option, hub_options
 from ..equivalence.verify import Check, VerifyResult, verify
 from ..sources.hf_logging import quiet_transformers
@@ -40,7 +42,7 @@ def verify_command(ctx: click.Context, a: str, b: str, functional: bool, tokens:
     if fmt == "json":
         click.echo(json.dumps(result.to_dict(), indent=2))
     else:
-        click.echo(render(result))
+        click.echo(visible(render(result), newlines=True))
     ctx.exit(0 if result.equivalent else 1)
 
 

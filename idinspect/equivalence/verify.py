@@ -61,6 +61,10 @@ class VerifyResult:
     def equivalent(self) -> bool:
         return all(c.passed is not False for c in self.checks)
 
+    def __bool__(self) -> bool:
+        """``if idinspect.verify(a, b):`` asks the question the function answers."""
+        return self.equivalent
+
     def to_dict(self) -> dict:
         return {"a": self.a, "b": self.b, "dtype": self.dtype, "equivalent": self.equivalent,
                 "checks": [asdict(c) for c in self.checks]}
@@ -104,6 +108,16 @@ def _verify(A: Model, B: Model, functional: bool, tokens: int, decode: int, seed
     return VerifyResult(A.provenance.source, B.provenance.source, str(dtype).removeprefix("torch."), checks)
 
 
+#: Stored tensors that are buffers recomputed from the config, not weights (transformers may or may
+#: not save them, and their values follow the config): never compared as weights.
+BUFFER_SUFFIXES = ("position_ids", "inv_freq", "masked_bias", "token_type_ids")
+
+
+def buffers(model: Model) -> set[str]:
+    """Names of the stored buffers of ``model`` (the adapter's and :data:`BUFFER_SUFFIXES`)."""
+    return {k for k in model.reader.keys() if model.adapter.is_buffer(k) or k.endswith(BUFFER_SUFFIXES)}
+
+
 def stored_dtype(model: Model) -> torch.dtype:
     """The dtype of the model's attention weights (what its rounding is judged by)."""
     return model.reader.dtype(model.adapter.attention_keys(0)[0])
@@ -130,7 +144,7 @@ def _structure_check(A: Model, B: Model) -> Check:
     if type(A.adapter) is not type(B.adapter) or A.num_layers != B.num_layers:
         return Check("structure", False, detail=f"different architectures or depths "
                      f"({A.adapter.family}/{A.num_layers} vs {B.adapter.family}/{B.num_layers})")
-    ka, kb = set(A.reader.keys()), set(B.reader.keys())
+    ka, kb = set(A.reader.keys()) - buffers(A), set(B.reader.keys()) - buffers(B)
     if ka != kb:
         only_a, only_b = sorted(ka - kb), sorted(kb - ka)
         return Check("structure", False, detail=f"tensor names differ: {len(only_a)} only in A (e.g. "
@@ -144,12 +158,16 @@ def _structure_check(A: Model, B: Model) -> Check:
 def _tensor_check(A: Model, B: Model) -> Check:
     """Every non-attention tensor: bit-exact in the same dtype, else within one rounding."""
     attention = {k for i in range(A.num_layers) for k in A.adapter.attention_keys(i)}
+    skipped = buffers(A) | buffers(B)
     worst, where, count = 0.0, "", 0
     for name in A.reader.keys():
-        if name in attention:
+        if name in attention or name in skipped:
             continue
         ta, tb = A.reader.get(name), B.reader.get(name)
         count += 1
+        bad = _non_finite(name, ta, "A") or _non_finite(name, tb, "B")
+        if bad:
+            return Check("tensors", False, detail=bad)
         if ta.dtype == tb.dtype and torch.equal(ta, tb):
             continue
         if ta.dtype == tb.dtype or not (ta.is_floating_point() and tb.is_floating_point()):
@@ -166,6 +184,8 @@ def _tensor_check(A: Model, B: Model) -> Check:
             worst, where = _rel(ta, tb), name
     how = f" within rounding (largest {worst:.1e} at {where})" if worst else " bit for bit"
     detail = f"{count} non-attention tensors equal{how}"
+    if skipped:
+        detail += f"; {len(skipped)} buffers not compared (e.g. {sorted(skipped)[0]})"
     return Check("tensors", True, error=worst, detail=detail)
 
 
@@ -174,6 +194,11 @@ def _invariant_check(A: Model, B: Model, dtype: torch.dtype) -> Check:
     base = {k: 0.0 for k in INVARIANTS}
     for i in range(A.num_layers):
         la, lb = A.layer(i), B.layer(i)
+        for side, layer in (("A", la), ("B", lb)):
+            for role, t in layer.tensors().items():
+                bad = _non_finite(layer.tensor_names.get(role, role), t, side)
+                if bad:
+                    return Check("invariants", False, detail=bad)
         try:
             errors = invariant_errors(la, lb)
         except ValueError as exc:
@@ -255,6 +280,16 @@ def _parameter_bytes_f64(model: Model) -> int:
             n *= s
         total += 8 * n
     return total
+
+
+def _non_finite(name: str, t: torch.Tensor, side: str) -> str | None:
+    """Why ``t`` cannot be compared (NaN never equals anything, itself included), else None."""
+    if not t.is_floating_point() or bool(torch.isfinite(t).all()):
+        return None
+    n_nan = int(torch.isnan(t).sum())
+    n_inf = int(torch.isinf(t).sum())
+    return (f"{side}'s {name} holds {n_nan} NaN and {n_inf} Inf values: a function with undefined values is "
+            "equivalent to nothing, itself included")
 
 
 def _rel(a: torch.Tensor, b: torch.Tensor) -> float:

@@ -45,14 +45,55 @@ def plan_copies(source: Path) -> tuple[list[str], list[str]]:
 
 
 def copy_files(source: Path, target: Path, names: list[str]) -> None:
-    """Copy each relative path (symlinks followed, e.g. hub-cache blobs) from source to target."""
+    """Copy each relative path from source to target as its content.
+
+    Links are followed only where they stay inside the model: into the model folder itself or,
+    for a hub-cache snapshot (``models--org--name/snapshots/<sha>``), into that repo's own
+    ``blobs`` folder. Any other link, and anything that is not a regular file (a device such as
+    ``/dev/zero``, a FIFO, a socket), is refused by name, like rsync without ``--copy-unsafe-links``.
+    """
+    allowed = _link_roots(source)
     for rel in names:
+        src = source / rel
+        _refuse_unsafe(src, rel, allowed)
         dst = target / rel
         dst.parent.mkdir(parents=True, exist_ok=True)
         try:
-            shutil.copyfile(source / rel, dst)
+            shutil.copyfile(src, dst)
         except OSError as exc:
-            raise IdinspectError(f"{source / rel}: cannot copy ({exc.strerror or exc})") from None
+            raise IdinspectError(f"{src}: cannot copy ({exc.strerror or exc})") from None
+
+
+def _link_roots(source: Path) -> list[Path]:
+    """Where links of a model folder may point: the folder, and a hub snapshot's own blobs."""
+    root = source.resolve()
+    roots = [root]
+    if root.parent.name == "snapshots" and root.parent.parent.name.startswith("models--"):
+        roots.append(root.parent.parent / "blobs")
+    return roots
+
+
+def _refuse_unsafe(src: Path, rel: str, allowed: list[Path]) -> None:
+    import stat
+
+    if src.is_symlink():
+        try:
+            real = src.resolve(strict=True)
+        except (OSError, RuntimeError):
+            raise IdinspectError(f"{src}: a broken link or a link loop; export does not copy it: fix or remove "
+                                 "the link") from None
+        if not any(real == r or real.is_relative_to(r) for r in allowed):
+            raise IdinspectError(f"{src}: a link to {real}, outside the model folder; export never follows links "
+                                 f"out of the model: replace {rel} by a copy of the file, or remove it")
+    try:
+        mode = os.stat(src).st_mode
+    except OSError as exc:
+        raise IdinspectError(f"{src}: cannot read ({exc.strerror or exc})") from None
+    if not stat.S_ISREG(mode):
+        kind = ("a FIFO" if stat.S_ISFIFO(mode) else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+                else "a socket" if stat.S_ISSOCK(mode) else "not a regular file")
+        raise IdinspectError(f"{src}: {kind}, not a file; export copies only regular files: remove {rel} "
+                             "from the model folder")
 
 
 def config_text(source: Path, new_dtype: str | None) -> str:

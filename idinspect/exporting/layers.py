@@ -20,6 +20,8 @@ from dataclasses import dataclass
 
 import torch
 
+from ..analysis.findings import overflow_limit
+from ..errors import IdinspectError
 from ..layer.attention_layer import AttentionLayer
 from ..gauge import Degeneracy, InvariantError, canonicalize, largest_invariant_error
 from ..layer.buffers import Float64Buffers
@@ -45,6 +47,7 @@ def fix_layer(layer: AttentionLayer, target: torch.dtype | None, workspace: Floa
     The float64 intermediates go into ``workspace`` (reused layer after layer) when given; the
     result holds none of them.
     """
+    refuse_unfixable(layer)
     ws = workspace or Float64Buffers()
     original = layer.replace(**{role: ws.widen(f"input {role}", t) for role, t in layer.tensors().items()})
     fixed, report = canonicalize(original, workspace=ws)
@@ -52,9 +55,30 @@ def fix_layer(layer: AttentionLayer, target: torch.dtype | None, workspace: Floa
                             for role, t in fixed.tensors().items()})
     for role, t in fixed.tensors().items():                 # the cast values in float64, written into
         t.copy_(getattr(cast, role))                        # canonicalize's own buffers (no new ones)
+    for role, t in cast.tensors().items():
+        if not bool(torch.isfinite(t).all()):
+            raise IdinspectError(f"layer {layer.index}: the gauge-fixed {layer.tensor_names.get(role, role)} is not "
+                                 f"finite in {str(t.dtype).removeprefix('torch.')} (the balanced form overflows it); "
+                                 "export with --dtype float32 or float64, or keep the checkpoint as it is")
     error = largest_invariant_error(original, fixed, overwrite_a=True,   # original is ours and done with;
                                     grams_a=report.head_grams)           # its Grams from canonicalize
     return FixedLayer(cast, error, report.degeneracies)
+
+
+def refuse_unfixable(layer: AttentionLayer) -> None:
+    """Raise naming the tensor if an attention tensor holds NaN/Inf, or float64 values whose products
+    overflow (inspect reports both as findings; a gauge of undefined or overflowing numbers is no gauge)."""
+    limit = overflow_limit(max(layer.d_model, layer.d_k))
+    for role, t in layer.tensors().items():
+        name = layer.tensor_names.get(role, role)
+        if not bool(torch.isfinite(t).all()):
+            raise IdinspectError(f"tensor {name} holds non-finite values (NaN or Inf); export refuses to gauge-fix "
+                                 f"it and wrote nothing: run 'idinspect MODEL' to see where, and repair or "
+                                 "re-download the checkpoint")
+        if t.dtype == torch.float64 and t.numel() and float(t.abs().max()) > limit:
+            raise IdinspectError(f"tensor {name} holds values up to {float(t.abs().max()):.3g}, beyond {limit:.3g} "
+                                 "where its products overflow float64; export refuses to gauge-fix it and wrote "
+                                 "nothing: repair or re-download the checkpoint")
 
 
 class LayerStream:

@@ -18,17 +18,16 @@ header reserves fixed-width slots for them inside the ``idinspect`` metadata str
 whitespace pads the values), patched in place once every shard is written and synced, before
 config.json, the index and the rename.
 
-Safety: nothing under the input is written; output goes to ``.OUT.idinspect-tmp-XXXX`` beside
-``OUT``, config.json last, and is renamed to ``OUT`` only when complete.
+Safety: nothing under the input is written; output goes to ``.OUT.idinspect-tmp-PID-XXXX`` beside
+``OUT``, config.json last, and is renamed to ``OUT`` only when complete, with a no-replace rename
+(:mod:`.claim`: what OUT may be, --force, stale temporary folders).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import secrets
 import shutil
-import tempfile
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -39,6 +38,8 @@ import torch
 from ..sources.checkpoint import SafetensorsCheckpoint
 from ..sources.file_names import CONFIG_FILE, INDEX_FILE
 from ..errors import IdinspectError
+from ..sources.validate import os_reason
+from .claim import TEMP_MARK, check_out, make_temp, publish
 from .files import config_text, copy_files, index_text, plan_copies
 from .layers import LayerStream
 from ..gauge import GAUGE_NAME, GAUGE_VERSION, Degeneracy
@@ -57,7 +58,6 @@ from ..sources.safetensors_format import tensor_spans
 DTYPES: dict[str, torch.dtype | None] = {"keep": None, "float32": torch.float32, "float64": torch.float64,
                                           "bfloat16": torch.bfloat16, "float16": torch.float16}
 _CASTABLE = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
-TEMP_MARK = ".idinspect-tmp-"
 #: Header slots patched after the data: the widest JSON a float can need (repr of a negative
 #: subnormal is 24 characters) and true/false.
 SLOT_WIDTHS = {"max_invariant_error": 24, "unique": 5}
@@ -107,18 +107,19 @@ def export(source, out: str | Path, *, dtype: str = "keep", force: bool = False,
         raise IdinspectError(f"--dtype {dtype!r}: choose one of {', '.join(DTYPES)}")
     target = DTYPES[dtype]
     out = Path(out).expanduser()
-    _refuse_existing(out, force)
+    check_out(out, force)
     owned = not isinstance(source, Model)
     model = load(source, revision=revision, token=token, allow_patterns=EXPORT_PATTERNS, cache_dir=cache_dir,
                  local_files_only=local_files_only) if owned else source
     try:
-        return _export(model, out, dtype, target, progress or (lambda *a: None))
+        return _export(model, out, dtype, target, progress or (lambda *a: None), force)
     finally:
         if owned:
             model.close()
 
 
-def _export(model: Model, out: Path, dtype_name: str, target: torch.dtype | None, progress: Progress) -> ExportResult:
+def _export(model: Model, out: Path, dtype_name: str, target: torch.dtype | None, progress: Progress,
+            force: bool = False) -> ExportResult:
     reader = model.reader
     src = model.provenance.path
     if getattr(reader, "gguf_architecture", None) is not None:
@@ -133,8 +134,7 @@ def _export(model: Model, out: Path, dtype_name: str, target: torch.dtype | None
     plans = {fname: _shard_specs(reader, fname, target) for fname in reader.shard_files}
     changed = any(spec.dtype != reader.dtype(name) for specs in plans.values() for name, spec in specs.items())
 
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = _make_temp_dir(out)
+    tmp = make_temp(out)  # OUT's parent made if needed; stale temporary folders of dead exports removed
     try:
         copies, skipped = plan_copies(Path(src))
         rewritten = set(reader.shard_files) | {INDEX_FILE}
@@ -173,7 +173,12 @@ def _export(model: Model, out: Path, dtype_name: str, target: torch.dtype | None
         if reader.index_path is not None:
             (tmp / INDEX_FILE).write_text(index_text(reader.index_path, total), encoding="utf-8")
         (tmp / CONFIG_FILE).write_text(config_text(Path(src), _config_dtype(target) if changed else None), encoding="utf-8")
-        _publish(tmp, out)
+        publish(tmp, out, force)  # atomic, never over what appeared at OUT meanwhile
+    except OSError as exc:  # a full disk, a size limit, a vanished folder: named, and nothing left behind
+        shutil.rmtree(tmp, ignore_errors=True)
+        where = exc.filename or tmp
+        raise IdinspectError(f"{out}: the export could not be written ({where}: {os_reason(exc)}); nothing was "
+                             "left behind") from None
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -250,38 +255,7 @@ def _config_dtype(target: torch.dtype | None) -> str | None:
     return None if target is None else str(target).removeprefix("torch.")
 
 
-def _refuse_existing(out: Path, force: bool) -> None:
-    if (out.exists() or out.is_symlink()) and not force:
-        raise IdinspectError(f"{out} already exists; choose another OUT or pass --force to replace it")
-
-
 def _refuse_overlap(src: Path, out: Path) -> None:
     s, o = src.resolve(), out.resolve()
     if s == o or s.is_relative_to(o) or o.is_relative_to(s):
         raise IdinspectError(f"{out}: OUT must lie outside the input checkpoint {src} (the input is never modified)")
-
-
-def _make_temp_dir(out: Path) -> Path:
-    """``.OUT.idinspect-tmp-XXXXXXXX`` beside OUT, with the umask's usual permissions."""
-    for _ in range(100):
-        tmp = out.parent / f".{out.name}{TEMP_MARK}{secrets.token_hex(4)}"
-        try:
-            tmp.mkdir()
-            return tmp
-        except FileExistsError:
-            continue
-    raise IdinspectError(f"{out.parent}: cannot create a temporary folder for the export")
-
-
-def _publish(tmp: Path, out: Path) -> None:
-    """Rename the finished temporary folder to ``out``, replacing an old ``out`` (--force)."""
-    old = None
-    if out.exists() or out.is_symlink():
-        if out.is_dir() and not out.is_symlink():
-            old = Path(tempfile.mkdtemp(prefix=f".{out.name}.idinspect-old-", dir=out.parent))
-            os.replace(out, old / out.name)
-        else:
-            out.unlink()
-    os.replace(tmp, out)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)

@@ -17,6 +17,8 @@ All are k x k Gram products: O(d d_k^2) per group.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from collections.abc import Iterable
 
 import torch
@@ -63,9 +65,20 @@ def gauge_residuals(layer: AttentionLayer) -> list[tuple[float, str]]:
     return out
 
 
-def is_gauge_fixed(model_or_layer, rtol: float | None = None) -> tuple[bool, float, str]:
+class GaugeCheck(NamedTuple):
+    """(fixed, worst residual, where); its truth value is ``fixed`` (``if is_gauge_fixed(m):`` works)."""
+
+    fixed: bool
+    worst: float
+    where: str
+
+    def __bool__(self) -> bool:
+        return bool(self.fixed)
+
+
+def is_gauge_fixed(model_or_layer, rtol: float | None = None) -> GaugeCheck:
     """(fixed, worst residual, where) for a layer, an iterable of layers or an open Model
-    (``idinspect.load(source)``; the caller closes it).
+    (``idinspect.load(source)``; the caller closes it); true exactly when fixed.
 
     ``fixed`` is True when every residual of :func:`gauge_residuals` is at most ``rtol``
     (default: :data:`DEFAULT_RTOL` for each layer's stored dtype). ``where`` names the worst
@@ -79,7 +92,7 @@ def is_gauge_fixed(model_or_layer, rtol: float | None = None) -> tuple[bool, flo
                 fixed = False
             if value > worst or not where:
                 worst, where = value, place
-    return fixed, worst, where
+    return GaugeCheck(fixed, worst, where)
 
 
 def _layers(obj) -> Iterable[AttentionLayer]:

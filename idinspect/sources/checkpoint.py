@@ -256,17 +256,20 @@ def check_weight_map(shard_of: Mapping[str, str], weight_map: Mapping[str, str],
 
 
 def _read_index(path: Path) -> tuple[dict[str, str], dict]:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise IdinspectError(f"{path}: not valid JSON ({exc}); re-download or re-save the checkpoint") from None
+    from .validate import read_json
+
+    data = read_json(path, fix="re-download or re-save the checkpoint")
     weight_map = data.get("weight_map") if isinstance(data, dict) else None
     if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
         raise IdinspectError(f"{path}: has no 'weight_map' of tensor name -> shard file; re-save the checkpoint")
     for fname in weight_map.values():
         if "/" in fname or "\\" in fname or fname.startswith("."):
             raise IdinspectError(f"{path}: shard name {fname!r} points outside the checkpoint directory")
-    return weight_map, dict(data.get("metadata") or {})
+    metadata = data.get("metadata")
+    if metadata is not None and not isinstance(metadata, dict):
+        raise IdinspectError(f"{path}: metadata is {type(metadata).__name__}, not a JSON object "
+                             "(such as {\"total_size\": 123}); re-save the checkpoint or fix the index")
+    return weight_map, dict(metadata or {})
 
 
 def _open_shard(path: Path):

@@ -12,6 +12,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import torch
+
 from ..adapters import Adapter, adapter_for, supported_model_types
 from ..layer.attention_layer import AttentionLayer
 from .config import CheckpointConfig, read_config
@@ -20,6 +22,8 @@ from .coverage import check_coverage
 from .file_names import CONFIG_FILE, INDEX_FILE, SINGLE_FILE
 from ..errors import IdinspectError, one_line
 from .hf_logging import quiet_transformers
+from .safetensors_format import DTYPE_CODES
+from .validate import check_settings, check_settings_against_headers, check_sizes_against_headers, os_reason, read_json
 from .hub import COMMIT_SHA, HUB_ID, INSPECT_PATTERNS, HubUnreachable, download_snapshot, looks_like_path, split_revision
 from .remote_gguf import split_gguf_source
 
@@ -75,10 +79,11 @@ class Model:
         Raises :class:`IdinspectError` naming the tensor. No tensor data is read.
         """
         a = self.adapter
+        check_sizes_against_headers(a, self.reader)  # before RoPE tables or any buffer is sized from the config
         probe = copy.copy(a)  # the same adapter, reading through a shape-only view
         probe.reader = ShapeOnlyReader(self.reader)
         for i in range(self.num_layers):
-            _validated(probe.read_layer(i))
+            refuse_unreal_dtypes(_validated(probe.read_layer(i)))
         for container, count in a.containers().items():
             pattern = re.compile(re.escape(f"{a.prefix}{container}.") + r"(\d+)\.")
             indices = {int(m.group(1)) for k in self.reader.keys() if (m := pattern.match(k))}
@@ -183,14 +188,16 @@ def load(source, *, revision: str | None = None, token: str | None = None,
         path = package_checkpoint(text)
         return _from_directory(path, Provenance(source=text, kind="local", path=path))
     gguf_source = None if isinstance(source, Path) or Path(text).expanduser().exists() else split_gguf_source(text)
-    if gguf_source is not None:
+    if gguf_source is not None and not Path(text).expanduser().is_symlink():
         return _from_hub_gguf(*gguf_source, revision=revision, token=token, cache_dir=cache_dir,
                               local_files_only=local_files_only)
-    if isinstance(source, Path) or looks_like_path(text):
+    if isinstance(source, Path) or looks_like_path(text) or Path(text).expanduser().is_symlink():
         _no_revision(text, revision)
         path = Path(text).expanduser()
-        if not path.exists():
-            raise IdinspectError(f"{text}: no such file or directory")
+        try:
+            path.stat()
+        except OSError as exc:  # absent, a dangling link, a link loop, no permission on a parent
+            raise IdinspectError(f"{text}: {os_reason(exc)}") from None
         if path.is_file() and path.suffix.lower() == ".gguf":
             return _from_gguf(path, Provenance(source=text, kind="gguf", path=path))
         return _from_directory(path, Provenance(source=text, kind="local", revision=cache_revision(path), path=path))
@@ -231,6 +238,7 @@ def _from_hub_ranges(repo_id: str, revision: str | None, token: str | None, cach
             raise exc.error from None
     provenance = Provenance(source=repo_id, kind="hub", revision=reader.commit, path=folder)
     try:
+        check_config_file(folder)
         config = read_config(folder)
         model = Model(config, reader, adapter_for(config, reader), provenance)
         model.check_layout()
@@ -286,6 +294,7 @@ def _from_directory(path: Path, provenance: Provenance) -> Model:
         raise IdinspectError(f"{path}: expected a checkpoint directory (config.json + model.safetensors), got a file{hint}")
     reader = SafetensorsCheckpoint(path)  # refuses pickle-only folders before anything else
     try:
+        check_config_file(path)
         config = read_config(path)
         model = Model(config, reader, adapter_for(config, reader), provenance)
         model.check_layout()
@@ -349,6 +358,32 @@ def auto_config(path: Path):
             return AutoConfig.from_pretrained(str(path), trust_remote_code=False)
     except (OSError, ValueError, TypeError, KeyError, AttributeError, StrictDataclassError) as exc:
         raise IdinspectError(f"{cfg_file}: transformers cannot read it ({one_line(exc)}); fix or re-download it") from None
+
+
+def check_config_file(folder: Path) -> None:
+    """config.json's setting types, checked before config.py or an adapter trusts them
+    (:func:`idinspect.sources.validate.check_settings`); a missing file is read_config's to report."""
+    cfg = Path(folder) / CONFIG_FILE
+    if cfg.exists() or cfg.is_symlink():
+        check_settings(cfg, read_json(cfg))
+
+
+#: Attention dtypes analysed as real numbers; anything else (integers, bool, 8-bit floats) is quantised data.
+REAL_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
+def refuse_unreal_dtypes(layer: AttentionLayer) -> AttentionLayer:
+    """Raise naming the tensor, its dtype and the way out if an attention tensor is not a real float
+    (int8/uint8/int64/bool/F8_*: quantised or integer data, which would be analysed as if it were weights)."""
+    for role, t in layer.tensors().items():
+        if t.dtype not in REAL_DTYPES:
+            name = layer.tensor_names.get(role, role)
+            code = DTYPE_CODES.get(t.dtype, str(t.dtype).removeprefix("torch."))
+            raise IdinspectError(f"tensor {name} has dtype {code} ({str(t.dtype).removeprefix('torch.')}): quantised "
+                                 "or integer attention weights are not analysed or rewritten as real numbers; "
+                                 "dequantise first (e.g. load with transformers and save_pretrained in bfloat16 "
+                                 "or float32); GGUF/quantised formats are not supported yet")
+    return layer
 
 
 def _validated(layer: AttentionLayer) -> AttentionLayer:
