@@ -238,7 +238,7 @@ def _from_hub_ranges(repo_id: str, revision: str | None, token: str | None, cach
             raise exc.error from None
     provenance = Provenance(source=repo_id, kind="hub", revision=reader.commit, path=folder)
     try:
-        check_config_file(folder)
+        check_config_file(folder, reader)
         config = read_config(folder)
         model = Model(config, reader, adapter_for(config, reader), provenance)
         model.check_layout()
@@ -294,7 +294,7 @@ def _from_directory(path: Path, provenance: Provenance) -> Model:
         raise IdinspectError(f"{path}: expected a checkpoint directory (config.json + model.safetensors), got a file{hint}")
     reader = SafetensorsCheckpoint(path)  # refuses pickle-only folders before anything else
     try:
-        check_config_file(path)
+        check_config_file(path, reader)
         config = read_config(path)
         model = Model(config, reader, adapter_for(config, reader), provenance)
         model.check_layout()
@@ -360,12 +360,14 @@ def auto_config(path: Path):
         raise IdinspectError(f"{cfg_file}: transformers cannot read it ({one_line(exc)}); fix or re-download it") from None
 
 
-def check_config_file(folder: Path) -> None:
-    """config.json's setting types, checked before config.py or an adapter trusts them
-    (:func:`idinspect.sources.validate.check_settings`); a missing file is read_config's to report."""
+def check_config_file(folder: Path, reader: TensorReader) -> None:
+    """config.json's setting types, and its layer counts and widths against the headers, checked
+    before config.py or an adapter trusts them (:mod:`idinspect.sources.validate`); a missing file
+    is read_config's to report."""
     cfg = Path(folder) / CONFIG_FILE
     if cfg.exists() or cfg.is_symlink():
-        check_settings(cfg, read_json(cfg))
+        settings = check_settings(cfg, read_json(cfg))
+        check_settings_against_headers(cfg, settings, reader)
 
 
 #: Attention dtypes analysed as real numbers; anything else (integers, bool, 8-bit floats) is quantised data.

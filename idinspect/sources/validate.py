@@ -133,6 +133,34 @@ def _check_rope_dict(path: Path, key: str, value: dict) -> None:
             raise IdinspectError(f"{path}: {key}.{name} is {_short(v)}, not a positive number; fix the config")
 
 
+#: Settings that count layers, and settings that are widths of some stored tensor.
+LAYER_COUNTS = ("num_hidden_layers", "n_layer", "num_layers")
+WIDTHS = ("hidden_size", "n_embd", "head_dim", "d_model")
+
+
+def check_settings_against_headers(path: Path, settings: Mapping[str, Any], reader) -> None:
+    """Layer counts and widths of config.json (already type-checked) against the safetensors headers,
+    before an adapter loops over layers or sizes anything: a count above the number of stored
+    tensors, or a width above the largest stored dimension, cannot belong to these weights."""
+    keys = reader.keys()
+    for key in LAYER_COUNTS:
+        value = settings.get(key)
+        if isinstance(value, int) and value > len(keys):
+            raise IdinspectError(f"{path}: {key} {value} exceeds the {len(keys)} tensors in the checkpoint; the config "
+                                 "does not belong to these weights")
+    largest = max((max(reader.shape(k), default=1) for k in keys), default=0)
+    heads = _first(settings, "num_attention_heads", "n_head")
+    for key in WIDTHS:
+        value = settings.get(key)
+        if isinstance(value, int) and value > largest:
+            raise IdinspectError(f"{path}: {key} {value} is larger than any tensor in the checkpoint (largest "
+                                 f"dimension {largest}); the config does not belong to these weights")
+    head_dim = settings.get("head_dim")
+    if heads and isinstance(head_dim, int) and heads[1] * head_dim > largest:
+        raise IdinspectError(f"{path}: {heads[0]} {heads[1]} x head_dim {head_dim} is larger than any tensor in the "
+                             f"checkpoint (largest dimension {largest}); the config does not belong to these weights")
+
+
 def check_sizes_against_headers(adapter, reader, config_file: str = "config.json") -> None:
     """Sizes config.json implies, against the safetensors headers, before anything is allocated.
 
@@ -180,4 +208,4 @@ def _short(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-__all__ = ["check_settings", "check_sizes_against_headers", "os_reason", "read_json"]
+__all__ = ["check_settings", "check_settings_against_headers", "check_sizes_against_headers", "os_reason", "read_json"]
