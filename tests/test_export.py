@@ -240,8 +240,12 @@ def test_existing_out_needs_force(tiny_dir, tmp_path):
     result = run_cli("export", src, out)
     assert result.code == 2 and "already exists" in result.stderr and "--force" in result.stderr
     assert (out / "old.txt").exists()
-    export_ok(src, out, "--force")
-    assert not (out / "old.txt").exists() and (out / "model.safetensors").is_file()
+    result = run_cli("export", src, out, "--force")                   # --force replaces only idinspect's own export
+    assert result.code == 2 and "not a checkpoint folder" in result.stderr and (out / "old.txt").exists()
+    (out / "old.txt").unlink()
+    export_ok(src, out, "--force")                                    # an empty folder
+    export_ok(src, out, "--force")                                    # its own export
+    assert (out / "model.safetensors").is_file()
     assert [p.name for p in tmp_path.iterdir()] == ["out"]                # no temporary folders left
 
 

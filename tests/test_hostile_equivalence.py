@@ -103,3 +103,30 @@ def test_closed_stdout_is_not_an_error(tiny_dir, tmp_path):
     err = child.stderr.read().decode()
     assert child.wait(timeout=300) == 0, err
     assert "Traceback" not in err and "error" not in err.lower(), err
+
+
+def _lopsided(folder, cond: float) -> None:
+    """Move kv group 0 of every layer along the VO gauge by D = diag(cond, 1, ..., 1) (W_V D, D^-1 W_O)."""
+    tensors, meta = read_tensors(folder)
+    layers = sorted({k.split(".")[2] for k in tensors if ".self_attn.v_proj.weight" in k})
+    for i in layers:
+        v, o = f"model.layers.{i}.self_attn.v_proj.weight", f"model.layers.{i}.self_attn.o_proj.weight"
+        V, O = tensors[v].double(), tensors[o].double()            # V rows: kv dims; O columns: query dims
+        hd = O.shape[1] // 4                                       # tiny llama-gqa: 4 heads, 2 kv heads
+        V[0] *= cond
+        for h in (0, 1):                                           # the query heads of kv group 0
+            O[:, h * hd] /= cond
+        tensors[v], tensors[o] = V.to(tensors[v].dtype), O.to(tensors[o].dtype)
+    write_tensors(folder, tensors, meta)
+
+
+def test_gauge_move_into_ill_conditioned_factors_is_equivalent(tiny_dir, tmp_path):
+    """The SmolLM2 case: outputs equal to rounding, but one group's value factor has condition number
+    1,650; a flat 1e-6 tolerance said "not equivalent". The tolerance follows the conditioning."""
+    case_dir(tiny_dir("llama-gqa", dtype=torch.float32), tmp_path, "a")
+    b = case_dir(tiny_dir("llama-gqa", dtype=torch.float32), tmp_path, "b")
+    _lopsided(b, 1650.0)
+    case = run_case(tmp_path, "verify", "a", "b", code=0)
+    assert "conditioning" in case.out and "equivalent" in case.out
+    set_tensor(b, "model.layers.0.self_attn.q_proj.weight", _flip(12))   # a flipped bit is still caught
+    run_case(tmp_path, "verify", "a", "b", "--no-functional", code=1)

@@ -81,7 +81,7 @@ def test_wheel_contains_every_package_and_no_top_level_adapters(wheel):
     entry_points = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
     with zipfile.ZipFile(wheel) as zf:
         text = zf.read(entry_points).decode()
-    assert "[console_scripts]" in text and "idinspect = idinspect.cli:run" in text
+    assert "[console_scripts]" in text and "idinspect = idinspect.entry:run" in text
 
 
 _FROM_WHEEL = textwrap.dedent("""

@@ -107,6 +107,8 @@ def export(source, out: str | Path, *, dtype: str = "keep", force: bool = False,
         raise IdinspectError(f"--dtype {dtype!r}: choose one of {', '.join(DTYPES)}")
     target = DTYPES[dtype]
     out = Path(out).expanduser()
+    if isinstance(source, (str, Path)) and Path(source).expanduser().is_dir():
+        _refuse_overlap(Path(source).expanduser(), out)  # the more useful message, before --force is judged
     check_out(out, force)
     owned = not isinstance(source, Model)
     model = load(source, revision=revision, token=token, allow_patterns=EXPORT_PATTERNS, cache_dir=cache_dir,
