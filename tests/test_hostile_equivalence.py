@@ -30,12 +30,14 @@ def test_verify_result_is_true_for_the_same_model(tiny_dir):
 
 def test_is_gauge_fixed_is_false_for_a_random_model_and_true_for_its_export(tiny_dir, tmp_path):
     src = tiny_dir("llama-bias")
-    check = idinspect.is_gauge_fixed(src)
+    with idinspect.load(src) as model:
+        check = idinspect.is_gauge_fixed(model)
     assert not check
     fixed, worst, where = check                      # still unpacks as before
     assert fixed is False and worst > 0 and where
     idinspect.export(src, tmp_path / "out")
-    assert idinspect.is_gauge_fixed(tmp_path / "out")
+    with idinspect.load(tmp_path / "out") as model:
+        assert idinspect.is_gauge_fixed(model)
 
 
 @pytest.mark.parametrize("variant", ["llama-bias", "bert", "gpt2", "qwen2"])
