@@ -20,6 +20,7 @@ ATTENTION = tuple(Projection(f"attention.{name}", role) for name, role in
 
 class AlbertAdapter(Adapter):
     family = "albert"
+    post_norm = ("embeddings.LayerNorm.weight", "full_layer_layer_norm.weight")
     model_types = ("albert",)
     layer_container = "encoder.albert_layer_groups"
     hf_modules = {kind: ("attention", "attention.dense") for kind in ("self", "shared")}

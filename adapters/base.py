@@ -57,6 +57,14 @@ class Adapter:
     block: ClassVar[Block]
     #: config.json names of the sizes, where they are not transformers' standard names.
     config_names: ClassVar[dict[str, str]] = {}
+    #: The norm whose gain multiplies a block's input, for comparisons that fold it into the
+    #: projections: pre-norm families name it relative to the block's layer (tried in order);
+    #: post-norm families name (the embeddings' norm relative to the prefix, the previous layer's
+    #: output norm relative to that layer) in ``post_norm``. Empty: nothing is folded.
+    pre_norm: ClassVar[tuple[str, ...]] = ()
+    #: A pre-norm family's first layer without a norm of its own: the norm feeding it (prefix-relative).
+    first_block_norm: ClassVar[str | None] = None
+    post_norm: ClassVar[tuple[str, str] | None] = None
     #: Suffixes of stored tensors that are buffers, not parameters (never counted, never biases).
     buffer_suffixes: ClassVar[tuple[str, ...]] = ()
     #: Attention module of the twin and test models: ``(module, output module or None)``, relative
@@ -180,6 +188,23 @@ class Adapter:
     def attention_keys(self, n: int) -> list[str]:
         """Every checkpoint tensor that :meth:`write_layer` produces for block ``n``."""
         return [k for _, w, b in self._stored(self.sites[n]) for k in (w, b) if k is not None]
+
+    def input_norm_keys(self, n: int) -> list[str]:
+        """Checkpoint names that may hold the gain of the norm feeding block ``n`` (first found wins;
+        see :attr:`pre_norm`); empty for cross-attention blocks and families that declare none."""
+        site = self.sites[n]
+        if site.block.kind == "cross":
+            return []
+        if self.pre_norm:
+            keys = [self.key(site, name) for name in self.pre_norm]
+            if n == 0 and self.first_block_norm:
+                keys.append(f"{self.prefix}{self.first_block_norm}")
+            return keys
+        if self.post_norm:
+            embeddings, previous = self.post_norm
+            earlier = [s for s in self.sites[:n] if s.stack == site.stack and s.block.kind != "cross"]
+            return [self.key(earlier[-1], previous) if earlier else f"{self.prefix}{embeddings}"]
+        return []
 
     # reading -------------------------------------------------------------------------
     def read_layer(self, n: int) -> AttentionLayer:

@@ -28,6 +28,7 @@ CROSS = Block("cross", (
 
 class BertAdapter(Adapter):
     family = "bert"
+    post_norm = ("embeddings.LayerNorm.weight", "output.LayerNorm.weight")
     model_types = ("bert", "roberta", "xlm-roberta", "electra")
     layer_container = "encoder.layer"
     block = SELF

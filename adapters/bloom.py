@@ -24,6 +24,7 @@ SELF = Block("self", (Projection("self_attention.query_key_value", "qkv", layout
 
 class BloomAdapter(Adapter):
     family = "bloom"
+    pre_norm = ("input_layernorm.weight",)
     model_types = ("bloom",)
     layer_container = "h"
     block = SELF

@@ -16,6 +16,7 @@ SELF = Block("self", tuple(Projection(f"attention.{name}", role) for name, role 
 
 class DistilBertAdapter(Adapter):
     family = "distilbert"
+    post_norm = ("embeddings.LayerNorm.weight", "output_layer_norm.weight")
     model_types = ("distilbert",)
     layer_container = "transformer.layer"
     block = SELF

@@ -42,6 +42,7 @@ def alibi_slopes(n_heads: int) -> torch.Tensor:
 
 class FalconAdapter(Adapter):
     family = "falcon"
+    pre_norm = ("ln_attn.weight", "input_layernorm.weight")
     model_types = ("falcon",)
     layer_container = "h"
     hf_modules = {"self": ("self_attention", None)}

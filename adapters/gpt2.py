@@ -26,6 +26,7 @@ CROSS = Block("cross", (Projection("crossattention.q_attn", "q", conv1d=True),
 
 class GPT2Adapter(Adapter):
     family = "gpt2"
+    pre_norm = ("ln_1.weight",)
     model_types = ("gpt2",)
     layer_container = "h"
     block = SELF

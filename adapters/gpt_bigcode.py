@@ -20,6 +20,7 @@ from .layout import Block, Projection
 
 class GPTBigCodeAdapter(Adapter):
     family = "gpt_bigcode"
+    pre_norm = ("ln_1.weight",)
     model_types = ("gpt_bigcode",)
     layer_container = "h"
     hf_modules = {"self": ("attn", None)}

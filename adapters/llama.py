@@ -26,6 +26,7 @@ def qkvo_block(qkv_bias: bool, o_bias: bool, attn: str = "self_attn", o: str = "
 
 class LlamaAdapter(Adapter):
     family = "llama"
+    pre_norm = ("input_layernorm.weight",)
     model_types = ("llama", "mistral", "mixtral", "qwen2")
     layer_container = "layers"
     buffer_suffixes = (".rotary_emb.inv_freq",)

@@ -35,6 +35,8 @@ class _LayerRope:
 
 class ModernBertAdapter(Adapter):
     family = "modernbert"
+    pre_norm = ("attn_norm.weight",)
+    first_block_norm = "embeddings.norm.weight"
     model_types = ("modernbert",)
     layer_container = "layers"
     hf_modules = {"self": ("attn", None)}

@@ -16,6 +16,7 @@ from .layout import Block, Projection
 
 class OPTAdapter(Adapter):
     family = "opt"
+    pre_norm = ("self_attn_layer_norm.weight",)
     model_types = ("opt",)
     layer_container = "decoder.layers"
     hf_modules = {"self": ("self_attn", None)}
@@ -26,6 +27,10 @@ class OPTAdapter(Adapter):
         return Block("self", tuple(Projection(f"self_attn.{name}", role, bias)
                                    for name, role in (("q_proj", "q"), ("k_proj", "k"), ("v_proj", "v"),
                                                       ("out_proj", "o"))))
+
+    def input_norm_keys(self, n: int) -> list[str]:
+        """Post-norm OPT (``do_layer_norm_before`` false, OPT-350m) has no norm in front of attention."""
+        return super().input_norm_keys(n) if self.config.do_layer_norm_before else []
 
     def twin_settings(self, hf_config, shape: dict) -> dict:
         return {"hidden_size": shape["hidden_size"], "num_attention_heads": shape["heads"], "ffn_dim": 16,
