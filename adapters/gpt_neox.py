@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from functools import cached_property
 
+from .base import Adapter
 from .layout import Block, Projection
 from .llama import LlamaAdapter
 
@@ -27,13 +28,9 @@ class GPTNeoXAdapter(LlamaAdapter):
     buffer_suffixes = (".attention.bias", ".attention.masked_bias", ".rotary_emb.inv_freq")
     hf_modules = {"self": ("attention", None)}
 
-    @property
-    def n_kv_heads(self) -> int:
-        return self.n_heads
-
-    @property
-    def head_dim(self) -> int:
-        return self.hidden_size // self.n_heads
+    # multi-head, head width d / H: the generic sizes, not Llama's num_key_value_heads / head_dim keys
+    n_kv_heads = Adapter.n_kv_heads
+    head_dim = Adapter.head_dim
 
     @cached_property
     def block(self) -> Block:
