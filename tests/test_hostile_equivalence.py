@@ -132,3 +132,22 @@ def test_gauge_move_into_ill_conditioned_factors_is_equivalent(tiny_dir, tmp_pat
     assert "conditioning" in case.out and "equivalent" in case.out
     set_tensor(b, "model.layers.0.self_attn.q_proj.weight", _flip(12))   # a flipped bit is still caught
     run_case(tmp_path, "verify", "a", "b", "--no-functional", code=1)
+
+
+def test_a_flipped_bit_beside_an_ill_conditioned_head_is_caught(tiny_dir, tmp_path):
+    """The conditioning bound is each head's own: kv group 0 lopsided (condition 1,650) does not
+    loosen the tolerance of group 1 in the same layer, whose flipped bit is caught."""
+    case_dir(tiny_dir("llama-gqa", dtype=torch.float32), tmp_path, "a")
+    b = case_dir(tiny_dir("llama-gqa", dtype=torch.float32), tmp_path, "b")
+    _lopsided(b, 1650.0)
+    run_case(tmp_path, "verify", "a", "b", "--no-functional", code=0)
+    name = "model.layers.0.self_attn.v_proj.weight"
+    hd = read_tensors(b)[0][name].shape[0] // 2                  # rows of kv group 1 start here
+
+    def flip_group_1(t: torch.Tensor) -> torch.Tensor:
+        (word,) = struct.unpack("<I", struct.pack("<f", float(t[hd, 0])))
+        t[hd, 0] = struct.unpack("<f", struct.pack("<I", word ^ (1 << 14)))[0]
+        return t
+    set_tensor(b, name, flip_group_1)
+    case = run_case(tmp_path, "verify", "a", "b", "--no-functional", code=1)
+    assert "layer 0 head 2 W_OV" in case.out or "layer 0 head 3 W_OV" in case.out, case.out

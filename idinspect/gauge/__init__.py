@@ -18,11 +18,12 @@ from .check import default_rtol, gauge_residuals, is_gauge_fixed
 from .invariants import (
            INVARIANTS,
            InvariantError,
+           invariant_error_tensors,
            invariant_errors,
            largest_invariant_error,
 )
 from .report import NONUNIQUE_RTOL, Degeneracy, GaugeReport
 
 __all__ = ["GAUGE_NAME", "GAUGE_VERSION", "INVARIANTS", "NONUNIQUE_RTOL", "Degeneracy", "GaugeReport",
-           "InvariantError", "canonicalize", "default_rtol", "gauge_residuals", "invariant_errors",
-           "is_gauge_fixed", "largest_invariant_error"]
+           "InvariantError", "canonicalize", "default_rtol", "gauge_residuals", "invariant_error_tensors",
+           "invariant_errors", "is_gauge_fixed", "largest_invariant_error"]

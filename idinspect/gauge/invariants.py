@@ -52,7 +52,16 @@ class InvariantError:
 
 def invariant_errors(a: AttentionLayer, b: AttentionLayer, *, overwrite_a: bool = False,
                      grams_a: tuple[torch.Tensor, torch.Tensor] | None = None) -> dict[str, InvariantError]:
-    """Largest relative change of every invariant between layers ``a`` and ``b`` (float64).
+    """Largest relative change of every invariant between layers ``a`` and ``b``, with its head and
+    plane: :func:`invariant_error_tensors` reduced to its worst entry per kind."""
+    return {kind: _worst(kind, err) for kind, err in
+            invariant_error_tensors(a, b, overwrite_a=overwrite_a, grams_a=grams_a).items()}
+
+
+def invariant_error_tensors(a: AttentionLayer, b: AttentionLayer, *, overwrite_a: bool = False,
+                            grams_a: tuple[torch.Tensor, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
+    """Relative change of every invariant between layers ``a`` and ``b`` (float64), per head:
+    ``W_QK`` and ``W_OV`` [H], ``plane_QK`` and ``plane_QJK`` [H, P], ``output_bias`` [] (one per layer).
 
     Kinds that do not apply (planes without RoPE, W_QK under full RoPE) are absent. Raises
     ValueError if the layers do not have the same shapes and positional scheme. Layers already
@@ -66,7 +75,7 @@ def invariant_errors(a: AttentionLayer, b: AttentionLayer, *, overwrite_a: bool 
     A, B = a.to(torch.float64), b.to(torch.float64)
     own = {role: overwrite_a or getattr(a, role).dtype != torch.float64 for role in ("W_Q", "W_O")}
     kv = torch.arange(A.n_heads) // A.group_size
-    out: dict[str, InvariantError] = {}
+    out: dict[str, torch.Tensor] = {}
     ea, eb = effective_output_bias(A), effective_output_bias(B)     # first: W_O may be overwritten below
     bias_err = relative((ea - eb).norm(), ea.norm(), eb.norm())
 
@@ -83,10 +92,10 @@ def invariant_errors(a: AttentionLayer, b: AttentionLayer, *, overwrite_a: bool 
         out.update(_qk_errors_by_qr(A, B, kv, cols))
     else:
         if U is not None:
-            out["W_QK"] = _worst("W_QK", qk.errors(U)[:, 0])
+            out["W_QK"] = qk.errors(U)[:, 0]
         if planes is not None:
-            out["plane_QK"] = _worst("plane_QK", qk.errors(planes))
-            out["plane_QJK"] = _worst("plane_QJK", qk.errors(planes, *_plane_j(A.d_k, planes)))
+            out["plane_QK"] = qk.errors(planes)
+            out["plane_QJK"] = qk.errors(planes, *_plane_j(A.d_k, planes))
 
     full = torch.arange(A.d_v)[None]
     ov = align(A.W_O, None, B.W_O, None, A.W_V, B.W_V, kv, [full], overwrite=own["W_O"],   # P = W_O^hT, S = W_V^g
@@ -95,9 +104,8 @@ def invariant_errors(a: AttentionLayer, b: AttentionLayer, *, overwrite_a: bool 
         err = _rel(A.W_V[kv], A.W_O.transpose(1, 2), B.W_V[kv], B.W_O.transpose(1, 2))
     else:
         err = ov.errors(full)[:, 0]
-    out["W_OV"] = _worst("W_OV", err)
-
-    out["output_bias"] = InvariantError("output_bias", float(bias_err))
+    out["W_OV"] = err
+    out["output_bias"] = torch.as_tensor(bias_err, dtype=torch.float64)
     return out
 
 
@@ -131,20 +139,20 @@ def _plane_j(d_k: int, planes: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor
     return perm, sign
 
 
-def _qk_errors_by_qr(A: AttentionLayer, B: AttentionLayer, kv: torch.Tensor, cols: list[int]) -> dict[str, InvariantError]:
+def _qk_errors_by_qr(A: AttentionLayer, B: AttentionLayer, kv: torch.Tensor, cols: list[int]) -> dict[str, torch.Tensor]:
     """The QK kinds through thin QR of the stacked factors (for layers that cannot be aligned)."""
     out = {}
     Qa, Qb = _query(A), _query(B)
     if cols:
         Ka, Kb = A.W_K[kv][:, :, cols], B.W_K[kv][:, :, cols]
-        out["W_QK"] = _worst("W_QK", _rel(Qa[:, :, cols], Ka, Qb[:, :, cols], Kb))
+        out["W_QK"] = _rel(Qa[:, :, cols], Ka, Qb[:, :, cols], Kb)
     if A.positional.kind == "rope":
         idx = torch.tensor(A.positional.rotary.plane_columns())
         Ka, Kb = augment(A.W_K, _zero_if_none(A.b_K, B.b_K)), augment(B.W_K, _zero_if_none(B.b_K, A.b_K))
         qa, qb = Qa[:, :, idx].permute(0, 2, 1, 3), Qb[:, :, idx].permute(0, 2, 1, 3)   # [H, P, m, 2]
         ka, kb = Ka[kv][:, :, idx].permute(0, 2, 1, 3), Kb[kv][:, :, idx].permute(0, 2, 1, 3)
-        out["plane_QK"] = _worst("plane_QK", _rel(qa, ka, qb, kb))
-        out["plane_QJK"] = _worst("plane_QJK", _rel(qa @ _J, ka, qb @ _J, kb))
+        out["plane_QK"] = _rel(qa, ka, qb, kb)
+        out["plane_QJK"] = _rel(qa @ _J, ka, qb @ _J, kb)
     return out
 
 
@@ -166,7 +174,9 @@ def _rel(A: torch.Tensor, B: torch.Tensor, C: torch.Tensor, D: torch.Tensor) -> 
 
 
 def _worst(name: str, err: torch.Tensor) -> InvariantError:
-    """err [H] or [H, P] -> the largest, with its head (and plane)."""
+    """err [], [H] or [H, P] -> the largest, with its head (and plane)."""
+    if err.dim() == 0:
+        return InvariantError(name, float(err))
     flat = int(err.reshape(-1).argmax())
     if err.dim() == 1:
         return InvariantError(name, float(err[flat]), head=flat)
