@@ -30,7 +30,7 @@ def _qr_errors(a, b) -> dict[str, float]:
     """Every invariant kind through thin-QR cores (the reference comparison)."""
     A, B = a.to(torch.float64), b.to(torch.float64)
     kv = torch.arange(A.n_heads) // A.group_size
-    out = {k: e.error for k, e in inv._qk_errors_by_qr(A, B, kv, list(unrotated_columns(A))).items()}
+    out = {k: float(e.max()) for k, e in inv._qk_errors_by_qr(A, B, kv, list(unrotated_columns(A))).items()}
     out["W_OV"] = float(inv._rel(A.W_V[kv], A.W_O.transpose(1, 2), B.W_V[kv], B.W_O.transpose(1, 2)).max())
     return out
 
