@@ -11,15 +11,10 @@ Library entry points::
 
 from __future__ import annotations
 
-from importlib.metadata import PackageNotFoundError, version as _version
-
-try:
-    __version__ = _version("idinspect")
-except PackageNotFoundError:  # running from a source tree without installing
-    __version__ = "0.0.0+unknown"
-
-# The public names are imported on first use (PEP 562), so that ``import idinspect`` (and with it
-# ``idinspect --help`` / ``--version``) does not import torch: about a second on a 2-core machine.
+# The public names (and ``__version__``, whose importlib.metadata costs ~50 ms) are imported on
+# first use (PEP 562), so that ``import idinspect`` (and with it ``idinspect --help`` /
+# ``--version``) does not import torch, about a second on a 2-core machine, and so that the process
+# entry point installs its signal handlers before anything slow runs.
 _PUBLIC = {
     "AttentionLayer": ".layer.attention_layer", "Positional": ".layer.attention_layer",
     "RotarySpec": ".layer.attention_layer", "IdinspectError": ".errors", "inspect": ".analysis.inspection",
@@ -29,7 +24,19 @@ _PUBLIC = {
 }
 
 
+def _package_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("idinspect")
+    except PackageNotFoundError:  # running from a source tree without installing
+        return "0.0.0+unknown"
+
+
 def __getattr__(name: str):
+    if name == "__version__":
+        globals()[name] = value = _package_version()
+        return value
     if name not in _PUBLIC:
         raise AttributeError(f"module 'idinspect' has no attribute {name!r}")
     from importlib import import_module

@@ -8,9 +8,33 @@ signal number; a closed stdout (``idinspect MODEL | head``) is not an error.
 
 from __future__ import annotations
 
+# Before anything else, even the ``signal`` module (its enums take milliseconds to build): a Ctrl-C
+# while the process entry point itself is still importing exits with one line and 130.
+import _signal
 import os
-import signal
 import sys
+
+
+def _started_as_the_program() -> bool:
+    """True under the ``idinspect`` console script or ``python -m idinspect``, never on a library import."""
+    main = sys.modules.get("__main__")
+    spec = getattr(main, "__spec__", None)
+    if spec is not None:
+        return spec.name == "idinspect.__main__"
+    return os.path.basename(getattr(main, "__file__", None) or "").startswith("idinspect")
+
+
+def _interrupted_while_starting(signum, frame) -> None:
+    try:
+        os.write(2, b"idinspect: interrupted (Ctrl-C) while starting; nothing was written\n")
+    finally:
+        os._exit(130)
+
+
+if _started_as_the_program() and _signal.getsignal(_signal.SIGINT) is _signal.default_int_handler:
+    _signal.signal(_signal.SIGINT, _interrupted_while_starting)
+
+import signal  # noqa: E402
 
 
 class Terminated(KeyboardInterrupt):
@@ -50,6 +74,9 @@ def run() -> None:
     """Install the handlers, then run :func:`idinspect.cli.run` (imported here, not before)."""
     install_signal_handlers()
     try:
+        if signal.getsignal(signal.SIGINT) is _interrupted_while_starting:
+            # from here on Ctrl-C unwinds as KeyboardInterrupt, so every cleanup runs
+            signal.signal(signal.SIGINT, signal.default_int_handler)
         from .cli import run as cli_run
 
         cli_run()

@@ -122,3 +122,24 @@ def test_kills_at_random_moments_lose_and_leave_nothing(tiny_dir, tmp_path):
     print("kill trials (signal, delay s, exit):", outcomes)
     caught = [o for o in outcomes if o[0] != "SIGKILL" and o[2] in (129, 130, 143)]
     assert caught, f"no trial interrupted a running export: {outcomes}"
+
+
+@pytest.mark.parametrize("delay", [0.0, 0.02, 0.1, 0.3, 0.8])
+def test_ctrl_c_while_modules_load_prints_one_line_and_exits_130(tiny_dir, delay):
+    """Ctrl-C from the moment idinspect's entry point has been imported (``-X importtime`` says when),
+    through torch's and transformers' imports: one line, exit 130, no traceback. (Before that moment
+    Python itself is still starting: a signal then is Python's to handle.)"""
+    src = tiny_dir("llama-gqa")
+    child = subprocess.Popen([sys.executable, "-X", "importtime", "-m", "idinspect", str(src)],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    for line in child.stderr:
+        if line.rstrip().endswith("| idinspect.entry"):
+            break
+    time.sleep(delay)
+    child.send_signal(signal.SIGINT)
+    said = [line for line in child.stderr.read().splitlines() if line.strip() and not line.startswith("import time:")]
+    code = child.wait(timeout=300)
+    if code == 0:      # finished before the signal arrived: nothing to check
+        pytest.skip("the run finished before Ctrl-C")
+    assert code == 130, said
+    assert len(said) == 1 and said[0].startswith("idinspect: interrupted (Ctrl-C)"), said
