@@ -111,6 +111,18 @@ def cli() -> None:
     """
 
 
+def _usage_line(exc: click.UsageError) -> str:
+    """click's three-line usage error as one line: the message, the usage, where help is."""
+    message = exc.format_message().rstrip(".")
+    ctx = exc.ctx
+    if ctx is None:
+        return message
+    usage = " ".join(ctx.command.collect_usage_pieces(ctx))
+    if isinstance(ctx.command, DefaultToInspect):
+        usage = "[OPTIONS] MODEL | COMMAND [ARGS]..."
+    return f"{message[:1].lower()}{message[1:]} (usage: {ctx.command_path} {usage}; see {ctx.command_path} --help)"
+
+
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry point: one-line errors with exit status 2 (``--debug`` for tracebacks)."""
     err = _ErrorConsole()
@@ -126,6 +138,9 @@ def main(argv: list[str] | None = None) -> None:
             raise
         code = 0  # click's and rich's answer to a closed stdout (EPIPE) is exit 1; ``idinspect MODEL | head`` is fine
         _silence_stdout()
+    except click.UsageError as exc:
+        err.print(f"[bold red]error:[/] {_escape(visible(_usage_line(exc)))}", soft_wrap=True)
+        code = exc.exit_code
     except click.ClickException as exc:
         exc.show()
         code = exc.exit_code

@@ -277,6 +277,23 @@ def test_typo_of_a_command_suggests_it():
     assert "did you mean 'export'" in r.stderr
 
 
+@pytest.mark.parametrize("args,names", [
+    (["export"], ["missing argument 'MODEL'", "idinspect export [OPTIONS] MODEL OUT"]),
+    (["verify", "a"], ["missing argument 'B'", "idinspect verify --help"]),
+    (["--bogus"], ["no such option '--bogus'", "idinspect --help"]),
+    (["audit", "--fail-on", "x", "m"], ["'--fail-on'", "'x' is not one of"]),
+    (["inspect", "--format", "xml", "m"], ["'--format'", "'xml' is not one of"]),
+])
+def test_usage_errors_are_one_line_naming_the_fix(args, names):
+    """click's usage errors (three lines: usage, help hint, error) become one line, exit 2."""
+    r = run_cli(*args)
+    assert r.code == 2 and r.stdout == ""
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), r.stderr
+    for name in names:
+        assert name in lines[0], (name, lines[0])
+
+
 # the CLI basics ---------------------------------------------------------------------------------
 
 def test_version():
