@@ -16,7 +16,9 @@ from ..audit.rules import WORST_FIRST, severity_rank
 #: The per-layer columns that decide whether consecutive layers are "identical" in the table.
 LAYER_KEYS = ("attention_parameters", "qk_gauge", "vo_gauge", "noop_bias", "absorbable_bias",
               "unidentified_parameters", "identification_ratio", "closed_form_ratio", "heads", "kv_heads",
-              "d_k", "d_v", "positional", "rotary_dim", "kind", "stack", "not_analysed")
+              "d_k", "d_v", "positional", "rotary_dim", "kind", "stack", "not_analysed",
+              # what the actual weights add: a layer with a dead head is never "identical" to the rest
+              "extra_unidentified", "unidentified_with_weights", "dead_heads")
 
 
 def fmt_int(value) -> str:
@@ -24,6 +26,12 @@ def fmt_int(value) -> str:
     if value is None:
         return "–"
     return f"{int(value):,}"
+
+
+def plural(count, noun: str, plural_form: str | None = None) -> str:
+    """``1 parameter``, ``6 warnings``, ``1,024 parameters``: the count (with thousands separators) and the noun."""
+    n = int(count or 0)
+    return f"{n:,} {noun if n == 1 else (plural_form or noun + 's')}"
 
 
 def fmt_ratio(value) -> str:
@@ -256,15 +264,31 @@ def bias_free_ratio(result: dict) -> float | None:
     return un / params if params else None
 
 
+def model_has_biases(result: dict) -> bool | None:
+    """Whether any attention block carries a bias (None when the layers do not say)."""
+    layers = result.get("layers") or []
+    if not layers or any("biases" not in layer for layer in layers):
+        return None
+    return any(layer.get("biases") for layer in layers)
+
+
 def closed_form_line(result: dict) -> str:
-    """``1/(2H) = 4.167% (bias-free configuration; this model counted without its biases: 4.167%, equal)``."""
+    """The closed form in plain words, e.g. ``1/(2H) = 7.812%, exactly this model's structural share (it has
+    no attention biases)`` or ``1/(2H) = 4.167% without biases; this model's biases bring it to 4.286%``."""
     text = closed_form_text(result)
-    closed = (result.get("totals") or {}).get("closed_form_ratio")
-    free = bias_free_ratio(result)
-    if free is None or closed is None:
-        return f"{text} (bias-free configuration)"
-    verdict = "equal" if math.isclose(free, closed, rel_tol=1e-9) else "differs"
-    return f"{text} (bias-free configuration; this model counted without its biases: {fmt_ratio(free)}, {verdict})"
+    totals = result.get("totals") or {}
+    closed, actual = totals.get("closed_form_ratio"), totals.get("identification_ratio")
+    free, biased = bias_free_ratio(result), model_has_biases(result)
+    if closed is None:
+        return f"{text} (for the same shape without biases)"
+    if biased is False:
+        if actual is not None and math.isclose(actual, closed, rel_tol=1e-9):
+            return f"{text}, exactly this model's structural share (it has no attention biases)"
+        return f"{text}; this model (no attention biases) is at {fmt_ratio(actual)}"
+    if free is not None and math.isclose(free, closed, rel_tol=1e-9):
+        return f"{text} without biases; this model's biases bring it to {fmt_ratio(actual)}"
+    free_text = f"; this model counted without its biases: {fmt_ratio(free)}" if free is not None else ""
+    return f"{text} for the same shape without biases{free_text}"
 
 
 def effective_rank(values: Iterable[float] | None) -> float | None:

@@ -19,7 +19,9 @@ from rich.table import Table
 from rich.text import Text
 
 from .summary import (attention_shape, closed_form_line, finding_details, findings_by_rule, fmt_float, fmt_int,
-                      fmt_ratio, head_rows, layer_groups, positional_text, revision_text, severity_counts)
+                      fmt_ratio, layer_groups, plural, positional_text, revision_text, severity_counts)
+from .finding_words import finding_phrases, finding_tensors
+from .terminal_spectra import head_tables, spectra_panel
 
 SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "note": "cyan"}
 SEVERITY_MARK = {"error": "✖", "warning": "▲", "note": "●"}
@@ -37,6 +39,9 @@ def render_report(result: dict, console: Console | None = None, *, layers: Layer
     sections = [summary_panel(result)]
     if result.get("layers"):
         sections.append(layer_table(result, collapse=layers != "all", width=console.width))
+        spectra = spectra_panel(result)
+        if spectra is not None:
+            sections.append(spectra)
     findings = result.get("findings")
     if findings is not None:
         sections.append(findings_section(findings, width=console.width))
@@ -72,7 +77,7 @@ def proof_panel(proof: dict) -> Panel:
 
 def _sev(severity: str, count: int | None = None) -> Text:
     mark = SEVERITY_MARK.get(severity, "·")
-    label = f"{mark} {count} {severity}" if count is not None else f"{mark} {severity}"
+    label = f"{mark} {plural(count, severity)}" if count is not None else f"{mark} {severity}"
     return Text(label, style=SEVERITY_STYLE.get(severity, ""))
 
 
@@ -92,11 +97,7 @@ def summary_panel(result: dict) -> Panel:
         att, total = totals.get("attention_parameters"), totals.get("model_parameters")
         share = f" ({fmt_ratio(att / total)} of the model analysed)" if att and total else ""
         grid.add_row("Parameters", Text(f"{fmt_int(att)} in attention of {fmt_int(total)} in the model{share}"))
-        un = Text(f"{fmt_int(totals.get('unidentified_parameters'))}", style="bold")
-        un.append(f" = {fmt_ratio(totals.get('identification_ratio'))} of attention", style="bold")
-        if totals.get("unidentified_share_of_model") is not None:
-            un.append(f", {fmt_ratio(totals['unidentified_share_of_model'])} of the model")
-        grid.add_row("Unidentified", un)
+        grid.add_row("Unidentified", unidentified_text(totals))
         grid.add_row("Closed form", Text(closed_form_line(result)))
     findings = result.get("findings")
     if findings is not None:
@@ -104,16 +105,35 @@ def summary_panel(result: dict) -> Panel:
         for i, (sev, n) in enumerate(severity_counts(findings).items()):
             if i:
                 counts.append("  ")
-            counts.append_text(_sev(sev, n) if n else Text(f"{SEVERITY_MARK.get(sev, '·')} 0 {sev}", style="dim"))
+            counts.append_text(_sev(sev, n) if n else Text(f"{SEVERITY_MARK.get(sev, '·')} {plural(0, sev)}", style="dim"))
         grid.add_row("Findings", counts)
     tool = result.get("tool") or {}
     title = Text(f"idinspect {tool.get('version', '')}".strip(), style="bold")
     return Panel(grid, title=title, title_align="left", box=box.ROUNDED, expand=False)
 
 
+def unidentified_text(totals: dict) -> Text:
+    """The structural count, and what the actual weights add (dead or rank-deficient heads) when they do."""
+    un = Text(plural(totals.get("unidentified_parameters"), "parameter"), style="bold")
+    un.append(f" = {fmt_ratio(totals.get('identification_ratio'))} of attention", style="bold")
+    if totals.get("unidentified_share_of_model") is not None:
+        un.append(f", {fmt_ratio(totals['unidentified_share_of_model'])} of the model")
+    extra, att = totals.get("extra_unidentified") or 0, totals.get("attention_parameters")
+    if extra:
+        with_weights = totals.get("unidentified_with_weights") or (totals.get("unidentified_parameters") or 0) + extra
+        un.append(" from the structure alone\n")
+        un.append(f"{plural(with_weights, 'parameter')}", style="bold yellow")
+        un.append(f" = {fmt_ratio(with_weights / att) if att else '–'} of attention with the actual weights",
+                  style="bold yellow")
+        un.append(f": dead or rank-deficient heads add {fmt_int(extra)}")
+    return un
+
+
 #: Column headers of the layer table: (wide, narrow).
 _LAYER_COLUMNS = (("params", "params"), ("QK gauge", "QK"), ("VO gauge", "VO"), ("no-op bias", "no-op"),
                   ("absorbable bias", "absorb"), ("unidentified", "U"), ("ratio", "ratio"))
+#: Inserted before "ratio" when some layer's weights add freedom beyond the structure.
+_WEIGHT_COLUMNS = (("+ weights", "+W"), ("with weights", "U+W"))
 #: Below this width the per-head tables show only the largest singular value.
 NARROW = 64
 
@@ -122,24 +142,33 @@ _ROW_KEYS = ("attention_parameters", "qk_gauge", "vo_gauge", "noop_bias", "absor
              "unidentified_parameters")
 
 
-def _row_cells(row: dict) -> list[str]:
-    return [fmt_int(row.get(k)) for k in _ROW_KEYS] + [fmt_ratio(row.get("identification_ratio"))]
+def _row_cells(row: dict, weights: bool) -> list[str]:
+    cells = [fmt_int(row.get(k)) for k in _ROW_KEYS]
+    if weights:
+        extra = row.get("extra_unidentified") or 0
+        total = row.get("unidentified_with_weights") or (row.get("unidentified_parameters") or 0) + extra
+        cells += [f"+{extra:,}" if extra else "0", fmt_int(total)]
+    return cells + [fmt_ratio(row.get("identification_ratio"))]
 
 
 def layer_table(result: dict, collapse: bool = True, width: int = 120) -> Table | Group:
     """Per-layer counts; runs of identical layers are one row labelled ``layers 0-15 (16 identical)``.
 
-    The layout follows ``width``: full headers when everything fits, short headers (explained in
-    the caption) and tighter spacing when not, and below that one block of wrapped lines per row.
-    Numbers are never cropped.
+    "Identical" covers what the weights add: a layer with a dead or rank-deficient head is its own row,
+    and when any layer has one the table gains "+ weights" (unidentified beyond the structure) and
+    "with weights" columns. The layout follows ``width``: full headers when everything fits, short
+    headers (explained in the caption) and tighter spacing when not, and below that one block of
+    wrapped lines per row. Numbers are never cropped.
     """
     groups = layer_groups(result.get("layers") or [], collapse=collapse)
-    cells = [_row_cells(g.row) for g in groups]
+    weights = any(g.row.get("extra_unidentified") for g in groups)
+    columns = _LAYER_COLUMNS[:-1] + (_WEIGHT_COLUMNS if weights else ()) + _LAYER_COLUMNS[-1:]
+    cells = [_row_cells(g.row, weights) for g in groups]
     label_width = max((len(g.label) for g in groups), default=8)
 
     def numbers_width(short: bool, pad: int) -> int:
         """Columns after the label: content + padding on both sides + one divider each."""
-        heads = [n if short else w for w, n in _LAYER_COLUMNS]
+        heads = [n if short else w for w, n in columns]
         return sum(max([len(h)] + [len(c[i]) for c in cells]) + 2 * pad + 1 for i, h in enumerate(heads))
 
     def fits(short: bool, pad: int, label: int) -> bool:
@@ -155,11 +184,14 @@ def layer_table(result: dict, collapse: bool = True, width: int = 120) -> Table 
             return _layer_blocks(groups)
     caption = ("QK/VO: gauge dimensions; no-op: key-bias dims; absorb: value-bias dims; U: unidentified; "
                "ratio = U / params" if short else "ratio = unidentified / attention parameters")
+    if weights:
+        caption += ("; +W: what dead or rank-deficient heads add beyond the structure (U+W in all)" if short else
+                    "; + weights: what dead or rank-deficient heads add beyond the structure")
     table = Table(title="Attention layers", title_justify="left", box=box.SIMPLE_HEAD, header_style="bold",
                   caption=caption, caption_justify="left", pad_edge=True, padding=(0, pad))
     room = width - 2 - 2 * pad - numbers_width(short, pad)
     table.add_column("layers", overflow="fold", min_width=max(8, min(label_width, room)))
-    for wide_name, narrow_name in _LAYER_COLUMNS:
+    for wide_name, narrow_name in columns:
         table.add_column(narrow_name if short else wide_name, justify="right", no_wrap=True)
     for group, row in zip(groups, cells):
         table.add_row(Text(group.label), *row)
@@ -174,19 +206,24 @@ def _layer_blocks(groups: list) -> Group:
         parts.append(Padding(Text(f"params {fmt_int(row.get('attention_parameters'))}, unidentified "
                                   f"{fmt_int(row.get('unidentified_parameters'))} = "
                                   f"{fmt_ratio(row.get('identification_ratio'))}"), (0, 0, 0, 2)))
+        if row.get("extra_unidentified"):
+            parts.append(Padding(Text(f"+ weights {fmt_int(row['extra_unidentified'])} (dead or rank-deficient heads), "
+                                      f"with weights {fmt_int(row.get('unidentified_with_weights'))}"), (0, 0, 0, 2)))
         parts.append(Padding(Text(f"QK gauge {fmt_int(row.get('qk_gauge'))}, VO gauge {fmt_int(row.get('vo_gauge'))}, "
                                   f"no-op bias {fmt_int(row.get('noop_bias'))}, absorbable bias "
                                   f"{fmt_int(row.get('absorbable_bias'))}"), (0, 0, 0, 2)))
     return Group(*parts)
 
 
-#: Finding fields too long or too internal for the terminal table (they stay in JSON and HTML).
-_TERMINAL_SKIP = frozenset({"columns", "rank_rule", "head_kind", "role", "into"})
+#: The narrowest details column beside the tensor names; below it findings print as blocks.
+_MIN_DETAILS = 20
 
 
 def findings_section(findings: list[dict], width: int = 120) -> Group | Text:
-    """One table per rule (worst rule first): layer, tensor, parameters and magnitudes, then the
-    rule's explanation (the first finding's message) once; a single line when there are none."""
+    """One table per rule (worst rule first): layer, tensors (one per line, never broken inside a name),
+    parameters and the details in words, then the rule's explanation (the first finding's message)
+    once; a single line when there are none. When the names leave too little room the rows become
+    blocks: the layer and count, the tensors, then the details, each on its own lines."""
     if not findings:
         return Text("No findings.", style="green")
     parts: list = [Text("Findings", style="bold")]
@@ -194,60 +231,49 @@ def findings_section(findings: list[dict], width: int = 120) -> Group | Text:
         if n:
             parts.append(Text(""))
         total = sum(f.get("parameters") or 0 for f in items)
-        title = Text.assemble(_sev(worst), " ", (rule, "bold"), f": {len(items)} finding{'s' * (len(items) != 1)}, "
-                              f"{fmt_int(total)} parameters")
-        table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, header_style="bold",
-                      show_edge=False, pad_edge=False)
-        table.add_column("layer", justify="right", no_wrap=True)
-        table.add_column("tensor", overflow="fold")
-        table.add_column("params", justify="right", no_wrap=True)
-        table.add_column("details", overflow="fold")
-        for f in items:
-            extra = ", ".join(f"{k}={v}" for k, v in finding_details(f) if k not in _TERMINAL_SKIP)
-            detail = Text(extra)
-            if f.get("severity") != worst:
-                detail = Text.assemble(_sev(str(f.get("severity"))), " ", detail)
-            table.add_row(str(f.get("layer", "–")), Text(str(f.get("tensor") or "–")), fmt_int(f.get("parameters")),
-                          detail)
-        parts.append(table)
+        title = Text.assemble(_sev(worst), " ", (rule, "bold"), f": {plural(len(items), 'finding')}, "
+                              f"{plural(total, 'parameter')}")
+        names = max((len(t) for f in items for t in finding_tensors(f)), default=1)
+        params = max([6] + [len(fmt_int(f.get("parameters"))) for f in items])
+        if 5 + names + params + 6 + _MIN_DETAILS <= width:  # three columns' padding between four columns
+            parts.append(_findings_table(title, items, worst, names))
+        else:
+            parts.append(title)
+            parts += _finding_blocks(items, worst)
         message = str(items[0].get("message", ""))
         if message:
             parts.append(Padding(Text(("e.g. " if len(items) > 1 else "") + message, style="dim"), (0, 0, 0, 2)))
     return Group(*parts)
 
 
-def head_tables(result: dict, width: int = 120) -> list[Table]:
-    """``--heads``: per layer, each query head's rank, condition number and top singular values.
-
-    Narrow consoles get the largest singular value only.
-    """
-    tables = []
-    top = 1 if width < NARROW else 3
-    for layer in result.get("layers") or []:
-        rows = head_rows(layer, top=top)
-        if not rows:
-            continue
-        d_k, d_v = layer.get("d_k"), layer.get("d_v")
-        table = Table(title=Text(f"Layer {layer.get('index')} heads: W_QK and W_OV spectra (d_k={d_k}, d_v={d_v})"),
-                      title_justify="left", box=box.SIMPLE_HEAD, header_style="bold",
-                      padding=(0, 1) if width >= 70 else (0, 0))
-        for name in ("head", "kv", "form", "rank", "eff. rank", "cond", "σ1" if top == 1 else "top σ"):
-            table.add_column(name, justify="left" if name == "form" else "right", no_wrap=name != "top σ")
-        for r in rows:
-            table.add_row(str(r.head), str(r.kv_head), "W_QK", _rank(r.qk_rank, d_k), fmt_float(r.qk_effective_rank),
-                          fmt_float(r.qk_condition), " ".join(fmt_float(v) for v in r.qk_top))
-            table.add_row("", "", "W_OV", _rank(r.ov_rank, d_v), fmt_float(r.ov_effective_rank),
-                          fmt_float(r.ov_condition), " ".join(fmt_float(v) for v in r.ov_top))
-        tables.append(table)
-    return tables
+def _details(f: dict, worst: str) -> Text:
+    detail = Text(", ".join(finding_phrases(f)))
+    if f.get("severity") != worst:
+        detail = Text.assemble(_sev(str(f.get("severity"))), " ", detail)
+    return detail
 
 
-def _rank(rank, full) -> Text:
-    if rank is None:
-        return Text("–")
-    if full is not None and rank < full:
-        return Text(f"{rank} ▲", style="yellow")
-    return Text(str(rank))
+def _findings_table(title: Text, items: list[dict], worst: str, names: int) -> Table:
+    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, header_style="bold",
+                  show_edge=False, pad_edge=False)
+    table.add_column("layer", justify="right", no_wrap=True)
+    table.add_column("tensor", no_wrap=True, min_width=names)
+    table.add_column("params", justify="right", no_wrap=True)
+    table.add_column("details", min_width=_MIN_DETAILS)
+    for f in items:
+        table.add_row(str(f.get("layer", "–")), Text("\n".join(finding_tensors(f)) or "–"),
+                      fmt_int(f.get("parameters")), _details(f, worst))
+    return table
+
+
+def _finding_blocks(items: list[dict], worst: str) -> list:
+    out: list = []
+    for f in items:
+        out.append(Text(f"layer {f.get('layer', '–')}: {plural(f.get('parameters'), 'parameter')}", style="bold"))
+        for tensor in finding_tensors(f) or ["–"]:
+            out.append(Padding(Text(tensor, overflow="fold"), (0, 0, 0, 2)))
+        out.append(Padding(_details(f, worst), (0, 0, 0, 2)))
+    return out
 
 
 __all__ = ["render_report", "summary_panel", "layer_table", "findings_section", "head_tables"]
