@@ -177,10 +177,13 @@ class ProgressReporter:
 
 
 def _plain(text: str) -> str:
-    """Progress descriptions are rich markup: escape them (hub file names are untrusted)."""
+    """Progress descriptions are rich markup: escape them (hub file names are untrusted), and show
+    control characters (a shard named with ESC or BEL) as visible escapes, never send them."""
     from rich.markup import escape
 
-    return escape(str(text))
+    from .textsafe import visible
+
+    return escape(visible(text))
 
 
 def hub_tqdm_class(reporter: ProgressReporter) -> type:

@@ -23,8 +23,11 @@ _VIRIDIS = ((0.0, (68, 1, 84)), (0.25, (59, 82, 139)), (0.5, (33, 145, 140)), (0
 
 
 def esc(text) -> str:
-    """Escape for SVG/HTML text and attribute values."""
-    return html.escape(str(text), quote=True)
+    """Escape for SVG/HTML text and attribute values; control characters a checkpoint may carry in a
+    tensor name or config string (ESC, BEL, NUL, bidi overrides...) become visible ``\\xNN`` text."""
+    from ..textsafe import visible
+
+    return html.escape(visible(text, newlines=True), quote=True)
 
 
 def _num(x: float) -> str:

@@ -169,3 +169,13 @@ def test_cli_unwritable_report_path_is_a_clean_error(tiny_dir, tmp_path):
     assert res.code == 2
     assert "does not exist" in res.stderr and "missing-folder" in res.stderr
     assert "internal error" not in res.stderr and res.stdout == ""
+
+
+def test_control_characters_from_the_checkpoint_are_shown_as_escapes():
+    result = llama_result()
+    result["model"]["architecture"] = "Llama\x1b]52;c;ZXZpbA==\x07"
+    result["findings"][0]["tensor"] = "model.layers.2.q\x1b[2J\x00.weight"
+    text = render_html(result)
+    body = text[:text.index('<script type="application/json"')] + text[text.rindex("</script>"):]
+    assert not re.search("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]", body)
+    assert "Llama\\x1b]52;c;ZXZpbA==\\x07" in text and "q\\x1b[2J\\x00.weight" in text

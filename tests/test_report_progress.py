@@ -102,3 +102,18 @@ def test_cli_stderr_stays_clean_when_not_a_terminal(tiny_dir, args, monkeypatch)
     res = run_cli(tiny_dir("llama-gqa"), *args)
     assert res.code == 0, res.stderr
     assert res.stderr == ""
+
+
+def test_progress_labels_show_control_characters_as_escapes(monkeypatch):
+    """A hub file or shard named with ESC / BEL reaches the progress line only as visible text."""
+    monkeypatch.delenv("CI", raising=False)
+    buf = io.StringIO()
+    with ProgressReporter("always", console=tty(buf)) as bars:
+        with bars.stage("opening evil\x1b]52;c;ZXZpbA==\x07[bold]x[/]"):
+            bars._progress.refresh()
+        cls = current_hub_tqdm()
+        list(cls(iter(["a"]), desc="model-\x1b[2J.safetensors", total=1))
+        bars._progress.refresh()
+    out = buf.getvalue()
+    assert "\x07" not in out and "\x1b]52" not in out and "\x1b[2J" not in out
+    assert "\\x1b]52;c;ZXZpbA==\\x07[bold]x[/]" in out and "model-\\x1b[2J.safetensors" in out

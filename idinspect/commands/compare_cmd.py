@@ -61,5 +61,7 @@ def compare_command(ctx: click.Context, a: str, b: str, expect: str, alpha: floa
     else:
         from ..reports.compare_text import render_compare_text
 
-        click.echo(render_compare_text(record))
+        from ..textsafe import visible
+
+        click.echo(visible(render_compare_text(record), newlines=True))
     ctx.exit(0 if result.satisfies(expect) else 1)

@@ -32,6 +32,7 @@ def diff_command(a: str, b: str, token: str | None, cache_dir: str | None, offli
     from ..reports.diff_html import write_diff_html
     from ..reports.diff_text import render_diff
     from ..training.diff import diff
+    from ..textsafe import visible
 
     doc = diff(a, b, token=token, cache_dir=cache_dir, local_files_only=offline)
     text = json.dumps(doc, indent=1, allow_nan=False)
@@ -44,5 +45,5 @@ def diff_command(a: str, b: str, token: str | None, cache_dir: str | None, offli
         except OSError as exc:
             raise IdinspectError(f"cannot write the {kind} report to {path}: {exc.strerror or exc}; "
                                  "check that the folder exists and is writable") from None
-        click.echo(f"wrote the {kind} report to {path}", err=True)
-    click.echo(text if fmt == "json" else render_diff(doc, heads=heads))
+        click.echo(f"wrote the {kind} report to {visible(path)}", err=True)
+    click.echo(text if fmt == "json" else visible(render_diff(doc, heads=heads), newlines=True))

@@ -97,7 +97,9 @@ class _Progress:
     def _line(self, text: str) -> None:
         self.done += 1
         if not self.quiet:
-            click.echo(f"[{self.done}/{self.total}] {text}", err=True)
+            from ..textsafe import visible
+
+            click.echo(f"[{self.done}/{self.total}] {visible(text)}", err=True)
             sys.stderr.flush()
 
     def skip(self, source: str) -> None:
