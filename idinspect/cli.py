@@ -38,6 +38,15 @@ def hub_options(command):
                         help="Hub token for gated or private models.")(command)
 
 
+def progress_options(command):
+    """--progress auto|always|never and -q/--quiet, shared by the commands that take a while."""
+    command = click.option("-q", "--quiet", is_flag=True,
+                           help="No progress and no 'wrote ...' messages (notes and errors still print).")(command)
+    return click.option("--progress", type=click.Choice(["auto", "always", "never"]), default="auto",
+                        show_default=True,
+                        help="Progress on stderr: auto = only on an interactive terminal outside CI.")(command)
+
+
 class DefaultToInspect(click.Group):
     """Route ``idinspect MODEL ...`` to ``idinspect inspect MODEL ...``.
 

@@ -161,6 +161,18 @@ class ProgressReporter:
         pending = sorted((last, f) for f, last in self._shard_last_layer.items() if last > i)
         return _plain(pending[0][1]) if pending else "done"
 
+    # any counted step (export, verify) ------------------------------------------------------
+    def step(self, name: str, description: str, done: int, total: int | None) -> None:
+        """A bar ``description  done/total`` keyed by ``name`` (created on first use)."""
+        self.download_update(name, description, done, total)
+
+    def callback(self, labels: dict[str, str]):
+        """A ``progress(stage, done, total)`` callable for :func:`idinspect.export` / :func:`idinspect.verify`,
+        labelling each stage from ``labels``; None when progress is off (the callers then count nothing)."""
+        if self._progress is None:
+            return None
+        return lambda stage, done, total: self.step(f"step-{stage}", labels.get(stage, stage), done, total)
+
     # hub download ------------------------------------------------------------------------
     def download_update(self, name: str, description: str, completed: float, total: float | None) -> None:
         """Called by :func:`hub_tqdm_class` bars: one rich line per hub bar."""

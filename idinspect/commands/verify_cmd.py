@@ -8,7 +8,7 @@ import click
 
 from ..textsafe import visible
 
-from ..cli import debug_option, hub_options
+from ..cli import debug_option, hub_options, progress_options
 from ..equivalence.verify import Check, VerifyResult, verify
 from ..sources.hf_logging import quiet_transformers
 
@@ -25,10 +25,12 @@ from ..sources.hf_logging import quiet_transformers
 @hub_options
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True,
               help="text: one line per check; json: the full record on stdout.")
+@progress_options
 @debug_option
 @click.pass_context
 def verify_command(ctx: click.Context, a: str, b: str, functional: bool, tokens: int, decode: int, seed: int,
-                   token: str | None, cache_dir: str | None, offline: bool, fmt: str) -> None:
+                   token: str | None, cache_dir: str | None, offline: bool, fmt: str, progress: str,
+                   quiet: bool) -> None:
     """Check that checkpoint B computes the same function as A (e.g. B = idinspect export A).
 
     Layer-wise gauge invariants (cheap at any size), non-attention tensors, and (unless
@@ -36,14 +38,23 @@ def verify_command(ctx: click.Context, a: str, b: str, functional: bool, tokens:
     B's dtype and are printed; bfloat16/float16 are judged against the error of rounding A alone.
     Exit status: 0 equivalent, 1 not equivalent, 2 error.
     """
-    with quiet_transformers():
-        result = verify(a, b, functional=functional, tokens=tokens, decode=decode, seed=seed, token=token,
-                        cache_dir=cache_dir, local_files_only=offline)
+    from ..progress import ProgressReporter, silence_library_progress
+
+    silence_library_progress()
+    with quiet_transformers(), ProgressReporter("never" if quiet else progress) as bars:
+        with bars.stage(f"verifying {a} -> {b}"):
+            result = verify(a, b, functional=functional, tokens=tokens, decode=decode, seed=seed, token=token,
+                            cache_dir=cache_dir, local_files_only=offline, progress=bars.callback(VERIFY_STAGES))
     if fmt == "json":
         click.echo(json.dumps(result.to_dict(), indent=2))
     else:
         click.echo(visible(render(result), newlines=True))
     ctx.exit(0 if result.equivalent else 1)
+
+
+#: What each stage of :func:`~idinspect.equivalence.verify.verify` counts, as its progress label.
+VERIFY_STAGES = {"open": "opening A and B", "tensors": "comparing other tensors", "invariants": "invariants by layer",
+                 "functional": "transformers runs (A, B, rounding baseline)"}
 
 
 def render(result: VerifyResult) -> str:

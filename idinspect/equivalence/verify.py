@@ -25,6 +25,7 @@ The export passes when its error is at most ``BASELINE_FACTOR`` times the baseli
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
 import torch
@@ -79,18 +80,24 @@ class VerifyResult:
 
 def verify(a, b, *, functional: bool = True, tokens: int = 16, decode: int = 8, seed: int = 0,
            max_memory: int | None = None, token: str | None = None, cache_dir=None,
-           local_files_only: bool = False) -> VerifyResult:
+           local_files_only: bool = False, progress: Progress | None = None) -> VerifyResult:
     """Compare checkpoints ``a`` (reference) and ``b``; see the module docstring for the checks.
 
     ``max_memory`` (bytes) bounds what a float64 model copy may take before the functional check
-    switches to accelerate's disk offload (default: half the available memory).
+    switches to accelerate's disk offload (default: half the available memory). ``progress(stage,
+    done, total)`` is told how far each stage is: "open" (the two models), "tensors" (non-attention
+    tensors), "invariants" (layers), "functional" (transformers runs).
     """
+    progress = progress or _no_progress
     opts = dict(token=token, cache_dir=cache_dir, local_files_only=local_files_only, whole_files=True)
+    progress("open", 0, 2)
     A = a if isinstance(a, Model) else load(a, **opts)
     try:
+        progress("open", 1, 2)
         B = b if isinstance(b, Model) else load(b, **opts)
+        progress("open", 2, 2)
         try:
-            return _verify(A, B, functional, tokens, decode, seed, max_memory)
+            return _verify(A, B, functional, tokens, decode, seed, max_memory, progress)
         finally:
             if B is not b:
                 B.close()
@@ -99,17 +106,25 @@ def verify(a, b, *, functional: bool = True, tokens: int = 16, decode: int = 8, 
             A.close()
 
 
+#: progress(stage, done, total), as for export.
+Progress = Callable[[str, int, int], None]
+
+
+def _no_progress(stage: str, done: int, total: int) -> None:
+    return None
+
+
 def _verify(A: Model, B: Model, functional: bool, tokens: int, decode: int, seed: int,
-            max_memory: int | None) -> VerifyResult:
+            max_memory: int | None, progress: Progress = _no_progress) -> VerifyResult:
     dtype = stored_dtype(B)
     checks = [_config_check(A, B)]
     structure = _structure_check(A, B)
     checks.append(structure)
     if structure.passed:
-        checks.append(_tensor_check(A, B))
-        checks.append(_invariant_check(A, B, dtype))
+        checks.append(_tensor_check(A, B, progress))
+        checks.append(_invariant_check(A, B, dtype, progress))
         if functional:
-            checks += _functional_checks(A, B, dtype, tokens, decode, seed, max_memory)
+            checks += _functional_checks(A, B, dtype, tokens, decode, seed, max_memory, progress)
         else:
             checks.append(Check("functional", None, detail="skipped (--no-functional)"))
     return VerifyResult(A.provenance.source, B.provenance.source, str(dtype).removeprefix("torch."), checks)
@@ -162,14 +177,14 @@ def _structure_check(A: Model, B: Model) -> Check:
     return Check("structure", True, detail=f"{len(ka)} tensors, same names and shapes")
 
 
-def _tensor_check(A: Model, B: Model) -> Check:
+def _tensor_check(A: Model, B: Model, progress: Progress = _no_progress) -> Check:
     """Every non-attention tensor: bit-exact in the same dtype, else within one rounding."""
     attention = {k for i in range(A.num_layers) for k in A.adapter.attention_keys(i)}
     skipped = buffers(A) | buffers(B)
     worst, where, count = 0.0, "", 0
-    for name in A.reader.keys():
-        if name in attention or name in skipped:
-            continue
+    names = [n for n in A.reader.keys() if n not in attention and n not in skipped]
+    for name in names:
+        progress("tensors", count, len(names))
         ta, tb = A.reader.get(name), B.reader.get(name)
         count += 1
         bad = _non_finite(name, ta, "A") or _non_finite(name, tb, "B")
@@ -189,6 +204,7 @@ def _tensor_check(A: Model, B: Model) -> Check:
                          detail=f"{name} differs beyond one {coarse} rounding")
         if _rel(ta, tb) >= worst:
             worst, where = _rel(ta, tb), name
+    progress("tensors", count, len(names))
     how = f" within rounding (largest {worst:.1e} at {where})" if worst else " bit for bit"
     detail = f"{count} non-attention tensors equal{how}"
     if skipped:
@@ -264,12 +280,13 @@ class _Judged:
     amp_b: torch.Tensor
 
 
-def _invariant_check(A: Model, B: Model, dtype: torch.dtype) -> Check:
+def _invariant_check(A: Model, B: Model, dtype: torch.dtype, progress: Progress = _no_progress) -> Check:
     """Every invariant of every head (and rotary plane) within max(the dtype's tolerance, the rounding
     bound of that head's own factors)."""
     judged: dict[str, list[_Judged]] = {k: [] for k in INVARIANTS}
     base = {k: 0.0 for k in INVARIANTS}
     for i in range(A.num_layers):
+        progress("invariants", i, A.num_layers)
         la, lb = A.layer(i), B.layer(i)
         for side, layer in (("A", la), ("B", lb)):
             for role, t in layer.tensors().items():
@@ -289,6 +306,7 @@ def _invariant_check(A: Model, B: Model, dtype: torch.dtype) -> Check:
             judged[kind].append(_Judged(i, err, bound, amp_a[kind], amp_b[kind]))
         for kind, e in invariant_errors(la, rounding_baseline(la, dtype)).items():
             base[kind] = max(base[kind], e.error)
+    progress("invariants", A.num_layers, A.num_layers)
     present = [k for k in INVARIANTS if judged[k]]
     per_kind = {k: _worst_against_tolerance(k, judged[k], _tolerance(dtype, "invariants", base[k]), base[k])
                 for k in present}
@@ -325,19 +343,24 @@ def _worst_against_tolerance(kind: str, layers: list[_Judged], flat: float, base
 
 
 def _functional_checks(A: Model, B: Model, dtype: torch.dtype, tokens: int, decode: int, seed: int,
-                       max_memory: int | None) -> list[Check]:
+                       max_memory: int | None, progress: Progress = _no_progress) -> list[Check]:
     ids = fn.probe_ids(A.hf_config, tokens, decode, seed)
     size = max(_parameter_bytes_f64(A), _parameter_bytes_f64(B))
     plan = fn.plan_loading(size, max_memory)
     how = "offloaded (accelerate device_map='auto', float32 compute)" if plan.offload else "in memory, float64"
+    runs = 2 if dtype in FIXED_TOLERANCES or plan.offload else 3
+    progress("functional", 0, runs)
     out_a = fn.run_model(A.provenance.path, ids, decode, plan)
+    progress("functional", 1, runs)
     out_b = fn.run_model(B.provenance.path, ids, decode, plan)
+    progress("functional", 2, runs)
     err_abs = float((out_a.values - out_b.values).abs().max())
     scale = float(out_a.values.abs().max())
     err = err_abs / scale if scale > 0 else err_abs
     baseline, base_out = None, None
     if dtype not in FIXED_TOLERANCES and not plan.offload:
         base_out = fn.run_model(A.provenance.path, ids, decode, plan, edit=lambda m: _apply_baseline(m, A, dtype))
+        progress("functional", 3, runs)
         baseline = float((out_a.values - base_out.values).abs().max()) / (scale or 1.0)
     tol = _tolerance(dtype, "functional", baseline, compute=plan.compute_dtype)
     checks = [Check("functional", err <= tol, error=err, tolerance=tol, baseline=baseline,
