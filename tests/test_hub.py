@@ -184,7 +184,8 @@ def test_shards_with_unusual_names_are_fetched_by_name(fake_hub, snapshot):
 
 @pytest.mark.parametrize("source", ["./missing", "../missing/model", "/no/such/checkpoint", "~/no-such-checkpoint",
                                     "a/b/c", "models\\llama", "C:\\models\\llama", "C:/models/llama",
-                                    "exprot", "inspect-typo", "org/", "/org/name"])
+                                    "exprot", "org/", "/org/name", "my-model/", "model.safetensors",
+                                    "llama.gguf", "org/name/config.json", "pytorch_model.bin"])
 def test_path_like_input_never_reaches_the_hub(source, fake_hub, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     fake = fake_hub(error=AssertionError("sent to the hub"))
@@ -210,6 +211,24 @@ def test_hub_id_shaped_input_does_reach_the_hub(fake_hub, tmp_path, monkeypatch)
     fake = fake_hub(error=hf_errors.RepositoryNotFoundError("404", response=response(404)))
     one_line_error(run_cli("org/name", "--download"), r"^error: org/name: not a local directory, and no such model on the hub")
     assert [c["repo_id"] for c in fake.calls] == ["org/name"]
+
+
+@pytest.mark.parametrize("source", ["gpt2", "bert-base-uncased", "t5-small@main"])
+def test_hub_ids_without_an_organisation_are_hub_ids(source, fake_hub, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    fake = fake_hub(error=hf_errors.RepositoryNotFoundError("404", response=response(404)))
+    name = source.split("@")[0]
+    one_line_error(run_cli(source, "--download"), rf"^error: {name}: not a local directory, and no such model on the hub")
+    assert [c["repo_id"] for c in fake.calls] == [name]
+
+
+def test_a_mistyped_local_path_says_so_without_the_network(fake_hub, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "tiny-llama").mkdir()
+    fake = fake_hub(error=AssertionError("sent to the hub"))
+    for typo in ("./tiny-lama", "tiny-lama/", "models/tiny/llama", "tiny-lama/model.safetensors"):
+        one_line_error(run_cli(typo), rf"^error: {re.escape(typo)}: no such file or directory")
+    assert fake.calls == []
 
 
 # hub failures -----------------------------------------------------------------------------------

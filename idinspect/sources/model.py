@@ -170,8 +170,9 @@ def load(source, *, revision: str | None = None, token: str | None = None,
          local_files_only: bool = False, whole_files: bool = False) -> Model:
     """Open ``source``: a directory, ``org/name[@revision]`` on the hub, or a ``PreTrainedModel``.
 
-    Anything that looks like a path (starts with ``.``, ``/`` or ``~``, exists, or has more than one
-    ``/``) is read locally and never sent to the hub. A hub id is read in part (config.json,
+    Anything that looks like a path (starts with ``.``, ``/`` or ``~``, exists, ends with ``/`` or a
+    checkpoint file's suffix, or has more than one ``/``) is read locally and never sent to the hub;
+    ``org/name`` and organisation-less names such as ``gpt2`` are hub ids. A hub id is read in part (config.json,
     safetensors headers, then only the attention tensors' byte ranges, cached by commit: see
     :mod:`idinspect.sources.remote`) unless ``whole_files`` or ``allow_patterns`` ask for whole
     files through ``huggingface_hub.snapshot_download`` (export and verify do). ``cache_dir`` and
@@ -203,7 +204,7 @@ def load(source, *, revision: str | None = None, token: str | None = None,
         return _from_directory(path, Provenance(source=text, kind="local", revision=cache_revision(path), path=path))
     repo_id, rev = split_revision(text)
     if not HUB_ID.match(repo_id):
-        raise IdinspectError(f"{text}: not an existing path and not a hub id (org/name[@revision]); "
+        raise IdinspectError(f"{text}: not an existing path and not a hub id (org/name or name, [@revision]); "
                              "check the spelling, or run 'idinspect --help' for the commands")
     if rev is not None and revision is not None and rev != revision:
         raise IdinspectError(f"{text}: revision given twice ({rev!r} and --revision {revision!r}); give one")
