@@ -114,6 +114,15 @@ class AuditResult:
             return 0
         return 1 if any(m.verdict(self.fail_on) == "fail" for m in self.models) else 0
 
+    @property
+    def passed(self) -> bool:
+        """Every model was audited and none has a finding at or above ``fail_on`` (``--exit-zero`` aside)."""
+        return self.verdict() == "pass"
+
+    def __bool__(self) -> bool:
+        """``if run_audit(...):`` asks "did the models pass?"."""
+        return self.passed
+
     def verdict(self) -> str:
         code = self.exit_code()
         if code == 2:

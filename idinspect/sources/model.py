@@ -50,6 +50,19 @@ class Model:
         self.provenance = provenance
         self._hf_config = None if isinstance(config, CheckpointConfig) else config
 
+    def __repr__(self) -> str:
+        """``<idinspect.Model 'org/name'@1a2b3c4d5e6f: llama (LlamaForCausalLM), 16 blocks, H=32, G=8, d_k=64,
+        d=2048, rope>`` (from the config and headers only: nothing is read)."""
+        a, p = self.adapter, self.provenance
+        rev = f"@{p.revision[:12]}" if p.revision else ""
+        try:
+            pos = a.positional().kind
+            shape = (f"{a.num_blocks} block{'s' * (a.num_blocks != 1)}, H={a.n_heads}, G={a.n_kv_heads}, "
+                     f"d_k={a.head_dim}, d={a.hidden_size}, {pos}")
+        except Exception:  # noqa: BLE001 - a repr never raises (e.g. on a model being closed)
+            shape = "?"
+        return f"<idinspect.Model {p.source!r}{rev}: {a.family} ({a.architecture}), {shape}>"
+
     @property
     def hf_config(self):
         """The full transformers config (``AutoConfig`` of the folder), read on first use."""
