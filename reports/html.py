@@ -12,17 +12,18 @@ from __future__ import annotations
 import json
 import math
 
-from ..audit.rules import severity_rank
 from . import svg_charts
 from .atomic import write_text_atomic
 from .html_style import CSS, SCRIPT
 from .json_report import ordered
-from .summary import (attention_shape, bias_free_ratio, closed_form_line, closed_form_text, finding_details, findings_by_rule,
-                      fmt_float, fmt_int, fmt_ratio, head_rows, layer_groups, positional_text, revision_text,
+from .html_findings import findings_section as _findings_section
+from .html_findings import sev_badge as _sev
+from .html_spectra import spectra_section as _spectra_section
+from .mathml import math as formula_math, with_formula
+from .summary import (attention_shape, bias_free_ratio, closed_form_line, closed_form_name, closed_form_text,
+                      fmt_float, fmt_int, fmt_ratio, layer_groups, plural, positional_text, revision_text,
                       severity_counts)
 from .svg_charts import esc
-
-SEVERITY_MARK = {"error": "✖", "warning": "▲", "note": "●"}
 #: Above this many singular values in total, the embedded data keeps only the top ones per head.
 EMBED_SPECTRA_LIMIT = 200_000
 EMBED_TOP = 16
@@ -97,13 +98,6 @@ def _embedded(result: dict) -> dict:
     return data
 
 
-def _sev(severity: str, count: int | None = None) -> str:
-    mark = SEVERITY_MARK.get(severity, "·")
-    text = f"{count} {severity}" if count is not None else severity
-    cls = "sev-zero" if count == 0 else f"sev-{esc(severity)}"
-    return f'<span class="sev {cls}"><span aria-hidden="true">{mark}</span> {esc(text)}</span>'
-
-
 def _kv_table(rows: list[tuple[str, str]], caption: str) -> str:
     body = "".join(f'<tr><th scope="row">{esc(k)}</th><td>{v}</td></tr>' for k, v in rows)
     return f'<table class="kv"><caption>{esc(caption)}</caption><tbody>{body}</tbody></table>'
@@ -122,13 +116,21 @@ def _summary(result: dict) -> str:
         rows += [("Attention parameters", esc(fmt_int(att))), ("Model parameters", esc(fmt_int(total))),
                  ("Share of the model analysed", esc(fmt_ratio(att / total) if att and total else "–")),
                  ("Unidentified parameters", esc(fmt_int(totals.get("unidentified_parameters")))),
-                 ("Identification ratio (U / P)", esc(fmt_ratio(totals.get("identification_ratio")))),
-                 ("Closed form", esc(closed_form_line(result)))]
+                 ("Identification ratio", formula_math("U / P") + " = " + esc(fmt_ratio(totals.get("identification_ratio")))),
+                 ("Closed form", with_formula(closed_form_line(result), closed_form_name(result)))]
+        extra = totals.get("extra_unidentified") or 0
+        if extra:
+            with_weights = totals.get("unidentified_with_weights") or (totals.get("unidentified_parameters") or 0) + extra
+            rows.append(("Unidentified with the actual weights",
+                         f'<strong class="warn">{esc(fmt_int(with_weights))} = '
+                         f"{esc(fmt_ratio(with_weights / att) if att else '–')}</strong>"
+                         f"{esc(f': dead or rank-deficient heads add {fmt_int(extra)}')}"))
         if totals.get("unidentified_share_of_model") is not None:
             rows.append(("Unidentified share of the model", esc(fmt_ratio(totals["unidentified_share_of_model"]))))
         cards.append(_card("Unidentified in attention", fmt_ratio(totals.get("identification_ratio")),
                            f"{fmt_int(totals.get('unidentified_parameters'))} of {fmt_int(att)} parameters"))
-        cards.append(_card("Closed form", fmt_ratio(totals.get("closed_form_ratio")), closed_form_text(result)))
+        cards.append(_card("Closed form", fmt_ratio(totals.get("closed_form_ratio")), closed_form_text(result),
+                           formula=closed_form_name(result)))
         cards.append(_card("Attention share of model", fmt_ratio(att / total) if att and total else "–",
                            f"{fmt_int(att)} of {fmt_int(total)} parameters"))
     findings = result.get("findings")
@@ -138,19 +140,19 @@ def _summary(result: dict) -> str:
         worst = next((s for s, n in counts.items() if n), None)
         cards.append('<div class="card"><span class="small">Findings</span><span class="big">'
                      + (_sev(worst, counts[worst]) if worst else '<span class="ok">✔ none</span>')
-                     + f'</span><span class="small">{esc(", ".join(f"{n} {s}" for s, n in counts.items()))}</span></div>')
+                     + f'</span><span class="small">{esc(", ".join(plural(n, s) for s, n in counts.items()))}</span></div>')
     return ('<section id="summary" aria-labelledby="h-summary"><h2 id="h-summary">Summary</h2>'
             f'<div class="cards">{"".join(cards)}</div>{_kv_table(rows, "Model and totals")}</section>')
 
 
-def _card(title: str, big: str, small: str) -> str:
+def _card(title: str, big: str, small: str, formula: str | None = None) -> str:
     return (f'<div class="card"><span class="small">{esc(title)}</span><span class="big">{esc(big)}</span>'
-            f'<span class="small">{esc(small)}</span></div>')
+            f'<span class="small">{with_formula(small, formula)}</span></div>')
 
 
 _LAYER_COLS = (("attention_parameters", "Parameters"), ("qk_gauge", "QK gauge"), ("vo_gauge", "VO gauge"),
                ("noop_bias", "No-op bias"), ("absorbable_bias", "Absorbable bias"),
-               ("unidentified_parameters", "Unidentified"))
+               ("unidentified_parameters", "Unidentified"), ("extra_unidentified", "+ weights"))
 
 
 def _layer_table(groups, caption: str) -> str:
@@ -172,9 +174,10 @@ def _layers_section(layers: list[dict]) -> str:
     every = layer_groups(layers, collapse=False)
     parts = ['<section id="layers" aria-labelledby="h-layers"><h2 id="h-layers">Identified and unidentified '
              "parameters per layer</h2>",
-             f"<figure>{svg_charts.parameter_bars(layers)}<figcaption>Each bar is one layer's attention "
-             "parameters (100%); the coloured part on the left is unidentified: the QK and VO gauge "
-             "dimensions and the no-op and absorbable bias dimensions. Numbers at the right: unidentified / "
+             f"<figure>{svg_charts.parameter_bars(layers)}<figcaption>What the unidentified parameters of each "
+             "layer are made of: QK and VO gauge dimensions, no-op and absorbable bias dimensions, and what dead "
+             "or rank-deficient heads add. The axis stops just above the largest layer's share, so the small "
+             "parts show; identical consecutive layers share a bar (x N). Numbers at the right: unidentified of "
              "total.</figcaption></figure>",
              _layer_table(collapsed, "Counts per layer (identical consecutive layers share a row)")]
     if len(collapsed) != len(every):
@@ -188,6 +191,7 @@ def _ratio_section(result: dict, layers: list[dict]) -> str:
     totals = result.get("totals") or {}
     meas, closed = totals.get("identification_ratio"), totals.get("closed_form_ratio")
     free = bias_free_ratio(result)
+    form = closed_form_name(result)
     sentences = [f"Measured U / P = {fmt_ratio(meas)} over all attention parameters; the closed form for this "
                  f"configuration is {closed_form_text(result)}, counting no biases."]
     if free is not None and closed is not None:
@@ -198,77 +202,10 @@ def _ratio_section(result: dict, layers: list[dict]) -> str:
         sentences.append("Biases account for the difference: they add parameters, and no-op or absorbable "
                          "biases add unidentified ones.")
     return ('<section id="ratio" aria-labelledby="h-ratio"><h2 id="h-ratio">Closed form against measured '
-            f"ratio</h2><p>{esc(' '.join(sentences))}</p><figure>{svg_charts.ratio_chart(layers)}<figcaption>"
+            f"ratio</h2><p>{with_formula(' '.join(sentences), form)}</p><figure>{svg_charts.ratio_chart(layers)}<figcaption>"
             "Bars: measured unidentified share U / P of each layer (biases included). Diamonds: the same counted "
             "without biases. Dashed lines: the closed form for the layer's bias-free configuration."
             "</figcaption></figure></section>")
-
-
-def _spectra_section(layers: list[dict]) -> str:
-    if not any(layer.get("spectra") for layer in layers):
-        return ('<section id="spectra" aria-labelledby="h-spectra"><h2 id="h-spectra">Per-head spectra</h2>'
-                "<p>The result carries no spectra.</p></section>")
-    parts = ['<section id="spectra" aria-labelledby="h-spectra"><h2 id="h-spectra">Per-head spectra</h2>',
-             "<p>Effective rank is exp(entropy) of the normalised singular values (1 = one direction, "
-             "d_k = all equal). A <strong>!</strong> and a red outline mark a head whose numerical rank is "
-             "below its width: it has more freedom than the structure says. Hover a cell for its numbers; "
-             "the table below lists them all.</p>"]
-    parts.append('<div class="spectra-grid">')
-    for side, label in (("qk", "W_QK (query-key)"), ("ov", "W_OV (value-output)")):
-        parts.append(f'<div class="metric-group" data-metric-group="{side}"><h3>{esc(label)}</h3>'
-                     '<div class="metric-toggle" role="group" aria-label="Heatmap metric">'
-                     '<button type="button" data-show="effective_rank" aria-pressed="true">Effective rank</button>'
-                     '<button type="button" data-show="top_sigma" aria-pressed="false">Largest singular value'
-                     "</button></div>")
-        for metric, mlabel in (("effective_rank", "effective rank"), ("top_sigma", "largest singular value")):
-            chart = svg_charts.heatmap(layers, side, metric, f"heat-{side}-{metric}")
-            parts.append(f'<figure class="metric" data-metric="{metric}">{chart}<figcaption>{esc(label)}: '
-                         f"{esc(mlabel)} per layer (rows) and query head (columns).</figcaption></figure>")
-        parts.append("</div>")
-    parts.append("</div>")
-    parts.append(f"<details><summary>Per-head table</summary>{_head_table(layers)}</details></section>")
-    return "".join(parts)
-
-
-def _head_table(layers: list[dict]) -> str:
-    cols = ("Layer", "Head", "KV head", "QK rank", "QK eff. rank", "QK condition", "QK top σ",
-            "OV rank", "OV eff. rank", "OV condition", "OV top σ")
-    head = "".join(f'<th scope="col"{" class=num" if i > 1 else ""}>{esc(c)}</th>' for i, c in enumerate(cols))
-    body = []
-    for layer in layers:
-        for r in head_rows(layer):
-            cells = [r.kv_head, _rank(r.qk_rank, layer.get("d_k")), fmt_float(r.qk_effective_rank),
-                     fmt_float(r.qk_condition), " ".join(fmt_float(v) for v in r.qk_top),
-                     _rank(r.ov_rank, layer.get("d_v")), fmt_float(r.ov_effective_rank),
-                     fmt_float(r.ov_condition), " ".join(fmt_float(v) for v in r.ov_top)]
-            body.append(f'<tr><th scope="row">{esc(layer.get("index"))}</th><th scope="row">{r.head}</th>'
-                        + "".join(f'<td class="num">{esc(c)}</td>' for c in cells) + "</tr>")
-    return (f'<div class="scroll"><table class="heads"><caption>Per-head spectra (top three singular values)'
-            f"</caption><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table></div>")
-
-
-def _rank(rank, full) -> str:
-    if rank is None:
-        return "–"
-    return f"{rank} (below {full}!)" if full is not None and rank < full else str(rank)
-
-
-def _findings_section(findings: list[dict]) -> str:
-    head = ('<section id="findings" aria-labelledby="h-findings"><h2 id="h-findings">Findings</h2>')
-    if not findings:
-        return head + '<p class="ok">✔ No findings.</p></section>'
-    rows = []
-    for rule, _worst, items in findings_by_rule(findings):
-        for f in sorted(items, key=lambda f: -severity_rank(str(f.get("severity")))):
-            details = "; ".join(f"{k} = {v}" for k, v in finding_details(f))
-            rows.append(f'<tr><td>{_sev(str(f.get("severity", "note")))}</td><th scope="row"><code>{esc(rule)}</code></th>'
-                        f'<td class="num">{esc(f.get("layer", "–"))}</td><td><code>{esc(f.get("tensor", "–"))}</code></td>'
-                        f'<td class="num">{esc(fmt_int(f.get("parameters")))}</td><td>{esc(f.get("message", ""))}</td>'
-                        f"<td>{esc(details)}</td></tr>")
-    cols = ("Severity", "Rule", "Layer", "Tensor", "Parameters", "Message", "Details")
-    thead = "".join(f'<th scope="col">{c}</th>' for c in cols)
-    return (head + f'<div class="scroll"><table class="findings"><caption>{len(findings)} findings, worst rule '
-            f"first</caption><thead><tr>{thead}</tr></thead><tbody>{''.join(rows)}</tbody></table></div></section>")
 
 
 def _proof_section(proof: dict) -> str:
@@ -302,5 +239,23 @@ def _provenance(result: dict) -> str:
     if result.get("generated_at"):
         rows.append(("Generated at", esc(result["generated_at"])))
     return ('<section id="provenance" aria-labelledby="h-prov"><h2 id="h-prov">Provenance</h2>'
-            f'{_kv_table(rows, "Where these numbers come from")}<p>The full result is embedded in this file as '
-            'JSON (<code>script#idinspect-data</code>).</p></section>')
+            f'{_kv_table(rows, "Where these numbers come from")}{_files_table(model.get("files"))}'
+            '<p>The full result is embedded in this file as JSON (<code>script#idinspect-data</code>).</p></section>')
+
+
+def _files_table(files) -> str:
+    """The files read: size and digest (sha256 of small files, of each safetensors header, or the hub's)."""
+    if not files:
+        return ""
+    rows = []
+    for f in files:
+        kind, digest = next(((k, f[k]) for k in ("header_sha256", "sha256", "hub_sha256") if f.get(k)), ("", ""))
+        what = {"header_sha256": "sha256 of the header", "sha256": "sha256 of the file",
+                "hub_sha256": "sha256 of the file (the hub's)"}.get(kind, "–")
+        rows.append(f'<tr><th scope="row"><code>{esc(f.get("name", "?"))}</code></th>'
+                    f'<td class="num">{esc(fmt_int(f.get("bytes")))}</td><td>{esc(what)}</td>'
+                    f'<td><code class="digest">{esc(digest or "–")}</code></td></tr>')
+    return ('<div class="scroll"><table class="files"><caption>Files read: size in bytes and digest (a safetensors '
+            "file's header names, shapes and places every tensor)</caption><thead><tr><th scope=\"col\">File</th>"
+            '<th scope="col" class="num">Bytes</th><th scope="col">Digest of</th><th scope="col">sha256</th></tr>'
+            f"</thead><tbody>{''.join(rows)}</tbody></table></div>")

@@ -10,12 +10,14 @@ CSS = """
   --bg: #ffffff; --fg: #1b1f24; --muted: #57606a; --line: #d0d7de; --panel: #f6f8fa; --accent: #0b5cad;
   --qk: #0b5cad; --vo: #c2410c; --noop: #7c3aed; --abs: #0f766e; --id: #d8dee4; --meas: #0b5cad;
   --closed: #b91c1c; --free: #f59e0b; --error: #b91c1c; --warning: #8a5a00; --note: #0b5cad; --ok: #1a7f37;
+  --extra: #be185d;
 }
 @media (prefers-color-scheme: dark) {
   :root {
     --bg: #0d1117; --fg: #e6edf3; --muted: #9da7b3; --line: #30363d; --panel: #161b22; --accent: #58a6ff;
     --qk: #58a6ff; --vo: #f0883e; --noop: #bc8cff; --abs: #3fb950; --id: #30363d; --meas: #58a6ff;
     --closed: #ff7b72; --free: #f2cc60; --error: #ff7b72; --warning: #d29922; --note: #58a6ff; --ok: #3fb950;
+    --extra: #f778ba;
   }
 }
 * { box-sizing: border-box; }
@@ -26,6 +28,7 @@ body { margin: 0; background: var(--bg); color: var(--fg);
 code, .mono { font-family: ui-monospace, "SFMono-Regular", Menlo, Consolas, "DejaVu Sans Mono", monospace;
   font-size: 0.92em; overflow-wrap: anywhere; }
 .skip { position: absolute; left: -999px; }
+.vh { position: absolute; width: 1px; height: 1px; overflow: hidden; clip: rect(0 0 0 0); white-space: nowrap; }
 .skip:focus { left: 8px; top: 8px; background: var(--panel); padding: 4px 8px; z-index: 2; }
 header, main, footer { max-width: 1180px; margin: 0 auto; padding: 0 20px; }
 header { padding-top: 18px; }
@@ -47,6 +50,16 @@ thead th { background: var(--panel); }
 td.num, th.num { text-align: right; white-space: nowrap; }
 table.kv th { white-space: nowrap; }
 .scroll { overflow-x: auto; max-width: 100%; }
+table.findings { width: 100%; }
+table.findings td { overflow-wrap: normal; }
+code.tensor, code.rule, code.digest { overflow-wrap: normal; word-break: normal; white-space: nowrap; }
+h3 code.rule { font-size: 1em; }
+p.explain { color: var(--muted); margin: 2px 0 4px; max-width: 75em; }
+.warn { color: var(--warning); }
+p.small { color: var(--muted); font-size: 0.9rem; }
+ul.spectra-summary { margin: 6px 0; padding-left: 1.2em; }
+math { font-size: 1.08em; }
+@media (max-width: 800px) { code.tensor { white-space: normal; } }
 .sev { font-weight: 600; white-space: nowrap; }
 .sev-zero { color: var(--muted); font-weight: 400; }
 .sev-error { color: var(--error); } .sev-warning { color: var(--warning); } .sev-note { color: var(--note); }
@@ -59,6 +72,7 @@ svg .lbl { fill: var(--fg); font-size: 11px; font-family: inherit; }
 svg .num { font-variant-numeric: tabular-nums; }
 svg .axis, svg .grid { stroke: var(--line); stroke-width: 1; }
 svg .c-qk { fill: var(--qk); } svg .c-vo { fill: var(--vo); } svg .c-noop { fill: var(--noop); }
+svg .c-extra { fill: var(--extra); }
 svg .c-abs { fill: var(--abs); } svg .c-id { fill: var(--id); } svg .c-meas { fill: var(--meas); }
 svg .c-free { fill: var(--free); stroke: var(--bg); stroke-width: 1; }
 svg .closed { stroke: var(--closed); stroke-width: 2.5; stroke-dasharray: 5 3; }

@@ -239,6 +239,14 @@ def positional_text(model: dict) -> str:
     return kind
 
 
+def closed_form_name(result: dict) -> str | None:
+    """The closed form's plain-text name (``1/(2H)``) when the model has one form, else None."""
+    forms = {layer.get("closed_form") for layer in result.get("layers") or [] if layer.get("closed_form")}
+    if not forms and (result.get("totals") or {}).get("closed_form"):
+        forms = {result["totals"]["closed_form"]}
+    return forms.pop() if len(forms) == 1 else None
+
+
 def closed_form_text(result: dict) -> str:
     """``1/(2H) = 4.167%`` from the layers (or the totals' ratio alone), ``–`` when unknown."""
     layers = result.get("layers") or []

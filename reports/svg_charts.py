@@ -56,55 +56,82 @@ def _ink_for(t: float) -> str:
     return "ink-dark" if t > 0.55 else "ink-light"
 
 
+#: The unidentified parts the weights add beyond the structure (dead or rank-deficient heads).
+EXTRA_SEGMENT = ("extra_unidentified", "added by the weights", "c-extra")
+
+
 def parameter_bars(layers: list[dict], chart_id: str = "chart-params") -> str:
-    """One horizontal 100 % bar per layer: unidentified parts (QK, VO, biases) then identified."""
-    n = len(layers)
+    """The composition of each layer's unidentified parameters, on a scale where it is visible.
+
+    Runs of identical consecutive layers share one bar (labelled ``layers 0-29``). Each bar is
+    split into QK gauge, VO gauge, no-op and absorbable bias dimensions and what dead or
+    rank-deficient heads add; the axis runs from 0 to a round share just above the largest layer's
+    (e.g. 0-10 % of the layer's attention parameters), so the small parts stay readable. The
+    identified remainder is off the scale and said in the numbers at the right.
+    """
+    from .summary import layer_groups
+
+    groups = layer_groups(layers, collapse=True)
+    n = len(groups)
     row, gap = (18, 6) if n <= 40 else (10, 3)
-    left, right, width = 78, 190, 860
+    left, right, width = 150, 230, 900
     bar_w = width - left - right
     top = 34
-    height = top + n * (row + gap) + 26
-    desc = "; ".join(f"layer {layer.get('index')}: {fmt_int(layer.get('unidentified_parameters'))} of "
-                     f"{fmt_int(layer.get('attention_parameters'))} unidentified"
-                     for layer in layers[:50]) + ("; ..." if n > 50 else "")
-    out = _open_svg(chart_id, width, height, "Identified and unidentified attention parameters per layer",
+    height = top + n * (row + gap) + 42
+    segments = (*SEGMENTS, EXTRA_SEGMENT)
+
+    def share(layer: dict) -> float:
+        params = layer.get("attention_parameters") or 0
+        un = (layer.get("unidentified_parameters") or 0) + (layer.get("extra_unidentified") or 0)
+        return un / params if params else 0.0
+
+    biggest = max((share(g.row) for g in groups), default=0.0)
+    step = nice_step(max(biggest, 1e-9) * 1.05 / 4)
+    vmax = min(step * 4, 1.0) if biggest <= 1.0 else biggest
+    desc = (f"Unidentified attention parameters per layer, axis 0 to {fmt_ratio(vmax)} of the layer's "
+            "parameters; " + "; ".join(f"{g.label}: {fmt_int(g.row.get('unidentified_parameters'))} of "
+                                      f"{fmt_int(g.row.get('attention_parameters'))} unidentified"
+                                      for g in groups[:50]) + ("; ..." if n > 50 else ""))
+    out = _open_svg(chart_id, width, height, "Composition of the unidentified attention parameters per layer",
                     desc, "bars")
     x = left
-    for key, label, cls in (*SEGMENTS, ("identified", "identified", "c-id")):
+    for key, label, cls in segments:
         out.append(f'<rect class="{cls}" x="{x}" y="8" width="12" height="12"/>'
                    f'<text class="lbl" x="{x + 16}" y="18">{esc(label)}</text>')
-        x += 28 + 7 * len(label)
-    for i, layer in enumerate(layers):
-        y = top + i * (row + gap)
+        x += 28 + 6.2 * len(label)
+    for i, g in enumerate(groups):
+        layer, y = g.row, top + i * (row + gap)
         params = layer.get("attention_parameters") or 0
-        un = layer.get("unidentified_parameters") or 0
-        out.append(f'<g class="row"><title>{esc(_bar_tooltip(layer))}</title>')
-        out.append(f'<text class="lbl" x="{left - 6}" y="{y + row * 0.75:.1f}" text-anchor="end">'
-                   f'layer {esc(layer.get("index"))}</text>')
+        un = (layer.get("unidentified_parameters") or 0) + (layer.get("extra_unidentified") or 0)
+        out.append(f'<g class="row"><title>{esc(_bar_tooltip(layer, g.label))}</title>')
+        label = g.label if g.count == 1 else g.label.split(" (")[0]
+        out.append(f'<text class="lbl" x="{left - 6}" y="{y + row * 0.75:.1f}" text-anchor="end">{esc(label)}</text>')
         x = float(left)
-        for key, _label, cls in SEGMENTS:
+        for key, _label, cls in segments:
             v = layer.get(key) or 0
             if params and v:
-                w = bar_w * v / params
-                out.append(f'<rect class="{cls}" x="{x:.2f}" y="{y}" width="{max(w, 0.5):.2f}" height="{row}"/>')
+                w = bar_w * (v / params) / vmax
+                out.append(f'<rect class="{cls}" x="{x:.2f}" y="{y}" width="{max(w, 1.0):.2f}" height="{row}"/>')
                 x += w
-        if params:
-            out.append(f'<rect class="c-id" x="{x:.2f}" y="{y}" width="{max(left + bar_w - x, 0):.2f}" height="{row}"/>')
         out.append(f'<text class="lbl num" x="{left + bar_w + 6}" y="{y + row * 0.75:.1f}">'
-                   f'{esc(fmt_int(un))} / {esc(fmt_int(params))} ({esc(fmt_ratio(un / params if params else None))})'
-                   f'</text></g>')
+                   f'{esc(fmt_int(un))} of {esc(fmt_int(params))} ({esc(fmt_ratio(un / params if params else None))})'
+                   f"{esc(f' x{g.count}' if g.count > 1 else '')}</text></g>")
     axis_y = top + n * (row + gap) + 4
-    for frac in (0, 0.25, 0.5, 0.75, 1.0):
+    for k in range(5):
+        frac = k / 4
         ax = left + bar_w * frac
         out.append(f'<line class="axis" x1="{ax:.1f}" y1="{top - 4}" x2="{ax:.1f}" y2="{axis_y}"/>'
-                   f'<text class="lbl" x="{ax:.1f}" y="{axis_y + 14}" text-anchor="middle">{int(frac * 100)}%</text>')
+                   f'<text class="lbl" x="{ax:.1f}" y="{axis_y + 14}" text-anchor="middle">'
+                   f"{_num(round(vmax * frac * 100, 6))}%</text>")
+    out.append(f'<text class="lbl" x="{left + bar_w / 2:.1f}" y="{axis_y + 27}" text-anchor="middle">'
+               "share of the layer's attention parameters (the identified rest is off the scale)</text>")
     out.append("</svg>")
     return "".join(out)
 
 
-def _bar_tooltip(layer: dict) -> str:
-    parts = [f"layer {layer.get('index')}: {fmt_int(layer.get('attention_parameters'))} parameters"]
-    parts += [f"{label} {fmt_int(layer.get(key))}" for key, label, _ in SEGMENTS]
+def _bar_tooltip(layer: dict, label: str | None = None) -> str:
+    parts = [f"{label or 'layer ' + str(layer.get('index'))}: {fmt_int(layer.get('attention_parameters'))} parameters"]
+    parts += [f"{label} {fmt_int(layer.get(key))}" for key, label, _ in (*SEGMENTS, EXTRA_SEGMENT)]
     parts.append(f"unidentified {fmt_int(layer.get('unidentified_parameters'))} "
                  f"({fmt_ratio(layer.get('identification_ratio'))})")
     return ", ".join(parts)
@@ -191,11 +218,25 @@ def heatmap_values(layers: list[dict], side: str, metric: str) -> list[list[floa
     return grid
 
 
-def heatmap(layers: list[dict], side: str, metric: str, chart_id: str) -> str:
+def heatmap_scale(layers: list[dict], metric: str) -> tuple[float, float]:
+    """One colour scale for the W_QK and W_OV heatmaps of ``metric``: effective rank from the smallest
+    value over both (rounded down) to the widest head (max of d_k, d_v); the largest singular value
+    from the smallest to the largest over both."""
+    finite = [v for side in ("qk", "ov") for r in heatmap_values(layers, side, metric) for v in r
+              if v is not None and math.isfinite(v)]
+    if metric == "effective_rank":
+        full = max((layer.get(k) or 1 for layer in layers for k in ("d_k", "d_v")), default=1)
+        lo, hi = (float(math.floor(min(finite))) if finite else 1.0), float(full)
+        return min(lo, hi - 1.0), hi
+    return (min(finite), max(finite)) if finite else (0.0, 1.0)
+
+
+def heatmap(layers: list[dict], side: str, metric: str, chart_id: str,
+            scale: tuple[float, float] | None = None) -> str:
     """Layer x head heatmap of one spectral ``metric`` for ``side`` ("qk" or "ov").
 
-    Effective rank is scaled from the smallest value (rounded down) to the head width (d_k or d_v);
-    the top singular value from the smallest to the largest in the chart; the legend says which. Numerically rank-deficient heads carry a "!" mark.
+    The colour scale is ``scale`` (default :func:`heatmap_scale`, shared by W_QK and W_OV so the two
+    charts compare); the legend shows it. Numerically rank-deficient heads carry a "!" mark.
     """
     grid = heatmap_values(layers, side, metric)
     n_rows, n_cols = len(grid), max((len(r) for r in grid), default=0)
@@ -206,13 +247,7 @@ def heatmap(layers: list[dict], side: str, metric: str, chart_id: str) -> str:
     left, top = 70, 52
     width = max(left + n_cols * cell_w + 20, 430)
     height = top + n_rows * cell_h + 8
-    finite = [v for r in grid for v in r if v is not None and math.isfinite(v)]
-    if metric == "effective_rank":
-        full = max((layer.get("d_k" if side == "qk" else "d_v") or 1 for layer in layers), default=1)
-        lo, hi = (float(math.floor(min(finite))) if finite else 1.0), float(full)
-        lo = min(lo, hi - 1.0)
-    else:
-        lo, hi = (min(finite), max(finite)) if finite else (0.0, 1.0)
+    lo, hi = scale or heatmap_scale(layers, metric)
     span = (hi - lo) or 1.0
     desc = (f"{metric_label} of {label} for {n_rows} layers x {n_cols} heads, from {fmt_float(lo)} (dark) "
             f"to {fmt_float(hi)} (light); a ! marks a numerically rank-deficient head")

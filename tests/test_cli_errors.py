@@ -318,7 +318,9 @@ def test_json_is_the_only_thing_on_stdout(variant, tiny_dir):
     assert list(result)[:3] == ["schema_version", "tool", "model"]
     assert result["schema_version"] == 1
     assert result["tool"] == {"name": "idinspect", "version": version("idinspect")}
-    assert sorted(result["model"]) == sorted(MODEL_KEYS)
+    assert sorted(result["model"]) == sorted([*MODEL_KEYS, "files"])
+    assert [f["name"] for f in result["model"]["files"]][0] == "config.json"
+    assert all(len(f.get("sha256") or f.get("header_sha256")) == 64 and f["bytes"] > 0 for f in result["model"]["files"])
     model = result["model"]
     assert model["source"] == str(tiny_dir(variant)) and model["revision"] is None
     assert model["layers"] >= 2 and model["heads"] % model["kv_heads"] == 0

@@ -147,3 +147,58 @@ def test_dom_after_scripts_has_tables_charts_and_inert_strings(chromium, tmp_pat
     assert [a.get("data-metric") for a in hidden] == ["top_sigma", "top_sigma"]  # the toggle chose a metric
     assert not dom.find("img"), "a tensor name became an element"
     assert EVIL.replace("<", "&lt;").replace(">", "&gt;") in proc.stdout
+
+
+#: Injected after the report's own script: measures every table cell and formula once laid out at
+#: WIDTH px and writes the numbers into <body data-layout="..."> for --dump-dom.
+MEASURE = """<script>
+(function () {
+  var out = {cells: [], tensors: [], rules: [], maths: 0, page: document.documentElement.scrollWidth};
+  document.querySelectorAll("table td, table th").forEach(function (c) {
+    var r = c.getBoundingClientRect();
+    if (!r.height) { return; }  /* inside a closed <details> */
+    var s = getComputedStyle(c);
+    var inner = r.height - parseFloat(s.paddingTop) - parseFloat(s.paddingBottom)
+                - parseFloat(s.borderTopWidth) - parseFloat(s.borderBottomWidth);
+    var lines = inner / parseFloat(s.lineHeight);
+    var tensors = c.querySelectorAll("code.tensor").length || 1;
+    out.cells.push({lines: lines / tensors, text: c.textContent.slice(0, 60)});
+  });
+  document.querySelectorAll("code.tensor, code.rule").forEach(function (c) {
+    var r = c.getBoundingClientRect(), lh = parseFloat(getComputedStyle(c).lineHeight) || 20;
+    (c.classList.contains("rule") ? out.rules : out.tensors).push({lines: r.height / lh, text: c.textContent});
+  });
+  document.querySelectorAll("math").forEach(function (m) {
+    if (m.getBoundingClientRect().width > 0 && m.querySelector("mfrac")) { out.maths += 1; }
+  });
+  document.body.setAttribute("data-layout", JSON.stringify(out));
+})();
+</script>"""
+
+
+def measured_layout(chromium: str, tmp_path: Path, html: str, name: str) -> dict:
+    import json
+
+    page = tmp_path / name
+    page.write_text(html.replace("</body>", MEASURE + "</body>"), encoding="utf-8")
+    proc = run_browser(chromium, tmp_path, page, "--dump-dom")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    body = [a for t, a in Dom(proc.stdout).tags if t == "body"][0]
+    return json.loads(body["data-layout"])
+
+
+@pytest.mark.parametrize("fixture", ["llama", "bert"])
+def test_layout_at_1280_px_keeps_cells_short_and_names_whole(chromium, tmp_path, fixture):
+    """No table cell taller than three lines (per tensor name it lists), tensor and rule names on one
+    line each (never wrapped letter by letter), no horizontal overflow, the formulas laid out as MathML."""
+    from idinspect.reports.html import render_html
+    from tests.report_fixtures import bert_result
+
+    result = llama_result() if fixture == "llama" else bert_result()
+    layout = measured_layout(chromium, tmp_path, render_html(result), f"{fixture}.html")
+    tall = [c for c in layout["cells"] if c["lines"] > 3.2]
+    assert not tall, tall[:5]
+    assert layout["tensors"] and all(t["lines"] < 1.6 for t in layout["tensors"]), layout["tensors"][:5]
+    assert layout["rules"] and all(r["lines"] < 1.6 for r in layout["rules"]), layout["rules"]
+    assert layout["page"] <= WIDTH, layout["page"]
+    assert layout["maths"] >= 3  # closed form (summary, card, ratio section) and U / P: rendered fractions

@@ -84,7 +84,7 @@ def test_text_beside_colour(page):
     # severities are spelled out, the rank-deficient head carries a "!" and every bar its numbers
     assert "1 warning" in page and "0 error" in page
     assert re.search(r'<text class="cell-txt[^"]*"[^>]*>![0-9.]*</text>', page)
-    assert "40 / 768 (5.208%)" in page
+    assert "40 of 768 (5.208%)" in page
     assert "layers 0-8 (9 identical)" in page
 
 
@@ -178,4 +178,4 @@ def test_control_characters_from_the_checkpoint_are_shown_as_escapes():
     text = render_html(result)
     body = text[:text.index('<script type="application/json"')] + text[text.rindex("</script>"):]
     assert not re.search("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]", body)
-    assert "Llama\\x1b]52;c;ZXZpbA==\\x07" in text and "q\\x1b[2J\\x00.weight" in text
+    assert "Llama\\x1b]52;c;ZXZpbA==\\x07" in text and "q\\x1b[2J\\x00.<wbr>weight" in text

@@ -32,6 +32,11 @@ def inspect(source, *, revision: str | None = None, token: str | None = None, de
     try:
         result = {"schema_version": SCHEMA_VERSION, "tool": tool_info(), "model": model.summary()}
         result.update(analyze(model, device=device, spectra=spectra, on_layer=on_layer))
+        from ..sources.file_digest import checkpoint_files
+
+        files = checkpoint_files(model)
+        if files is not None:   # sizes and header digests: which files these numbers describe
+            result["model"]["files"] = files
         fetched = model.fetch_summary()
         if fetched is not None:   # a hub checkpoint read in part: known once every layer was read
             result["model"]["fetch"] = fetched
