@@ -90,9 +90,11 @@ def sarif_log(result: dict) -> dict:
     invocation = {"executionSuccessful": not notes, "exitCode": summary.get("exit_code", 2 if notes else 0)}
     if notes:
         invocation["toolExecutionNotifications"] = notes
+    driver = {"name": tool.get("name", "idinspect"), "version": str(tool.get("version", "0"))}
+    if information_uri():  # only a real project URL from the package metadata; never a placeholder
+        driver["informationUri"] = information_uri()
     run = {
-        "tool": {"driver": {"name": tool.get("name", "idinspect"), "version": str(tool.get("version", "0")),
-                            "informationUri": information_uri(), "rules": [_rule_descriptor(r) for r in rules]}},
+        "tool": {"driver": {**driver, "rules": [_rule_descriptor(r) for r in rules]}},
         "invocations": [invocation],
         "results": results,
         "properties": {"failOn": summary.get("fail_on"), "verdict": summary.get("verdict"),

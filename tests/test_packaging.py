@@ -148,3 +148,28 @@ def test_python_dash_m_and_console_script(tmp_path):
     assert script.is_file(), f"no console script at {script}: pip install -e . creates it"
     r = _run([str(script), "--version"], cwd=tmp_path, timeout=600)
     assert r.returncode == 0 and r.stdout.strip() == expected, r.stderr[-2000:]
+
+
+def test_pip_installs_the_built_wheel_from_a_file(wheel, tiny_dir, tmp_path):
+    """What README's install story promises: ``pip install idinspect-X-py3-none-any.whl`` in a fresh
+    virtual environment gives a working ``idinspect`` command. The dependencies come from this
+    environment (a path line in a .pth file, which does not run this environment's own .pth hooks,
+    so the editable install stays out); pip itself installs only the wheel, from the file, offline."""
+    venv = tmp_path / "venv"
+    made = _run([sys.executable, "-m", "venv", str(venv)], cwd=tmp_path, timeout=600)
+    assert made.returncode == 0, made.stderr[-2000:]
+    bindir = venv / ("Scripts" if os.name == "nt" else "bin")
+    py = bindir / ("python.exe" if os.name == "nt" else "python")
+    site = Path(_run([str(py), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                     cwd=tmp_path).stdout.strip())
+    (site / "deps_of_the_test_environment.pth").write_text(sysconfig.get_path("purelib") + "\n")
+    pip = _run([str(py), "-m", "pip", "install", "--no-deps", "--no-index", str(wheel)], cwd=tmp_path, timeout=600)
+    assert pip.returncode == 0, pip.stdout[-2000:] + pip.stderr[-2000:]
+    script = bindir / ("idinspect.exe" if os.name == "nt" else "idinspect")
+    r = _run([str(script), "--version"], cwd=tmp_path, timeout=600)
+    assert r.returncode == 0 and r.stdout.strip() == f"idinspect, version {version('idinspect')}", r.stderr[-2000:]
+    r = _run([str(py), "-c", "import idinspect.reports, sys; print(idinspect.reports.__file__)"], cwd=tmp_path)
+    assert Path(r.stdout.strip()).is_relative_to(site), r.stdout + r.stderr
+    r = _run([str(script), str(tiny_dir("llama-gqa")), "--format", "json"], cwd=tmp_path, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert json.loads(r.stdout)["model"]["kv_heads"] == 2

@@ -16,25 +16,22 @@ WORST_FIRST: tuple[str, ...] = tuple(reversed(SEVERITIES))
 #: What a policy may assign to a rule: a severity, or ``off``.
 LEVELS: tuple[str, ...] = (*SEVERITIES, "off")
 
-#: Used as SARIF ``informationUri`` when the installed package metadata names no project URL.
-FALLBACK_INFORMATION_URI = "https://example.invalid/idinspect"
-
-
-def information_uri() -> str:
-    """The project's home page from the package metadata (``[project.urls]``), else a placeholder."""
+def information_uri() -> str | None:
+    """The project's home page from the package metadata (``[project.urls]``), else None: SARIF's
+    ``informationUri`` is optional, and a placeholder address would send users nowhere."""
     from importlib.metadata import PackageNotFoundError, metadata
 
     try:
         meta = metadata("idinspect")
     except PackageNotFoundError:
-        return FALLBACK_INFORMATION_URI
+        return None
     for entry in meta.get_all("Project-URL") or []:
         label, _, url = entry.partition(",")
         named = label.strip().lower() in ("homepage", "home", "source", "repository")
         if named and url.strip().startswith(("https://", "http://")):
             return url.strip()
     home = meta.get("Home-page")
-    return home if home and home.startswith(("https://", "http://")) else FALLBACK_INFORMATION_URI
+    return home if home and home.startswith(("https://", "http://")) else None
 
 
 def severity_rank(severity: str) -> int:
