@@ -7,6 +7,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..audit.rules import WORST_FIRST
+from .summary import plural
 
 _STYLE = {"error": "bold red", "warning": "yellow", "note": "cyan"}
 _VERDICT = {"pass": ("PASS", "bold green"), "fail": ("FAIL", "bold red"), "error": ("ERROR", "bold magenta")}
@@ -79,12 +80,12 @@ def render_audit(result: dict, console: Console | None = None, show_all: bool = 
         _model(console, model, show_all)
         console.print()
     verdict = Text.assemble("idinspect audit: ", _verdict(summary.get("verdict", "error")),
-                            f"  {summary.get('models', 0)} model(s), ", _counts(summary.get("counts", {})),
+                            f"  {plural(summary.get('models', 0), 'model')}, ", _counts(summary.get("counts", {})),
                             f"; fail on {summary.get('fail_on')}")
     if summary.get("exit_zero"):
         verdict.append(" (--exit-zero)", style="dim")
     if summary.get("errors"):
-        verdict.append(f"; {summary['errors']} error(s)", style="bold magenta")
+        verdict.append(f"; {plural(summary['errors'], 'error')}", style="bold magenta")
     console.print(verdict)
 
 

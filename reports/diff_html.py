@@ -8,6 +8,7 @@ import json
 from .atomic import write_text_atomic
 from .diff_svg import grouped_bars
 from .svg_charts import esc
+from .summary import plural
 
 _CSS = ("body{font-family:system-ui,sans-serif;max-width:1000px;margin:0 auto;padding:1em;line-height:1.4}"
         "table{border-collapse:collapse;font-size:13px}th,td{border:1px solid #8886;padding:2px 6px;text-align:right}"
@@ -39,7 +40,7 @@ def render_diff_html(doc: dict) -> str:
         f"<td>{_f(L['raw_change']['relative'], '.3e')}</td><td>{_f(L['invariant_change_max'], '.3e')}</td></tr>"
         for L in layers)
     ill = doc["totals"]["ill_posed"]
-    warn = (f'<p class="warn">Ill-posed projection (mu ~ 0) in {len(ill)} group(s): rho is still the exact '
+    warn = (f'<p class="warn">Ill-posed projection (mu ~ 0) in {plural(len(ill), "group")}: rho is still the exact '
             f'least-squares share; the tangent coordinate is not unique.</p>') if ill else ""
     data = json.dumps(doc).replace("&", "\\u0026").replace("<", "\\u003c").replace(">", "\\u003e")
     return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>idinspect diff</title>'

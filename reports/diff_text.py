@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from .summary import plural
+
 
 def _f(v, spec: str = ".3g") -> str:
     return "n/a" if v is None else format(v, spec)
@@ -39,5 +41,5 @@ def render_diff(doc: dict, *, heads: bool = False) -> str:
     if ill:
         where = ", ".join(f"layer {i} {side} group {g}" for i, side, g in ill[:20]) + (" ..." if len(ill) > 20 else "")
         lines += ["", f"ill-posed projection (mu ~ 0: a direction that neither factor sees; rho is still the exact "
-                      f"least-squares share, but the tangent coordinate X is not unique) in {len(ill)} group(s): {where}"]
+                      f"least-squares share, but the tangent coordinate X is not unique) in {plural(len(ill), 'group')}: {where}"]
     return "\n".join(lines)

@@ -13,6 +13,7 @@ import re
 
 from ..audit.rules import severity_rank
 from ..textsafe import visible
+from .summary import plural
 
 LIMIT = 10
 _KIND = {"error": "error", "warning": "warning", "note": "notice"}
@@ -64,8 +65,8 @@ def annotations(result: dict, limit: int = LIMIT) -> list[str]:
                              title=f"idinspect {f['rule']}"))
     rest = sum(hidden.values())
     if rest:
-        parts = ", ".join(f"{n} {kind}" for kind, n in hidden.items() if n)
-        lines.append(command("notice", f"{rest} more finding(s) not shown as annotations ({parts}); "
+        parts = ", ".join(plural(n, kind) for kind, n in hidden.items() if n)
+        lines.append(command("notice", f"{plural(rest, 'more finding')} not shown as annotations ({parts}); "
                                        "see the job summary or the SARIF report", title="idinspect audit"))
     return lines
 

@@ -11,6 +11,7 @@ import re
 import xml.etree.ElementTree as ET
 
 from ..audit.rules import RULES, at_or_above, is_active
+from .summary import plural
 
 _INVALID_XML = re.compile("[^\u0009\u000a\u000d\u0020-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 
@@ -49,7 +50,7 @@ def _model_suite(model: dict, fail_on: str) -> ET.Element:
             if failing:
                 failures += 1
                 el = ET.SubElement(case, "failure", type=rule_id,
-                                   message=_clean(f"{len(failing)} finding(s) at or above {fail_on}: {failing[0]['message']}"))
+                                   message=_clean(f"{plural(len(failing), 'finding')} at or above {fail_on}: {failing[0]['message']}"))
                 el.text = _clean("\n".join(_line(f) for f in failing))
             passing = [f for f in mine if f not in failing]
             if passing:

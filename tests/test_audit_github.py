@@ -31,7 +31,7 @@ def test_worst_first_at_most_ten_per_kind_then_a_counting_notice():
     kinds = [line.split(" ", 1)[0].split("::")[1] for line in lines]
     assert kinds[:2] == ["error", "error"] and kinds[2:12] == ["warning"] * 10
     assert kinds[12:15] == ["notice"] * 3
-    assert "4 more finding(s)" in lines[-1] and "4 warning" in lines[-1]
+    assert "4 more findings" in lines[-1] and "4 warnings" in lines[-1]
     assert len(lines) == 16
     assert annotations(_result(["warning"] * 3))[-1].startswith("::warning ")
 

@@ -30,5 +30,5 @@ def resolve_device(device: str | torch.device | None) -> torch.device:
         log.warning("idinspect: device %r requested but torch.cuda.is_available() is False; using cpu", str(device))
         return torch.device("cpu")
     if dev.index is not None and dev.index >= torch.cuda.device_count():
-        raise IdinspectError(f"device {device!r}: only {torch.cuda.device_count()} CUDA device(s) visible")
+        raise IdinspectError(f"device {device!r}: only {torch.cuda.device_count()} CUDA device{'s' * (torch.cuda.device_count() != 1)} visible")
     return dev

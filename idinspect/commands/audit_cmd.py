@@ -26,6 +26,7 @@ from ..errors import IdinspectError
 from ..reports.atomic import write_text_atomic
 from ..sources.file_names import CONFIG_FILE, INDEX_FILE, SAFETENSORS_SUFFIX
 from ..textsafe import visible
+from ..reports.summary import plural
 
 FORMATS = ("text", "json", "sarif", "github", "junit")
 #: Files that stand for their checkpoint directory (so pre-commit can pass changed files).
@@ -190,7 +191,7 @@ def audit_command(ctx: click.Context, models: tuple[str, ...], fail_on: str | No
                 result.error = str(exc)
                 err.print(f"[bold red]error:[/] {escape(str(exc))}", soft_wrap=True)
             else:
-                err.print(f"idinspect audit: recorded {len(result.baseline_entries())} finding(s) in "
+                err.print(f"idinspect audit: recorded {plural(len(result.baseline_entries()), 'finding')} in "
                           f"{escape(write_baseline)}")
     _emit(result, fmt, output, show_all, err)
     ctx.exit(result.exit_code())

@@ -54,9 +54,11 @@ def export_command(model: str, out: str, dtype: str, force: bool, revision: str 
 
 
 def _summary(r: ExportResult) -> str:
-    unique = "unique" if not r.degeneracies else f"not unique at {len(r.degeneracies)} place(s), see notes"
+    from ..reports.summary import plural
+
+    unique = "unique" if not r.degeneracies else f"not unique at {plural(len(r.degeneracies), 'place')}, see notes"
     return (f"exported {r.source} -> {r.out}\n"
             f"  gauge: balanced v1 ({unique}); dtype: {r.dtype}\n"
             f"  {r.gauge_fixed_tensors} attention tensors gauge-fixed, {r.tensors - r.gauge_fixed_tensors} copied, "
-            f"{len(r.shards)} shard(s), {r.total_size} bytes\n"
+            f"{plural(len(r.shards), 'shard')}, {plural(r.total_size, 'byte')}\n"
             f"  largest invariant error: {r.max_invariant_error:.2e} ({r.worst_invariant})")
