@@ -21,8 +21,8 @@ from .html_findings import sev_badge as _sev
 from .html_spectra import spectra_section as _spectra_section
 from .mathml import math as formula_math, with_formula
 from .summary import (attention_shape, bias_free_ratio, closed_form_line, closed_form_name, closed_form_text,
-                      fmt_float, fmt_int, fmt_ratio, layer_groups, plural, positional_text, revision_text,
-                      severity_counts)
+                      fmt_float, fmt_int, fmt_ratio, layer_groups, model_has_biases, plural, positional_text,
+                      revision_text, severity_counts)
 from .svg_charts import esc
 #: Above this many singular values in total, the embedded data keeps only the top ones per head.
 EMBED_SPECTRA_LIMIT = 200_000
@@ -194,7 +194,11 @@ def _ratio_section(result: dict, layers: list[dict]) -> str:
     form = closed_form_name(result)
     sentences = [f"Measured U / P = {fmt_ratio(meas)} over all attention parameters; the closed form for this "
                  f"configuration is {closed_form_text(result)}, counting no biases."]
-    if free is not None and closed is not None:
+    if model_has_biases(result) is False:
+        equal = isinstance(meas, (int, float)) and closed is not None and math.isclose(meas, closed, rel_tol=1e-9)
+        sentences.append("This model has no attention biases" + (", so the measured ratio is exactly the closed form."
+                                                                  if equal else "."))
+    elif free is not None and closed is not None:
         same = math.isclose(free, closed, rel_tol=1e-9)
         sentences.append(f"Counting this model without its biases, the measured ratio is {fmt_ratio(free)}: "
                          + ("equal to the closed form." if same else "it differs from the closed form."))
