@@ -162,7 +162,9 @@ def test_pip_installs_the_built_wheel_from_a_file(wheel, tiny_dir, tmp_path):
     py = bindir / ("python.exe" if os.name == "nt" else "python")
     site = Path(_run([str(py), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
                      cwd=tmp_path).stdout.strip())
-    (site / "deps_of_the_test_environment.pth").write_text(sysconfig.get_path("purelib") + "\n")
+    deps = [p for p in sys.path if p and Path(p).is_dir() and Path(p).resolve() != ROOT
+            and "__editable__" not in p and Path(p).name in ("site-packages", "dist-packages")]
+    (site / "deps_of_the_test_environment.pth").write_text("".join(f"{p}\n" for p in deps))
     pip = _run([str(py), "-m", "pip", "install", "--no-deps", "--no-index", str(wheel)], cwd=tmp_path, timeout=600)
     assert pip.returncode == 0, pip.stdout[-2000:] + pip.stderr[-2000:]
     script = bindir / ("idinspect.exe" if os.name == "nt" else "idinspect")
