@@ -71,6 +71,9 @@ class Adapter:
     #: to the layer, for each block kind (the module takes the hidden states; a separate output
     #: module, as BERT's ``attention.output.dense``, is applied to its output).
     hf_modules: ClassVar[dict[str, tuple[str, str | None]]] = {}
+    #: The per-head attention-sink logits [H] of a self-attention block, relative to the layer
+    #: (gpt-oss: ``"self_attn.sinks"``); None: the family has none.
+    sinks_tensor: ClassVar[str | None] = None
 
     def __init__(self, config, reader: TensorReader):
         self.config = config
@@ -154,6 +157,10 @@ class Adapter:
     def flags(self, site: Site) -> frozenset[str]:
         return frozenset()
 
+    def logit_softcap(self, site: Site) -> float | None:
+        """The soft-capping constant c of the block's scores (s -> c tanh(s / c)); None: no cap."""
+        return None
+
     def is_buffer(self, key: str) -> bool:
         return any(key.endswith(s) for s in self.buffer_suffixes)
 
@@ -185,9 +192,15 @@ class Adapter:
         bias table); the coverage check (:mod:`idinspect.sources.coverage`) counts them as read."""
         return []
 
+    def _sinks_key(self, site: Site) -> str | None:
+        return self.key(site, self.sinks_tensor) if self.sinks_tensor and site.block.kind == "self" else None
+
     def attention_keys(self, n: int) -> list[str]:
         """Every checkpoint tensor that :meth:`write_layer` produces for block ``n``."""
-        return [k for _, w, b in self._stored(self.sites[n]) for k in (w, b) if k is not None]
+        site = self.sites[n]
+        keys = [k for _, w, b in self._stored(site) for k in (w, b) if k is not None]
+        sinks = self._sinks_key(site)
+        return keys + [sinks] if sinks else keys
 
     def input_norm_keys(self, n: int) -> list[str]:
         """Checkpoint names that may hold the gain of the norm feeding block ``n`` (first found wins;
@@ -245,7 +258,10 @@ class Adapter:
                 t[f"W_{R}"] = heads_from_linear_rows(wr, n_heads, hd)
                 if br is not None:
                     t[f"b_{R}"] = br.reshape(n_heads, hd)
-        return AttentionLayer(index=n, **t, scale=self.scale(site),
+        sinks_key = self._sinks_key(site)
+        if sinks_key:
+            t["sinks"], names["sinks"] = self._load(sinks_key, (H,)), sinks_key
+        return AttentionLayer(index=n, **t, scale=self.scale(site), logit_softcap=self.logit_softcap(site),
                               causal=self.causal(site) and site.block.kind != "cross",
                               positional=self.positional(site), sliding_window=self.sliding_window(site),
                               flags=self.flags(site), kind=site.block.kind, stack=site.stack, layer=site.layer,
@@ -295,6 +311,9 @@ class Adapter:
             out[wkey] = w.T if p.conv1d else w
             if bkey:
                 out[bkey] = b
+        sinks_key = self._sinks_key(site)
+        if sinks_key:
+            out[sinks_key] = layer.sinks
         return {k: self._cast(k, v, dtype) for k, v in out.items()}
 
     def _cast(self, name: str, t: torch.Tensor, dtype: torch.dtype | None) -> torch.Tensor:

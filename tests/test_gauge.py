@@ -15,7 +15,8 @@ from idinspect.layer.attention_layer import AttentionLayer, Positional, RotarySp
 from idinspect.errors import UnsupportedLayerError
 from idinspect.gauge import canonicalize, gauge_residuals, invariant_errors, is_gauge_fixed
 from idinspect.layer.reference import reference_attention
-from idinspect.layer.structure import unrotated_columns, value_bias_absorbable
+from idinspect.layer import structure
+from idinspect.layer.structure import noop_key_bias_columns, unrotated_columns, value_bias_absorbable
 from tests import tiny
 
 VARIANTS = tiny.variants()
@@ -73,7 +74,7 @@ def random_gauge(layer: AttentionLayer, seed: int = 0, generic_qk: bool = False)
             b_K[k] = b_K[k] @ A_inv_T
         if b_V is not None:
             b_V[k] = b_V[k] @ B
-    cols = list(unrotated_columns(L))
+    cols = list(noop_key_bias_columns(L))
     if b_K is not None and cols and not generic_qk:
         b_K[:, cols] += torch.randn(G, len(cols), generator=g, dtype=torch.float64)
     if value_bias_absorbable(L):
@@ -85,8 +86,10 @@ def random_gauge(layer: AttentionLayer, seed: int = 0, generic_qk: bool = False)
 
 
 def synthetic_layer(d: int = 12, H: int = 4, G: int = 2, dk: int = 6, rotary_dim: int = 0, pairing: str = "half",
-                    biases: str = "qkvo", seed: int = 0) -> AttentionLayer:
-    """A random canonical layer, optionally with (partial) RoPE of the given pairing."""
+                    biases: str = "qkvo", seed: int = 0, softcap: float | None = None,
+                    sinks: bool = False) -> AttentionLayer:
+    """A random canonical layer, optionally with (partial) RoPE of the given pairing, soft-capped
+    scores and attention sinks."""
     g = torch.Generator().manual_seed(seed)
     rnd = lambda *s: torch.randn(*s, generator=g, dtype=torch.float64)  # noqa: E731
     pos = Positional("none")
@@ -96,7 +99,8 @@ def synthetic_layer(d: int = 12, H: int = 4, G: int = 2, dk: int = 6, rotary_dim
     return AttentionLayer(index=0, W_Q=rnd(H, d, dk), W_K=rnd(G, d, dk), W_V=rnd(G, d, dk), W_O=rnd(H, dk, d),
                           b_Q=rnd(H, dk) if "q" in biases else None, b_K=rnd(G, dk) if "k" in biases else None,
                           b_V=rnd(G, dk) if "v" in biases else None, b_O=rnd(d) if "o" in biases else None,
-                          scale=dk ** -0.5, causal=True, positional=pos)
+                          scale=dk ** -0.5, causal=True, positional=pos, logit_softcap=softcap,
+                          sinks=rnd(H) if sinks else None)
 
 
 SYNTHETIC = {
@@ -106,6 +110,11 @@ SYNTHETIC = {
     "full-rope-interleaved": dict(rotary_dim=6, pairing="interleaved", biases="qkv"),
     "full-rope-half-qwen2-biases": dict(rotary_dim=6, biases="qkv"),
     "mqa-no-bias": dict(G=1, biases=""),
+    # live key bias (softcap, sinks) and value bias (sinks): nothing of them may be zeroed or folded
+    "no-rope-softcap": dict(softcap=5.0),
+    "no-rope-sinks": dict(sinks=True),
+    "partial-rope-softcap-sinks": dict(rotary_dim=2, softcap=5.0, sinks=True),
+    "no-rope-sinks-no-output-bias": dict(sinks=True, biases="qkv"),
 }
 
 
@@ -277,7 +286,7 @@ def test_distinct_values_are_not_reported():
     assert report.degeneracies == []
 
 
-@pytest.mark.parametrize("flag", ["qk_norm", "logit_softcap", "attention_sinks", "qkv_clip"])
+@pytest.mark.parametrize("flag", sorted(structure.UNMODELLED_FLAGS))
 def test_unmodelled_layers_are_refused(flag):
     layer = synthetic_layer().replace(flags=frozenset({flag}))
     with pytest.raises(UnsupportedLayerError, match=flag):

@@ -31,7 +31,10 @@ def _qr_errors(a, b) -> dict[str, float]:
     A, B = a.to(torch.float64), b.to(torch.float64)
     kv = torch.arange(A.n_heads) // A.group_size
     out = {k: float(e.max()) for k, e in inv._qk_errors_by_qr(A, B, kv, list(unrotated_columns(A))).items()}
-    out["W_OV"] = float(inv._rel(A.W_V[kv], A.W_O.transpose(1, 2), B.W_V[kv], B.W_O.transpose(1, 2)).max())
+    Va, Vb = A.W_V, B.W_V
+    if A.sinks is not None:               # each head's b_V^g W_O^h is an invariant of its own
+        Va, Vb = inv.augment(A.W_V, A.b_V), inv.augment(B.W_V, B.b_V)
+    out["W_OV"] = float(inv._rel(Va[kv], A.W_O.transpose(1, 2), Vb[kv], B.W_O.transpose(1, 2)).max())
     return out
 
 
@@ -71,7 +74,7 @@ def test_aligned_invariant_errors_equal_the_qr_ones(name, layer):
              "bf16": fixed.to(torch.bfloat16), "f32": fixed.to(torch.float32),
              "f16 moved": random_gauge(layer, 5).to(torch.float16)}
     for what, other in pairs.items():
-        fast = {k: e.error for k, e in invariant_errors(layer, other).items() if k != "output_bias"}
+        fast = {k: e.error for k, e in invariant_errors(layer, other).items() if k not in ("output_bias", "sinks")}
         ref = _qr_errors(layer, other)
         assert fast.keys() == ref.keys()
         for k in ref:
@@ -90,7 +93,8 @@ def test_unalignable_layers_are_compared_through_qr():
     moved = random_gauge(layer, 2)
     errors = invariant_errors(layer, moved)
     assert max(e.error for e in errors.values()) <= 1e-12
-    rounded = {k: e.error for k, e in invariant_errors(layer, moved.to(torch.bfloat16)).items() if k != "output_bias"}
+    rounded = {k: e.error for k, e in invariant_errors(layer, moved.to(torch.bfloat16)).items()
+               if k not in ("output_bias", "sinks")}
     assert rounded == pytest.approx(_qr_errors(layer, moved.to(torch.bfloat16)), rel=1e-12)
 
 

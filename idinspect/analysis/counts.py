@@ -93,6 +93,8 @@ def layer_counts(layer: AttentionLayer) -> dict:
         "bias_free_unidentified": qk + vo,
         "redundant_value_bias": redundant,
         "relative_bias_shift": shift,
+        "logit_softcap": layer.logit_softcap,
+        "sinks": 0 if layer.sinks is None else layer.sinks.numel(),
     }
 
 

@@ -9,12 +9,14 @@ of :func:`_bilinear_kernel`)
 where A_i [m_A, k] are per-head factors and B [m_B, k] the shared one. Full rank gives k^2, the
 gauge. Applied to
 
-- QK, unrotated dims: A_i = [W_Q^h; b_Q^h] (bias row if present), B = W_K^g (b_K is a no-op there);
+- QK, unrotated dims: A_i = [W_Q^h; b_Q^h] (bias row if present), B = W_K^g (b_K is a no-op there;
+  under soft-capping or sinks it is live and B = [W_K^g; b_K^g]);
 - QK, each RoPE plane: the same over C with k = 1 (a plane's two columns as one complex column;
   the plane gauge is one complex scalar), B = [W_K^g; b_K^g] (rotated key biases are live);
   real dimension = 2 x the complex one;
 - VO (transposed): A_i = W_O^hT [d, k], B = W_V^g; a live value bias (no b_O) couples the groups
-  through one d-vector and is handled by :func:`_live_value_bias_extra`.
+  through one d-vector and is handled by :func:`_live_value_bias_extra`. With sinks each head sees
+  its b_V^g W_O^h on its own: B = [W_V^g; b_V^g].
 
 A head whose W_OV is exactly zero ("dead") passes nothing to the output, so its whole query factor
 is free and it is left out of its group's QK stack. Ranks use the rule of :data:`spectra.RANK_RULE`,
@@ -76,7 +78,9 @@ def extra_unidentified(layer: AttentionLayer, s: HeadSpectra) -> dict | None:
     qk_kernel = torch.zeros(G, dtype=torch.long, device=dev)
     if ku:
         U = slice(rd, dk)
-        qk_kernel += _bilinear_kernel(r_live, m_q, d, ku, _rank(Qg[:, :, U], rtol), _rank(R_K[:, :, U], rtol))
+        key_live = layer.b_K is not None and not structure.shift_invariant(layer)
+        Ku = torch.cat([R_K, layer.b_K[:, None, :]], dim=1) if key_live else R_K
+        qk_kernel += _bilinear_kernel(r_live, m_q, d + key_live, ku, _rank(Qg[:, :, U], rtol), _rank(Ku[:, :, U], rtol))
     if rd:
         Kt = R_K if layer.b_K is None else torch.cat([R_K, layer.b_K[:, None, :]], dim=1)
         m_k = d + (layer.b_K is not None)
@@ -89,7 +93,9 @@ def extra_unidentified(layer: AttentionLayer, s: HeadSpectra) -> dict | None:
 
     Og = R_O.reshape(G, r * dv, dv)
     r_full = torch.full((G,), r, device=dev)
-    vo_kernel = _bilinear_kernel(r_full, d, d, dv, _rank(Og, rtol), _rank(R_V, rtol))
+    per_head_bias = layer.b_V is not None and not structure.rows_sum_to_one(layer)
+    Vt = torch.cat([R_V, layer.b_V[:, None, :]], dim=1) if per_head_bias else R_V
+    vo_kernel = _bilinear_kernel(r_full, d, d + per_head_bias, dv, _rank(Og, rtol), _rank(Vt, rtol))
     vo_extra = vo_kernel - dv ** 2
     bias_extra = _live_value_bias_extra(layer, R_V, rtol) if _value_bias_live(layer) else 0
 
@@ -100,7 +106,8 @@ def extra_unidentified(layer: AttentionLayer, s: HeadSpectra) -> dict | None:
 
 
 def _value_bias_live(layer: AttentionLayer) -> bool:
-    return layer.b_V is not None and layer.b_O is None
+    """b_V acts through the one d-vector sum_h b_V W_O^h (no b_O, rows summing to one)."""
+    return layer.b_V is not None and layer.b_O is None and structure.rows_sum_to_one(layer)
 
 
 def _live_value_bias_extra(layer: AttentionLayer, R_V: torch.Tensor, rtol: float) -> int:

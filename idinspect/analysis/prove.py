@@ -217,6 +217,7 @@ def prove(model, seed: int = 0) -> dict:
             "positional": pos.kind, "rotary_dim": structure.rotary_dim(layer),
             "rope_type": pos.rotary.rope_type if pos.kind == "rope" else None,
             "causal": layer.causal, "sliding_window": layer.sliding_window, "seed": seed,
+            "logit_softcap": layer.logit_softcap, "sinks": layer.sinks is not None,
         },
         "attention_parameters": sum(b["attention_parameters"] for b in blocks),
         "jacobian_shape": [sum(b["jacobian_shape"][0] for b in blocks), sum(b["jacobian_shape"][1] for b in blocks)],

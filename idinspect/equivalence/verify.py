@@ -5,7 +5,8 @@ Checks, each with a dtype-dependent tolerance that is reported:
 - ``tensors``: the same tensor names; every non-attention tensor equal (bit-exact in the same
   dtype, within one rounding of the coarser dtype otherwise);
 - ``invariants``: layer by layer, every gauge invariant (each head's W_QK, each rotary plane's
-  Q_p K_p^T and Q_p J K_p^T, each head's W_OV, the effective output bias) through thin-QR cores;
+  Q_p K_p^T and Q_p J K_p^T, each head's W_OV, the effective output bias; the sink logits where the
+  layers have them) through thin-QR cores;
   cheap at any size (:func:`~idinspect.gauge.invariant_errors`);
 - ``functional``: both loaded by stock transformers on seeded random token ids: largest absolute
   and relative difference of the logits (last hidden states for encoders);
@@ -33,7 +34,7 @@ import torch
 from ..layer.attention_layer import AttentionLayer
 from ..gauge import INVARIANTS, InvariantError, invariant_error_tensors, invariant_errors
 from ..gauge.factors import augment
-from ..layer.structure import unrotated_columns
+from ..layer.structure import noop_key_bias_columns, unrotated_columns
 from ..sources.model import Model, load
 from . import functional as fn
 
@@ -230,9 +231,10 @@ def factor_amplification(layer: AttentionLayer) -> dict[str, torch.Tensor]:
     L = layer.to(torch.float64)
     kv = torch.arange(L.n_heads) // L.group_size
     cols = list(unrotated_columns(L))
+    noop = list(noop_key_bias_columns(L))
     key_bias = L.b_K.clone() if L.b_K is not None else None
-    if key_bias is not None and cols:
-        key_bias[:, cols] = 0                                          # the no-op part is not a factor
+    if key_bias is not None and noop:
+        key_bias[:, noop] = 0                                          # the no-op part is not a factor
     Q = augment(L.W_Q, L.b_Q if L.b_Q is not None else L.W_Q.new_zeros(L.n_heads, L.d_k))
     K = augment(L.W_K, key_bias) if key_bias is not None else L.W_K
     gq, gk = Q.transpose(1, 2) @ Q, (K.transpose(1, 2) @ K)[kv]                # [H, d_k, d_k]
@@ -248,9 +250,12 @@ def factor_amplification(layer: AttentionLayer) -> dict[str, torch.Tensor]:
         out["plane_QK"] = _amplification(px, py)
         out["plane_QJK"] = _amplification(px, py, J.T @ px @ J)
     go = L.W_O @ L.W_O.transpose(1, 2)                                          # [H, d_v, d_v]
-    gv = (L.W_V.transpose(1, 2) @ L.W_V)[kv]
+    V = augment(L.W_V, L.b_V) if L.sinks is not None and L.b_V is not None else L.W_V   # per-head b_V under sinks
+    gv = (V.transpose(1, 2) @ V)[kv]
     out["W_OV"] = _amplification(go, gv)
     out["output_bias"] = out["W_OV"].max()
+    if L.sinks is not None:
+        out["sinks"] = torch.tensor(1.0, dtype=torch.float64)          # stored as they are: nothing amplifies
     return out
 
 

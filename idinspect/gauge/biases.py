@@ -1,9 +1,10 @@
 """Step 1 of the balanced gauge: remove the inert parts of the biases.
 
 - Key bias on unrotated dims is a no-op: <q_i, b_K> is constant over keys j and cancels in the
-  softmax. Those entries of b_K [G, d_k] are set to zero (all of them without RoPE).
+  softmax. Those entries of b_K [G, d_k] are set to zero (all of them without RoPE). Not under
+  soft-capping or sinks, where the softmax is not shift-invariant: there b_K is live and kept.
 - Value bias is absorbable when an output bias exists (softmax rows sum to one):
-  b_O += sum_h b_V^{g(h)} W_O^h and b_V = 0.
+  b_O += sum_h b_V^{g(h)} W_O^h and b_V = 0. Not with sinks (rows sum to less than one).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import torch
 
 from ..layer.attention_layer import AttentionLayer
-from ..layer.structure import unrotated_columns, value_bias_absorbable
+from ..layer.structure import noop_key_bias_columns, value_bias_absorbable
 
 
 def effective_output_bias(layer: AttentionLayer) -> torch.Tensor:
@@ -27,7 +28,7 @@ def fix_biases(layer: AttentionLayer) -> tuple[AttentionLayer, int, bool]:
     """(layer with no-op key bias zeroed and value bias folded, key-bias dims zeroed, folded?)."""
     changes: dict[str, torch.Tensor] = {}
     zeroed = 0
-    cols = list(unrotated_columns(layer))
+    cols = list(noop_key_bias_columns(layer))
     if layer.b_K is not None and cols:
         b_K = layer.b_K.clone()
         b_K[:, cols] = 0

@@ -24,7 +24,7 @@ from collections.abc import Iterable
 import torch
 
 from ..layer.attention_layer import AttentionLayer
-from ..layer.structure import require_modelled, unrotated_columns, value_bias_absorbable
+from ..layer.structure import noop_key_bias_columns, require_modelled, unrotated_columns, value_bias_absorbable
 from .factors import augment, output_stack, stack_groups
 
 #: Default residual tolerance per stored dtype: about 16 units of rounding (unit roundoff u = eps / 2),
@@ -45,7 +45,8 @@ def gauge_residuals(layer: AttentionLayer) -> list[tuple[float, str]]:
     at = f"layer {L.index}"
     G, d = L.n_kv_heads, L.d_model
     cols = list(unrotated_columns(L))
-    if L.b_K is not None and cols:
+    key_row = d if noop_key_bias_columns(L) else None   # the key bias row takes part where it is live
+    if L.b_K is not None and cols and key_row is not None:
         out.append((_ratio(L.b_K[:, cols].norm(), L.b_K.norm()), f"{at} b_K: no-op (unrotated) part not zero"))
     if value_bias_absorbable(L):
         residual = _ratio(L.b_V.norm(), torch.maximum(L.b_V.norm(), L.b_O.norm()))
@@ -55,7 +56,7 @@ def gauge_residuals(layer: AttentionLayer) -> list[tuple[float, str]]:
     K = augment(L.W_K, L.b_K)
     for g in range(G):
         if cols:
-            out += _pair_residuals(Q[g][:, cols], K[g][:d, cols], f"{at} group {g} QK")
+            out += _pair_residuals(Q[g][:, cols], K[g][:key_row, cols], f"{at} group {g} QK")
         if L.positional.kind == "rope":
             for p, (i, j) in enumerate(L.positional.rotary.plane_columns()):
                 out += _plane_residuals(Q[g][:, [i, j]], K[g][:, [i, j]], f"{at} group {g} plane {p}")

@@ -3,11 +3,14 @@
 For each query head h (kv group g = g(h)), with Q~^h = [W_Q^h; b_Q^h] the bias-augmented query:
 
 - ``W_QK``: Q~^h[:, U] W_K^g[:, U]^T on the unrotated dims U (all of d_k without RoPE); the
-  no-op key bias there is ignored, it changes nothing;
+  no-op key bias there is ignored, it changes nothing (under soft-capping or sinks it is live, and
+  the invariant is Q~^h[:, U] K~^g[:, U]^T with K~ = [W_K; b_K]);
 - ``plane_QK`` / ``plane_QJK``: for each rotary plane p, Q~_p K~_p^T and Q~_p J K~_p^T with
   K~ = [W_K; b_K] (the key bias is live under RoPE) and J = [[0, 1], [-1, 0]];
-- ``W_OV``: W_V^g W_O^h;
-- ``output_bias``: b_O + sum_h b_V^{g(h)} W_O^h.
+- ``W_OV``: W_V^g W_O^h (with sinks: V~^g W_O^h, V~ = [W_V; b_V], since each head's b_V^g W_O^h
+  acts on its own);
+- ``output_bias``: b_O + sum_h b_V^{g(h)} W_O^h (with sinks: b_O);
+- ``sinks``: the sink logits [H] as one vector, where the layers have them.
 
 Each is compared as ||X_a - X_b||_F / max(||X_a||_F, ||X_b||_F) through k x k Gram matrices of
 the factors after aligning b's gauge to a's (:mod:`.aligned`: exact for any alignment, and free of
@@ -22,13 +25,13 @@ from dataclasses import dataclass
 import torch
 
 from ..layer.attention_layer import AttentionLayer
-from ..layer.structure import unrotated_columns
+from ..layer.structure import noop_key_bias_columns, unrotated_columns
 from .aligned import align
 from .biases import effective_output_bias
 from .factors import augment
 from .linalg import product_norms, relative
 
-INVARIANTS = ("W_QK", "plane_QK", "plane_QJK", "W_OV", "output_bias")
+INVARIANTS = ("W_QK", "plane_QK", "plane_QJK", "W_OV", "output_bias", "sinks")
 _J = torch.tensor([[0.0, 1.0], [-1.0, 0.0]], dtype=torch.float64)
 
 
@@ -61,7 +64,8 @@ def invariant_errors(a: AttentionLayer, b: AttentionLayer, *, overwrite_a: bool 
 def invariant_error_tensors(a: AttentionLayer, b: AttentionLayer, *, overwrite_a: bool = False,
                             grams_a: tuple[torch.Tensor, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
     """Relative change of every invariant between layers ``a`` and ``b`` (float64), per head:
-    ``W_QK`` and ``W_OV`` [H], ``plane_QK`` and ``plane_QJK`` [H, P], ``output_bias`` [] (one per layer).
+    ``W_QK`` and ``W_OV`` [H], ``plane_QK`` and ``plane_QJK`` [H, P], ``output_bias`` [] (one per layer),
+    ``sinks`` [] (one per layer, where the layers have sinks).
 
     Kinds that do not apply (planes without RoPE, W_QK under full RoPE) are absent. Raises
     ValueError if the layers do not have the same shapes and positional scheme. Layers already
@@ -76,7 +80,15 @@ def invariant_error_tensors(a: AttentionLayer, b: AttentionLayer, *, overwrite_a
     own = {role: overwrite_a or getattr(a, role).dtype != torch.float64 for role in ("W_Q", "W_O")}
     kv = torch.arange(A.n_heads) // A.group_size
     out: dict[str, torch.Tensor] = {}
-    ea, eb = effective_output_bias(A), effective_output_bias(B)     # first: W_O may be overwritten below
+    sinks = A.sinks is not None
+    if sinks:                                                       # b_V is per head, not part of one constant
+        ea, eb = _zero_if_none(A.b_O, B.b_O), _zero_if_none(B.b_O, A.b_O)
+        ea = A.W_O.new_zeros(A.d_model) if ea is None else ea
+        eb = B.W_O.new_zeros(B.d_model) if eb is None else eb
+        out["sinks"] = torch.as_tensor(relative((A.sinks - B.sinks).norm(), A.sinks.norm(), B.sinks.norm()),
+                                       dtype=torch.float64)
+    else:
+        ea, eb = effective_output_bias(A), effective_output_bias(B)     # first: W_O may be overwritten below
     bias_err = relative((ea - eb).norm(), ea.norm(), eb.norm())
 
     cols = list(unrotated_columns(A))
@@ -84,12 +96,13 @@ def invariant_error_tensors(a: AttentionLayer, b: AttentionLayer, *, overwrite_a
     U = torch.tensor(cols)[None] if cols else None                                    # [1, n_U]
     planes = torch.tensor(A.positional.rotary.plane_columns()) if rope else None       # [P, 2]
     qa, qb = _query_bias(A, B), _query_bias(B, A)
-    Ka, Kb = _key(A, B, cols), _key(B, A, cols)
+    noop = list(noop_key_bias_columns(A))
+    Ka, Kb = _key(A, B, noop), _key(B, A, noop)
     qk = align(A.W_Q.transpose(1, 2), qa, B.W_Q.transpose(1, 2), qb, Ka, Kb, kv,
                [i for i in (U, planes) if i is not None], overwrite=own["W_Q"],
                Ga=None if grams_a is None else grams_a[0])
     if qk is None:                                                  # a block too ill-conditioned to align
-        out.update(_qk_errors_by_qr(A, B, kv, cols))
+        out.update(_qk_errors_by_qr(A, B, kv, cols, Ka, Kb))
     else:
         if U is not None:
             out["W_QK"] = qk.errors(U)[:, 0]
@@ -98,10 +111,12 @@ def invariant_error_tensors(a: AttentionLayer, b: AttentionLayer, *, overwrite_a
             out["plane_QJK"] = qk.errors(planes, *_plane_j(A.d_k, planes))
 
     full = torch.arange(A.d_v)[None]
-    ov = align(A.W_O, None, B.W_O, None, A.W_V, B.W_V, kv, [full], overwrite=own["W_O"],   # P = W_O^hT, S = W_V^g
+    Va = augment(A.W_V, _zero_if_none(A.b_V, B.b_V)) if sinks else A.W_V
+    Vb = augment(B.W_V, _zero_if_none(B.b_V, A.b_V)) if sinks else B.W_V
+    ov = align(A.W_O, None, B.W_O, None, Va, Vb, kv, [full], overwrite=own["W_O"],   # P = W_O^hT, S = W_V^g
                Ga=None if grams_a is None else grams_a[1])
     if ov is None:
-        err = _rel(A.W_V[kv], A.W_O.transpose(1, 2), B.W_V[kv], B.W_O.transpose(1, 2))
+        err = _rel(Va[kv], A.W_O.transpose(1, 2), Vb[kv], B.W_O.transpose(1, 2))
     else:
         err = ov.errors(full)[:, 0]
     out["W_OV"] = err
@@ -120,12 +135,13 @@ def _query_bias(L: AttentionLayer, other: AttentionLayer) -> torch.Tensor | None
     return _zero_if_none(L.b_Q, other.b_Q)
 
 
-def _key(L: AttentionLayer, other: AttentionLayer, unrotated: list[int]) -> torch.Tensor:
-    """K~ [G, d (+1), d_k]: the key bias row only on rotated dims (on unrotated ones it is a no-op)."""
+def _key(L: AttentionLayer, other: AttentionLayer, noop: list[int]) -> torch.Tensor:
+    """K~ [G, d (+1), d_k]: the key bias row, zeroed on the columns ``noop`` where it is a no-op
+    (the unrotated ones under a shift-invariant softmax)."""
     b = _zero_if_none(L.b_K, other.b_K)
-    if b is not None and unrotated:
+    if b is not None and noop:
         b = b.clone()
-        b[:, unrotated] = 0
+        b[:, noop] = 0
     return augment(L.W_K, b)
 
 
@@ -139,12 +155,17 @@ def _plane_j(d_k: int, planes: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor
     return perm, sign
 
 
-def _qk_errors_by_qr(A: AttentionLayer, B: AttentionLayer, kv: torch.Tensor, cols: list[int]) -> dict[str, torch.Tensor]:
-    """The QK kinds through thin QR of the stacked factors (for layers that cannot be aligned)."""
+def _qk_errors_by_qr(A: AttentionLayer, B: AttentionLayer, kv: torch.Tensor, cols: list[int],
+                     Ka: torch.Tensor | None = None, Kb: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+    """The QK kinds through thin QR of the stacked factors (for layers that cannot be aligned);
+    ``Ka``, ``Kb``: the keys K~ of :func:`_key` (computed here when not given)."""
     out = {}
+    if Ka is None or Kb is None:
+        noop = list(noop_key_bias_columns(A))
+        Ka, Kb = _key(A, B, noop), _key(B, A, noop)
     Qa, Qb = _query(A), _query(B)
     if cols:
-        Ka, Kb = A.W_K[kv][:, :, cols], B.W_K[kv][:, :, cols]
+        Ka, Kb = Ka[kv][:, :, cols], Kb[kv][:, :, cols]
         out["W_QK"] = _rel(Qa[:, :, cols], Ka, Qb[:, :, cols], Kb)
     if A.positional.kind == "rope":
         idx = torch.tensor(A.positional.rotary.plane_columns())
@@ -200,3 +221,5 @@ def _check_comparable(a: AttentionLayer, b: AttentionLayer) -> None:
         raise ValueError(f"layer {a.index}: RoPE frequencies differ")
     if abs(a.scale - b.scale) > 1e-12 * abs(a.scale) or a.causal != b.causal or a.sliding_window != b.sliding_window:
         raise ValueError(f"layer {a.index}: score scale, causal mask or sliding window differ")
+    if a.logit_softcap != b.logit_softcap or (a.sinks is None) != (b.sinks is None):
+        raise ValueError(f"layer {a.index}: logit soft-capping or attention sinks differ")

@@ -26,7 +26,7 @@ from __future__ import annotations
 import torch
 
 from ..layer.attention_layer import AttentionLayer
-from ..layer.structure import unrotated_columns
+from ..layer.structure import noop_key_bias_columns, unrotated_columns
 from .balanced import Balanced
 from .factors import (
     augment,
@@ -59,9 +59,10 @@ def balance_reference(L: AttentionLayer, v_live: bool) -> Balanced:
 
     cols = list(unrotated_columns(L))                           # step 2
     if cols:
-        Q2, K2, s_qk = balanced_pair(Q[:, :, cols], K[:, :d, cols])
+        k_rows = d if noop_key_bias_columns(L) else K.shape[1]   # a live key bias row is balanced with W_K
+        Q2, K2, s_qk = balanced_pair(Q[:, :, cols], K[:, :k_rows, cols])
         Q[:, :, cols] = Q2
-        K[:, :d, cols] = K2
+        K[:, :k_rows, cols] = K2
 
     if L.positional.kind == "rope":                             # step 3
         idx = torch.tensor(L.positional.rotary.plane_columns())  # [P, 2]

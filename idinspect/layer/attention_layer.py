@@ -7,6 +7,11 @@ Row-vector convention (docs/mathematics.md):
     v^g = x W_V^g + b_V^g            W_V [G, d, d_v]
     out = sum_h softmax(scale * <q^h R, k^g(h) R>) v^g(h) W_O^h + b_O      W_O [H, d_v, d]
 
+Two optional data fields change the score and the softmax (docs/mathematics.md, "Soft-capping and
+attention sinks"): ``logit_softcap`` c replaces each score s by c tanh(s / c) before the mask
+(Gemma 2); ``sinks`` [H] adds one learned logit per head to every softmax row and drops its
+probability, so a row's weights over the real keys sum to less than one (gpt-oss).
+
 Query head h reads key/value head g(h) = h // (H / G) (Hugging Face ``repeat_kv`` order).
 """
 
@@ -22,7 +27,8 @@ PositionalKind = Literal["none", "absolute", "rope", "alibi", "relative"]
 RotaryPairing = Literal["half", "interleaved"]
 
 #: Features that change the mathematics; later stages refuse a layer carrying one they do not model.
-KNOWN_FLAGS = frozenset({"qk_norm", "logit_softcap", "attention_sinks", "qkv_clip"})
+#: (Soft-capping and sinks are modelled: they are the data fields ``logit_softcap`` and ``sinks``.)
+KNOWN_FLAGS = frozenset({"qk_norm", "qkv_clip"})
 
 WEIGHT_ROLES = ("W_Q", "W_K", "W_V", "W_O")
 BIAS_ROLES = ("b_Q", "b_K", "b_V", "b_O")
@@ -122,6 +128,11 @@ class AttentionLayer:
     stack: str = ""
     #: The block's layer number within its stack (``index`` numbers blocks flat across the model).
     layer: int | None = None
+    #: Soft-capping constant c: scores s -> c tanh(s / c) before the mask (Gemma 2); None: no cap.
+    logit_softcap: float | None = None
+    #: Attention sinks [H]: head h's softmax row gains the logit sinks[h], whose probability is dropped
+    #: (gpt-oss); None: none. Its checkpoint name is ``tensor_names["sinks"]``.
+    sinks: torch.Tensor | None = None
 
     def __post_init__(self) -> None:
         unknown = set(self.flags) - KNOWN_FLAGS
@@ -174,17 +185,19 @@ class AttentionLayer:
 
     def to(self, dtype: torch.dtype) -> "AttentionLayer":
         """A copy with every tensor converted to ``dtype`` (metadata shared)."""
-        return dataclasses.replace(self, **{r: t.to(dtype) for r, t in self.tensors().items()})
+        sinks = {} if self.sinks is None else {"sinks": self.sinks.to(dtype)}
+        return dataclasses.replace(self, **{r: t.to(dtype) for r, t in self.tensors().items()}, **sinks)
 
     def replace(self, **changes) -> "AttentionLayer":
         return dataclasses.replace(self, **changes)
 
     def parameter_count(self) -> int:
         """P = H d d_k + G d d_k + G d d_v + H d_v d + bias sizes (+ the relative-position bias table
-        where this block holds it)."""
+        where this block holds it, + H sinks)."""
         rel = self.positional.relative
         table = rel.table.numel() if rel is not None and rel.owned else 0
-        return sum(t.numel() for t in self.tensors().values()) + table
+        sinks = self.sinks.numel() if self.sinks is not None else 0
+        return sum(t.numel() for t in self.tensors().values()) + table + sinks
 
     def validate(self) -> None:
         """Raise ValueError if the shapes are not a consistent canonical layer."""
@@ -197,6 +210,10 @@ class AttentionLayer:
         }
         if G == 0 or H % G:
             raise ValueError(f"layer {self.index}: {H} query heads do not divide into {G} kv heads")
+        if self.sinks is not None:
+            expected["sinks"] = (H,)
+        if self.logit_softcap is not None and not self.logit_softcap > 0:
+            raise ValueError(f"layer {self.index}: logit soft-capping constant {self.logit_softcap} is not positive")
         for role, shape in expected.items():
             t = getattr(self, role)
             if t is not None and tuple(t.shape) != shape:

@@ -2,7 +2,11 @@
 
     out_i = sum_h sum_j softmax_j(scale * <R_i q_i^h, R_j k_j^g(h)> + alibi + rel) v_j^g(h) W_O^h + b_O
 
-(``rel`` = T5's relative-position bias table[bucket(j - i), h]).
+(``rel`` = T5's relative-position bias table[bucket(j - i), h]). With ``logit_softcap`` c the score s
+becomes c tanh(s / c) before the mask (Gemma 2); with ``sinks`` [H] head h's row is a softmax over
+the visible scores and the extra logit sinks[h], whose probability is dropped (gpt-oss):
+
+    p_ij = exp(s_ij) / (exp(sinks[h]) + sum_{j' visible} exp(s_ij'))
 
 Queries come from ``x``; keys and values from ``x_kv`` (the encoder's output for a cross-attention
 block, ``x`` itself otherwise). A cross-attention block sees every key: no causal mask, no window.
@@ -63,6 +67,8 @@ def reference_attention(layer: AttentionLayer, x: torch.Tensor, positions: torch
     k = k.repeat_interleave(r, dim=1)
     v = v.repeat_interleave(r, dim=1)
     scores = L.scale * q @ k.transpose(-1, -2)
+    if L.logit_softcap is not None:
+        scores = L.logit_softcap * torch.tanh(scores / L.logit_softcap)
     if pos.kind == "alibi":
         scores = scores + pos.alibi_slopes.to(torch.float64)[None, :, None, None] * key_positions.to(torch.float64)[None, None, None, :]
     if pos.kind == "relative":
@@ -76,7 +82,11 @@ def reference_attention(layer: AttentionLayer, x: torch.Tensor, positions: torch
     if L.sliding_window is not None and not cross:   # |i - j| < w: i - w < j <= i when causal, both sides otherwise
         visible &= (i - j).abs() < L.sliding_window
     scores = scores.masked_fill(~visible, float("-inf"))
-    probs = torch.softmax(scores, dim=-1)
+    if L.sinks is None:
+        probs = torch.softmax(scores, dim=-1)
+    else:
+        sink = L.sinks.to(torch.float64)[None, :, None, None].expand(B, -1, T, 1)
+        probs = torch.softmax(torch.cat([scores, sink], dim=-1), dim=-1)[..., :-1]
     z = probs @ v
     out = torch.einsum("bhtv,hvd->btd", z, L.W_O)
     if L.b_O is not None:

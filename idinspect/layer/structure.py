@@ -6,9 +6,10 @@ never on weight values (weight-level facts are findings, in the analyzer).
     QK gauge per kv group:  GL(d_k)                        -> d_k^2          (no RoPE)
                             complex scalar per plane + GL   -> rd + (d_k - rd)^2   (RoPE, rd = rotary_dim)
     VO gauge per kv group:  GL(d_v)                        -> d_v^2
-    no-op key bias:         the unrotated dims of b_K (all of them without RoPE)
-    absorbable value bias:  all of b_V when b_O exists (softmax rows sum to one)
-    redundant value bias:   max(0, G d_v - d) of a live b_V (no b_O): it acts only through one d-vector
+    no-op key bias:         the unrotated dims of b_K (all of them without RoPE), only where the softmax
+                            is shift-invariant in the scores (no soft-capping, no sinks)
+    absorbable value bias:  all of b_V when b_O exists (softmax rows sum to one: no sinks)
+    redundant value bias:   max(0, G d_v - d) of a live b_V (no b_O, no sinks): it acts only through one d-vector
     relative-bias null:     H (1 + unreachable buckets), in the block that holds T5's relative-position
                             bias table: adding a constant to all of head h's buckets adds it to every
                             logit of a row, which the softmax cancels; a bucket no position pair uses
@@ -29,8 +30,6 @@ from ..errors import UnsupportedLayerError
 #: map from weights to scores is not bilinear: none of the counts below would hold.
 UNMODELLED_FLAGS = {
     "qk_norm": "a norm between the projection and the score breaks the GL(d_k) gauge",
-    "logit_softcap": "soft-capping is not shift-invariant, so key biases are live",
-    "attention_sinks": "sinks make softmax rows sum to less than one, so value biases are live",
     "qkv_clip": "clipping q/k/v is a nonlinearity between the weights and the score",
 }
 
@@ -40,6 +39,11 @@ def require_modelled(layer: AttentionLayer) -> None:
     for flag in sorted(layer.flags):
         reason = UNMODELLED_FLAGS.get(flag, "not modelled")
         raise UnsupportedLayerError(f"layer {layer.index} has {flag} ({reason}); idinspect refuses rather than miscount")
+    capped = [name for name, on in (("logit soft-capping", layer.logit_softcap is not None),
+                                    ("attention sinks", layer.sinks is not None)) if on]
+    if capped and layer.positional.kind in ("alibi", "relative"):
+        raise UnsupportedLayerError(f"layer {layer.index} combines {' and '.join(capped)} with {layer.positional.kind} "
+                                    "position biases, which no supported family does; the counts are not derived for it")
     if layer.positional.kind == "rope":
         check_rotary_frequencies(layer.positional.rotary, layer.index)
     if layer.sliding_window is not None and layer.sliding_window < 2:
@@ -98,16 +102,38 @@ def unrotated_columns(layer: AttentionLayer) -> range:
     return range(rotary_dim(layer), layer.d_k)
 
 
+def shift_invariant(layer: AttentionLayer) -> bool:
+    """Does adding the same number to every score of a row leave the attention weights unchanged?
+
+    True for softmax(s); false under soft-capping (c tanh(s / c) is non-linear in s) and under sinks
+    (the sink logit does not move with the row).
+    """
+    return layer.logit_softcap is None and layer.sinks is None
+
+
+def rows_sum_to_one(layer: AttentionLayer) -> bool:
+    """Do each row's attention weights over the keys sum to one? False with sinks (1 - sigma_i^h)."""
+    return layer.sinks is None
+
+
+def noop_key_bias_columns(layer: AttentionLayer) -> range:
+    """Head columns of b_K that cancel in the softmax: the unrotated ones where the softmax is
+    shift-invariant (:func:`shift_invariant`), none otherwise."""
+    return unrotated_columns(layer) if shift_invariant(layer) else range(0)
+
+
 def noop_key_bias_dims(layer: AttentionLayer) -> int:
-    """Dims of b_K that cancel in the softmax: the unrotated part, per kv head."""
+    """Dims of b_K that cancel in the softmax: the unrotated part per kv head, under a shift-invariant
+    softmax (live under soft-capping or sinks)."""
     if layer.b_K is None:
         return 0
-    return layer.n_kv_heads * len(unrotated_columns(layer))
+    return layer.n_kv_heads * len(noop_key_bias_columns(layer))
 
 
 def value_bias_absorbable(layer: AttentionLayer) -> bool:
-    """b_V adds the constant sum_h b_V W_O^h, which b_O can take when it exists."""
-    return layer.b_V is not None and layer.b_O is not None
+    """b_V adds the constant sum_h b_V W_O^h (rows sum to one), which b_O can take when it exists.
+    Not with sinks: the term is sum_h (1 - sigma_i^h) b_V W_O^h, different for every query."""
+    return layer.b_V is not None and layer.b_O is not None and rows_sum_to_one(layer)
 
 
 def absorbable_value_bias_dims(layer: AttentionLayer) -> int:
@@ -121,8 +147,9 @@ def redundant_value_bias_dims(layer: AttentionLayer) -> int:
     c = sum_g b_V^g S_g in R^d, with S_g = sum_{h in g} W_O^h [d_v, d]; the map b_V -> c has
     rank min(G d_v, d) for generic weights (measured with the Jacobian: e.g. Qwen2 d=8, H=G=4,
     d_k=4 has 8 more null directions than the gauge and bias counts above).
+    With sinks each head's b_V^g W_O^h acts through its own weight 1 - sigma_i^h: none is redundant.
     """
-    if layer.b_V is None or layer.b_O is not None:
+    if layer.b_V is None or layer.b_O is not None or not rows_sum_to_one(layer):
         return 0
     return max(0, layer.n_kv_heads * layer.d_v - layer.d_model)
 

@@ -30,7 +30,7 @@ def qk_algebra(layer: AttentionLayer) -> Algebra:
 
 
 def check_modelled(layer: AttentionLayer) -> None:
-    """Refuse layers whose gauge the mathematics does not model (qk-norm, soft-capping, sinks, clipping)."""
+    """Refuse layers whose gauge the mathematics does not model (qk-norm, clipping; soft-capping and sinks keep the gauge group and are accepted)."""
     if layer.flags:
         names = ", ".join(sorted(layer.flags))
         raise IdinspectError(f"layer {layer.index} carries {names}; the gauge orbit of such layers is not modelled "
