@@ -201,6 +201,10 @@ def _cell(row: dict, key: str) -> str:
     elif key == "findings":
         counts = [row.get(f"findings_{s}") for s in ("error", "warning", "note")]
         text = "–" if all(c is None for c in counts) else "/".join(str(c or 0) for c in counts)
+    elif key == "fingerprint":
+        if not value:
+            return "<td>–</td>"
+        return f'<td><code title="{esc(value)}">{esc(str(value)[:19])}…</code></td>'
     elif key == "status":
         if value == "ok":
             return '<td class="ok">ok</td>'
@@ -217,8 +221,11 @@ _NUM_CLASS = ' class="num"'
 
 
 def _table_section(rows: list[dict]) -> str:
-    head = "".join(f'<th scope="col"{_NUM_CLASS if k in _NUMERIC else ""}>{esc(label)}</th>' for k, label in _COLUMNS)
-    body = "".join("<tr>" + "".join(_cell(r, k) for k, _ in _COLUMNS) + "</tr>" for r in rows)
+    columns = _COLUMNS
+    if any(r.get("fingerprint") for r in rows):     # survey --fingerprint: the digest, before the status
+        columns = _COLUMNS[:-1] + (("fingerprint", "Fingerprint"),) + _COLUMNS[-1:]
+    head = "".join(f'<th scope="col"{_NUM_CLASS if k in _NUMERIC else ""}>{esc(label)}</th>' for k, label in columns)
+    body = "".join("<tr>" + "".join(_cell(r, k) for k, _ in columns) + "</tr>" for r in rows)
     return ('<section id="models" aria-labelledby="h-models"><h2 id="h-models">Models</h2><div class="scroll">'
             f"<table><caption>One row per model (the latest for each source)</caption><thead><tr>{head}</tr></thead>"
             f"<tbody>{body}</tbody></table></div></section>")

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from idinspect.survey import comparable, run_survey
+from idinspect.survey import SurveyOptions, comparable, run_survey
 from idinspect.survey.ray_backend import LOOPBACK_ENV
 from idinspect.survey.memory import WORKER_BASE_BYTES, estimate_model_bytes
 from idinspect.survey.output import read_jsonl
@@ -68,12 +68,18 @@ def test_pool_and_ray_give_identical_rows(zoo, ray_local, tmp_path):
 
     pool_out, ray_out = tmp_path / "pool.jsonl", tmp_path / "ray.jsonl"
     seen: list[str] = []
-    pooled = run_survey(zoo, jsonl=str(pool_out), workers=2, on_row=lambda r: seen.append(r["source"]))
-    rayed = run_survey(zoo, jsonl=str(ray_out), backend=RayBackend(retries=1))
+    fp = SurveyOptions(fingerprint=True)
+    pooled = run_survey(zoo, jsonl=str(pool_out), workers=2, options=fp, on_row=lambda r: seen.append(r["source"]))
+    rayed = run_survey(zoo, jsonl=str(ray_out), backend=RayBackend(retries=1, options=fp), options=fp)
     assert sorted(seen) == sorted(zoo) and len(read_jsonl(pool_out)) == len(zoo)
     pool_rows, ray_rows = by_source(read_jsonl(pool_out)), by_source(read_jsonl(ray_out))
     assert set(pool_rows) == set(zoo) and pool_rows == ray_rows
     assert [pool_rows[s]["status"] for s in zoo] == ["ok"] * 5 + ["failed"] * 2
+    # the fingerprint column, identical through both backends, is what 'idinspect fingerprint --digest' prints
+    assert [pool_rows[s]["fingerprint"] is not None for s in zoo] == [True] * 5 + [False] * 2
+    assert len({pool_rows[s]["fingerprint"] for s in zoo[:5]}) == 5
+    for s in (zoo[0], zoo[2]):
+        assert run_cli("fingerprint", s, "--digest").stdout == pool_rows[s]["fingerprint"] + "\n"
     assert {pool_rows[s]["error_kind"] for s in zoo[5:]} == {"bad-input"}
     assert pooled.stats.retries == 0 and pooled.stats.workers == 2 and rayed.stats.workers == 2
     assert len(pooled.failed) == len(rayed.failed) == 2
@@ -123,9 +129,12 @@ def test_ray_retries_transient_failures(zoo, dead_hub, ray_local, tmp_path):
 
 def test_cli_exit_status_and_outputs(zoo, tmp_path):
     out, page, table = tmp_path / "s.jsonl", tmp_path / "s.html", tmp_path / "s.parquet"
-    r = run_cli("survey", *zoo[:2], "--jsonl", out, "--html", page, "--parquet", table, "--workers", "2")
+    r = run_cli("survey", *zoo[:2], "--jsonl", out, "--html", page, "--parquet", table, "--workers", "2",
+                "--fingerprint")
     assert r.code == 0, r.stderr
     assert "2 ok, 0 failed" in r.stderr and page.read_text().count('class="pt-mha"') == 3
+    digests = [row["fingerprint"] for row in read_jsonl(out)]
+    assert all(d.startswith("sha256:") for d in digests) and all(f'title="{d}"' in page.read_text() for d in digests)
     listing = tmp_path / "models.txt"
     listing.write_text("\n".join(zoo[:2] + zoo[5:6]) + "\n")
     r = run_cli("survey", "--from", listing, "--jsonl", out, "--parquet", table)

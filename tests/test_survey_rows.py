@@ -216,3 +216,57 @@ def test_single_file_checkpoints_have_their_own_revision(tmp_path):
     assert current_revision(str(a)) == local_revision(a) != current_revision(str(b))
     os.utime(a, ns=(a.stat().st_atime_ns, a.stat().st_mtime_ns + 1_000_000))
     assert current_revision(str(a)) != local_revision(b) and current_revision(str(a)).startswith("files:")
+
+
+def test_fingerprint_column_is_the_fingerprint_commands_digest(tiny_dir, tmp_path):
+    import shutil
+
+    from idinspect.survey import SurveyOptions
+    from tests.cli import run_cli
+
+    path = tiny_dir("llama-gqa")
+    row = survey_row(str(path), SurveyOptions(fingerprint=True))
+    assert row["status"] == "ok" and row["fingerprint"].startswith("sha256:") and len(row["fingerprint"]) == 71
+    cli = run_cli("fingerprint", path, "--digest")
+    assert cli.code == 0 and cli.stdout == row["fingerprint"] + "\n"
+    fp = tmp_path / "fp.json"
+    assert run_cli("fingerprint", path, "-o", fp).code == 0
+    assert run_cli("fingerprint", fp, "--digest").stdout == cli.stdout       # a fingerprint read back
+    copy = shutil.copytree(path, tmp_path / "copy")                            # the digest ignores where it lives
+    assert survey_row(str(copy), SurveyOptions(fingerprint=True))["fingerprint"] == row["fingerprint"]
+    other = survey_row(str(tiny_dir("llama-mqa")), SurveyOptions(fingerprint=True))["fingerprint"]
+    assert other.startswith("sha256:") and other != row["fingerprint"]
+    # the row's other fields do not depend on the option (bytes read aside: the tensors are read twice)
+    plain = survey_row(str(path))
+    assert plain["fingerprint"] is None and row["bytes_read"] > plain["bytes_read"]
+    skip = {"fingerprint", "bytes_read"}
+    assert {k: v for k, v in comparable(row).items() if k not in skip} == \
+           {k: v for k, v in comparable(plain).items() if k not in skip}
+
+
+def test_resume_redoes_rows_without_the_requested_fingerprint(tiny_dir, tmp_path):
+    from idinspect.survey import SurveyOptions, run_survey
+
+    source, out, fp = str(tiny_dir("gpt2")), tmp_path / "s.jsonl", SurveyOptions(fingerprint=True)
+    assert run_survey([source], jsonl=str(out), backend=_InProcess(None)).new[0]["fingerprint"] is None
+    again = run_survey([source], jsonl=str(out), backend=_InProcess(fp), options=fp)
+    assert again.skipped == [] and again.new[0]["fingerprint"].startswith("sha256:")
+    third = run_survey([source], jsonl=str(out), backend=_InProcess(fp), options=fp)
+    assert third.skipped == [source] and third.new == []
+
+
+class _InProcess:
+    """A backend that computes the rows in this process, with ``options``."""
+
+    workers = 1
+
+    def __init__(self, options):
+        from idinspect.survey.pool import BackendStats
+
+        self.stats = BackendStats(workers=1)
+        self.options = options
+
+    def run(self, tasks, emit):
+        for task in tasks:
+            emit(survey_row(task.source, self.options))
+        return self.stats

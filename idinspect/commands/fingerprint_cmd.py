@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import click
 
 from ..cli import debug_option, hub_options
@@ -14,20 +16,24 @@ from ..cli import debug_option, hub_options
 @click.option("-o", "--output", type=click.Path(dir_okay=False), metavar="PATH",
               help="Write the fingerprint to PATH (atomically) instead of stdout.")
 @click.option("--device", default="cpu", show_default=True, help="Where the linear algebra runs: cpu or cuda.")
+@click.option("--digest", is_flag=True,
+              help="Print only the fingerprint's digest (sha256:..., the 'fingerprint' column of 'survey --fingerprint').")
 @debug_option
 def fingerprint_command(model: str, revision: str | None, token: str | None, cache_dir: str | None, offline: bool,
-                        output: str | None, device: str) -> None:
+                        output: str | None, device: str, digest: bool) -> None:
     """Write MODEL's fingerprint: per-head invariants (float32) and rounding radii, from which
-    'idinspect compare FINGERPRINT.json OTHER' works without MODEL's weights."""
+    'idinspect compare FINGERPRINT.json OTHER' works without MODEL's weights. MODEL may be a
+    fingerprint file (with --digest: its digest)."""
     from ..analysis.device import resolve_device
-    from ..compare import fingerprint_json, invariants_of
+    from ..compare import fingerprint_dict, fingerprint_digest, invariants_of
     from ..reports.atomic import write_text_atomic
 
     inv = invariants_of(model, revision=revision, token=token, cache_dir=cache_dir, local_files_only=offline,
                         device=str(resolve_device(device)))
-    text = fingerprint_json(inv, inv.revision)
+    fp = fingerprint_dict(inv, inv.revision)
+    text = fingerprint_digest(fp) + "\n" if digest else json.dumps(fp, indent=1) + "\n"
     if output:
         write_text_atomic(output, text)
-        click.echo(f"wrote {output} ({len(text.encode())} bytes)", err=True)
+        click.echo(f"wrote {output} ({len(text.encode())} bytes, {fingerprint_digest(fp)})", err=True)
     else:
         click.echo(text, nl=False)

@@ -41,6 +41,9 @@ def parse_size(text: str) -> int:
                    "cluster. Write --ray=ADDRESS or put --ray after the models.")
 @click.option("--retries", type=click.IntRange(min=0), default=2, show_default=True,
               help="Extra attempts for a model that failed transiently (network, worker died); bad input is never retried.")
+@click.option("--fingerprint", is_flag=True,
+              help="Also fingerprint each model: its digest fills the 'fingerprint' column (the one "
+                   "'idinspect fingerprint --digest' prints); reads the attention tensors twice.")
 @click.option("--no-resume", is_flag=True, help="Inspect every model again, even if the output has it at this revision.")
 @click.option("--device", default="cpu", show_default=True, help="Where each inspection's linear algebra runs.")
 @hub_options
@@ -48,7 +51,7 @@ def parse_size(text: str) -> int:
 @debug_option
 def survey_command(sources: tuple[str, ...], from_file: str | None, jsonl: str | None, parquet: str | None,
                    html_path: str | None, workers: int | None, memory: str | None, ray_address: str | None, retries: int,
-                   no_resume: bool, device: str, token: str | None, cache_dir: str | None, offline: bool,
+                   fingerprint: bool, no_resume: bool, device: str, token: str | None, cache_dir: str | None, offline: bool,
                    quiet: bool) -> None:
     """Inspect many models and write one row per model (JSONL and/or Parquet, plus an HTML summary)."""
     from ..progress import silence_library_progress
@@ -61,7 +64,8 @@ def survey_command(sources: tuple[str, ...], from_file: str | None, jsonl: str |
         click.echo("survey: rows go to stdout; nothing to resume from", err=True)
     budget = parse_size(memory) if memory else None
     silence_library_progress()
-    options = SurveyOptions(token=token, cache_dir=cache_dir, offline=offline, device=device)
+    options = SurveyOptions(token=token, cache_dir=cache_dir, offline=offline, device=device,
+                            fingerprint=fingerprint)
     backend = None
     if ray_address is not None:
         from ..survey.ray_backend import RayBackend, require_ray

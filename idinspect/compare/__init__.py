@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from .comparison import ALPHA, VERDICTS, CompareResult, compare_invariants
-from .fingerprint import fingerprint_dict, fingerprint_json, is_fingerprint_file, read_fingerprint
+from .fingerprint import fingerprint_dict, fingerprint_digest, fingerprint_json, is_fingerprint_file, read_fingerprint
 from .invariants import ModelInvariants, model_invariants
 from .lineage import PERMUTATIONS
 
@@ -42,4 +42,4 @@ def fingerprint(source, **open_kwargs) -> dict:
 
 
 __all__ = ["ALPHA", "VERDICTS", "CompareResult", "ModelInvariants", "compare", "compare_invariants", "fingerprint",
-           "fingerprint_dict", "fingerprint_json", "invariants_of", "model_invariants", "read_fingerprint"]
+           "fingerprint_dict", "fingerprint_digest", "fingerprint_json", "invariants_of", "model_invariants", "read_fingerprint"]

@@ -11,11 +11,18 @@ Format ``idinspect-fingerprint`` version 1 (keys only ever added within a versio
 
 Arrays are float32 (each value's relative rounding 2^-24 is added to the comparison tolerance;
 radii are rounded up, so a bound stays a bound). Llama-3.2-1B: ~0.4 MB; all-MiniLM-L6-v2: ~25 kB.
+
+The digest (:func:`fingerprint_digest`, ``idinspect fingerprint --digest``, the ``fingerprint``
+column of ``idinspect survey --fingerprint``) is ``sha256:`` + the SHA-256 of the canonical JSON
+(sorted keys, no spaces) of :data:`DIGEST_KEYS`: the invariants and how they are encoded, not where
+the model was read from (source, revision, file name) nor which idinspect wrote them. Two copies of
+one checkpoint have one digest; a fingerprint file read back has its model's digest.
 """
 
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 from pathlib import Path
 
@@ -48,6 +55,17 @@ def fingerprint_dict(inv: ModelInvariants, revision: str | None = None) -> dict:
     return {"format": FORMAT, "version": VERSION, "tool": f"idinspect {__version__}", "source": inv.source,
             "revision": revision, "model": inv.model, "dtype": inv.dtype, "unit_roundoff": inv.unit_roundoff,
             "gains_folded": inv.gains_folded, "encoding": ENCODING, "layers": layers}
+
+
+#: The fingerprint's keys that its digest covers (what the model computes, not where it came from).
+DIGEST_KEYS = ("format", "version", "dtype", "unit_roundoff", "gains_folded", "encoding", "layers")
+
+
+def fingerprint_digest(fp: dict) -> str:
+    """``sha256:<64 hex>`` over the canonical JSON of ``fp``'s :data:`DIGEST_KEYS` (see the module doc)."""
+    content = {key: fp.get(key) for key in DIGEST_KEYS}
+    text = json.dumps(content, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
+    return "sha256:" + hashlib.sha256(text.encode("ascii")).hexdigest()
 
 
 def fingerprint_json(inv: ModelInvariants, revision: str | None = None) -> str:

@@ -67,6 +67,9 @@ class SurveyOptions:
     cache_dir: str | None = None
     offline: bool = False
     device: str = "cpu"
+    #: Also compute the model's fingerprint (:mod:`idinspect.compare.fingerprint`) and fill the
+    #: row's ``fingerprint`` column with its digest (as ``idinspect fingerprint --digest`` prints it).
+    fingerprint: bool = False
 
 
 def empty_row(source: str) -> dict:
@@ -121,11 +124,12 @@ def _fill(row: dict, source: str, opts: SurveyOptions) -> None:
     with model:
         counter = _count_bytes_read(model)
         result = inspect(model, device=opts.device)
+        if opts.fingerprint:
+            row["fingerprint"] = fingerprint_digest(model, opts)
         row["bytes_read"] = counter.total
         path = model.provenance.path
         row["revision"] = model.provenance.revision or (local_revision(path) if path is not None else None)
     row.update(row_fields(result))
-    row["fingerprint"] = fingerprint_digest(source, opts)
 
 
 def row_fields(result: dict) -> dict:
@@ -152,13 +156,14 @@ def row_fields(result: dict) -> dict:
     }
 
 
-def fingerprint_digest(source: str, opts: SurveyOptions) -> str | None:
-    """The model's fingerprint digest where this idinspect has a fingerprint facility; None otherwise.
+def fingerprint_digest(model, opts: SurveyOptions) -> str:
+    """The digest of the open model's fingerprint, the one ``idinspect fingerprint --digest`` prints
+    (:func:`idinspect.compare.fingerprint_digest`; it leaves out source and revision, so it does not
+    depend on how the survey named the model). Reads the attention tensors a second time."""
+    from ..compare import fingerprint_dict, fingerprint_digest as digest, model_invariants
 
-    No fingerprint facility exists in this version (``idinspect fingerprint`` is not part of it), so
-    the column stays null; it is kept so that rows keep one layout when it arrives.
-    """
-    return None
+    inv = model_invariants(model, device=opts.device)
+    return digest(fingerprint_dict(inv, model.provenance.revision))
 
 
 @dataclass
