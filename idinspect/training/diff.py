@@ -1,7 +1,8 @@
 """``idinspect diff A B``: how much of the step from checkpoint A to B moves along A's gauge orbit.
 
-Streams one layer of each checkpoint at a time (O(d d_k^2) per group, never a d x d matrix) and
-returns the diff document (``idinspect/schemas/diff.schema.json``).
+Streams the layers of both checkpoints (O(d d_k^2) per group, never a d x d matrix; on a CPU one
+layer pair per core in flight, each with single-threaded kernels, within a memory bound, as
+``inspect`` does: :mod:`idinspect.analysis.parallel`) and returns the diff document (``idinspect/schemas/diff.schema.json``).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import math
 
 import torch
 
+from ..analysis.parallel import layer_workers, ordered_map
 from ..errors import IdinspectError
 from ..gauge.invariants import invariant_errors
 from ..layer.attention_layer import AttentionLayer
@@ -20,16 +22,18 @@ SCHEMA_VERSION = "1"
 
 
 def _norm_sq(layer: AttentionLayer) -> float:
-    return sum(float(t.to(torch.float64).square().sum()) for t in layer.tensors().values())
+    return sum(float(torch.linalg.vector_norm(t.to(torch.float64)) ** 2) for t in layer.tensors().values())
 
 
 def _diff_norm_sq(a: AttentionLayer, b: AttentionLayer) -> float:
-    return sum(float((tb.to(torch.float64) - a.tensors()[r].to(torch.float64)).square().sum())
+    ta = a.tensors()
+    return sum(float(torch.linalg.vector_norm(tb.to(torch.float64) - ta[r].to(torch.float64)) ** 2)
                for r, tb in b.tensors().items())
 
 
 def diff_layer(a: AttentionLayer, b: AttentionLayer) -> dict:
-    """The diff record of one layer (see the schema)."""
+    """The diff record of one layer (see the schema). Both layers are cast to float64 once."""
+    a, b = a.to(torch.float64), b.to(torch.float64)
     groups = layer_metrics(a, b)
     r = a.group_size
     out_groups = []
@@ -80,11 +84,14 @@ def diff(a, b, *, token: str | None = None, cache_dir: str | None = None, local_
     kw = dict(token=token, cache_dir=cache_dir, local_files_only=local_files_only)
     with _opened(a, kw) as A, _opened(b, kw) as B:
         _check_same_model(A, B)
+        n = A.num_layers
         layers = []
-        for i in range(A.num_layers):
-            layers.append(diff_layer(A.layer(i), B.layer(i)))
+        for i, record in enumerate(ordered_map(lambda i, _: diff_layer(A.layer(i), B.layer(i)), n,
+                                               layer_workers(_pair_bytes_in_flight(A), n, torch.device("cpu")),
+                                               lambda: None)):
+            layers.append(record)
             if progress is not None:
-                progress(i + 1, A.num_layers)
+                progress(i + 1, n)
         sa, sb = A.summary(), B.summary()
     H = sa["heads"]
     step = sum(g[s]["step_sq"] for L in layers for g in L["groups"] for s in SIDES)
@@ -101,6 +108,14 @@ def diff(a, b, *, token: str | None = None, cache_dir: str | None = None, local_
                    "invariant_change_max": max((L["invariant_change_max"] for L in layers), default=0.0)},
         "layers": layers,
     }
+
+
+def _pair_bytes_in_flight(model: Model) -> int:
+    """Bound on what one layer pair holds while diffed (layer 0's shapes): both layers as stored and
+    float64 copies of both (the invariant check's); one group's float64 factors come and go on top."""
+    sizes = [(math.prod(model.reader.shape(key)), model.reader.dtype(key).itemsize)
+             for key in model.adapter.attention_keys(0)]
+    return 2 * sum(n * (size + 8) for n, size in sizes)
 
 
 class _opened:

@@ -15,7 +15,7 @@ from ..errors import IdinspectError
 from ..gauge.factors import augment
 from ..layer.attention_layer import AttentionLayer
 from ..layer.structure import unrotated_columns
-from .orbit import Algebra, imbalance, project_step
+from .orbit import Algebra, imbalance, imbalance_of, project_from_grams
 
 SIDES = ("qk", "vo")
 
@@ -113,15 +113,19 @@ def side_metrics(a: AttentionLayer, g: int, side: str, b: AttentionLayer | None 
     """Metrics of group ``g``'s ``side`` at ``a`` and, with ``b``, of the step b - a."""
     algebra = side_algebra(a, side)
     L, R = group_factors(a, g, side)
-    beta, tau, full = imbalance(L, R, algebra)
+    GL, GR = L.T @ L, R.T @ R
+    beta, tau, full = imbalance_of(GL - GR, algebra)
     k = L.shape[1]
     reference = algebra.dimension / ((L.shape[0] + R.shape[0]) * k)
     if b is None:
-        proj = project_step(L, R, torch.zeros_like(L), torch.zeros_like(R), algebra)
+        zero = torch.zeros_like(GL)
+        proj = project_from_grams(GL, GR, zero, zero, 0.0, algebra)
         return SideMetrics(beta, tau, full, proj.mu, proj.ill_posed, reference)
     Lb, Rb = group_factors(b, g, side)
     beta_b, tau_b, full_b = imbalance(Lb, Rb, algebra)
-    proj = project_step(L, R, Lb - L, Rb - R, algebra)
+    dL, dR = Lb - L, Rb - R
+    step_sq = float(torch.linalg.vector_norm(dL) ** 2 + torch.linalg.vector_norm(dR) ** 2)
+    proj = project_from_grams(GL, GR, L.T @ dL, R.T @ dR, step_sq, algebra)
     return SideMetrics(beta, tau, full, proj.mu, proj.ill_posed, reference, beta_b, tau_b, full_b,
                        proj.rho, proj.step_sq, proj.along_sq)
 

@@ -93,58 +93,76 @@ def sylvester_solve(GL: torch.Tensor, GR: torch.Tensor, C: torch.Tensor) -> tupl
     return U @ Xt @ V.T, float(a[0] + b[0]) if a.numel() else 0.0, top
 
 
-_J = torch.tensor([[0.0, -1.0], [1.0, 0.0]], dtype=torch.float64)
-
-
 def project_step(L: torch.Tensor, R: torch.Tensor, dL: torch.Tensor, dR: torch.Tensor,
                  algebra: Algebra | None = None) -> Projection:
     """Project the step (dL [m, k], dR [n, k]) onto the orbit tangent at (L, R) (all float64).
 
-    Without RoPE (``algebra`` None or all columns free) one Sylvester solve; with planes, each
-    plane's complex scalar in closed form (its two basis directions (L_p, -R_p) and (L_p J, R_p J)
-    are orthogonal with the same squared length ||L_p||^2 + ||R_p||^2) and a Sylvester solve on
-    the free columns; the blocks touch disjoint columns, so their projections add.
+    Forms the four k x k products L^T L, R^T R, L^T dL, R^T dR and solves from them
+    (:func:`project_from_grams`); nothing larger than k x k is formed besides them.
     """
-    k = L.shape[1]
+    step_sq = float(torch.linalg.vector_norm(dL) ** 2 + torch.linalg.vector_norm(dR) ** 2)
+    return project_from_grams(L.T @ L, R.T @ R, L.T @ dL, R.T @ dR, step_sq, algebra)
+
+
+def project_from_grams(GL: torch.Tensor, GR: torch.Tensor, ML: torch.Tensor, MR: torch.Tensor, step_sq: float,
+                       algebra: Algebra | None = None) -> Projection:
+    """The projection of :func:`project_step` from GL = L^T L, GR = R^T R, ML = L^T dL, MR = R^T dR
+    [k, k] and ``step_sq`` = ||dL||^2 + ||dR||^2.
+
+    Without RoPE (``algebra`` None or all columns free) one Sylvester solve with C = ML - MR^T
+    (= L^T dL - dR^T R); with planes, each plane's complex scalar in closed form: its two basis
+    directions (L_p, -R_p) and (L_p J, R_p J) (L_p J = (L_j, -L_i)) are orthogonal with the same
+    squared length n_p = GL_ii + GL_jj + GR_ii + GR_jj, so a = (ML_ii + ML_jj - MR_ii - MR_jj) / n_p and
+    b = (ML_ji - ML_ij + MR_ji - MR_ij) / n_p; the blocks touch disjoint columns, so their
+    projections add. ||T X||^2 = <GL X, X> + <X GR, X>.
+    """
+    k = GL.shape[0]
     algebra = algebra or Algebra(k)
-    X = torch.zeros(k, k, dtype=L.dtype)
+    X = torch.zeros(k, k, dtype=GL.dtype)
     mus, tops = [], []
     free = algebra.free_columns
     if free:
-        Lf, Rf = L[:, free], R[:, free]
-        Xf, mu, top = sylvester_solve(Lf.T @ Lf, Rf.T @ Rf, Lf.T @ dL[:, free] - dR[:, free].T @ Rf)
-        X[torch.tensor(free)[:, None], torch.tensor(free)[None, :]] = Xf
+        f = torch.tensor(free)
+        ix = (f[:, None], f[None, :])
+        Xf, mu, top = sylvester_solve(GL[ix], GR[ix], ML[ix] - MR[ix].T)
+        X[ix] = Xf
         mus.append(mu)
         tops.append(top)
-    plane_norms = [float((L[:, [i, j]] ** 2).sum() + (R[:, [i, j]] ** 2).sum()) for i, j in algebra.planes]
-    # basis X = I: (L_p, -R_p); X = J: (L_p J, -R_p J^T) = (L_p J, R_p J); both of squared length
-    # norm_sq for ||X||_F^2 = 2 and orthogonal, so the normal operator's eigenvalue is norm_sq / 2.
-    mus += [n / 2 for n in plane_norms]
-    tops += [n / 2 for n in plane_norms]
-    top = max(tops) if tops else 0.0
-    for (i, j), norm_sq in zip(algebra.planes, plane_norms):
-        if norm_sq / 2 <= ILL_POSED_RTOL * top:
-            continue
-        Lp, Rp, dLp, dRp = L[:, [i, j]], R[:, [i, j]], dL[:, [i, j]], dR[:, [i, j]]
-        a = float((Lp * dLp).sum() - (Rp * dRp).sum()) / norm_sq
-        b = float(((Lp @ _J) * dLp).sum() + ((Rp @ _J) * dRp).sum()) / norm_sq
-        X[[i, i, j, j], [i, j, i, j]] = torch.tensor([a, -b, b, a], dtype=L.dtype)
-    TL, TR = L @ X, R @ X.T
-    step_sq = float((dL * dL).sum() + (dR * dR).sum())
-    along_sq = float((TL * TL).sum() + (TR * TR).sum())
+    if algebra.planes:
+        pi = torch.tensor([i for i, _ in algebra.planes])
+        pj = torch.tensor([j for _, j in algebra.planes])
+        norm_sq = GL[pi, pi] + GL[pj, pj] + GR[pi, pi] + GR[pj, pj]                      # [P]
+        half = norm_sq / 2      # the normal operator's eigenvalue on the plane (||X_p||_F^2 = 2)
+        top = max(tops + [float(half.max())])
+        mus.append(float(half.min()))
+        live = half > ILL_POSED_RTOL * top
+        safe = torch.where(live, norm_sq, torch.ones_like(norm_sq))
+        a = torch.where(live, (ML[pi, pi] + ML[pj, pj] - MR[pi, pi] - MR[pj, pj]) / safe, 0.0)
+        b = torch.where(live, (ML[pj, pi] - ML[pi, pj] + MR[pj, pi] - MR[pi, pj]) / safe, 0.0)
+        X[pi, pi], X[pi, pj], X[pj, pi], X[pj, pj] = a, -b, b, a
+    else:
+        top = max(tops) if tops else 0.0
+    along_sq = float(((GL @ X) * X).sum() + ((X @ GR) * X).sum())
     mu = min(mus) if mus else 0.0
-    return Projection(step_sq, along_sq, mu, mu <= ILL_POSED_RTOL * top, X)
+    return Projection(step_sq, max(0.0, along_sq), mu, mu <= ILL_POSED_RTOL * top, X)
 
 
 def imbalance(L: torch.Tensor, R: torch.Tensor, algebra: Algebra | None = None) -> tuple[float, float, float]:
     """(beta, tau, beta_full) of D = L^T L - R^T R [k, k]: beta = ||P(D)||_F on the gauge algebra,
     tau = trace(D), beta_full = ||D||_F (the two betas agree without RoPE)."""
-    D = L.T @ L - R.T @ R
+    return imbalance_of(L.T @ L - R.T @ R, algebra)
+
+
+def imbalance_of(D: torch.Tensor, algebra: Algebra | None = None) -> tuple[float, float, float]:
+    """:func:`imbalance` of a given D = L^T L - R^T R [k, k]."""
     full = float(torch.linalg.matrix_norm(D))
     tau = float(torch.trace(D))
-    algebra = algebra or Algebra(L.shape[1])
+    algebra = algebra or Algebra(D.shape[0])
     free = algebra.free_columns
     sq = float((D[free][:, free] ** 2).sum()) if free else 0.0
-    for i, j in algebra.planes:
-        sq += 0.5 * float(D[i, i] + D[j, j]) ** 2          # ||(tr D_p / 2) I_2||^2
+    if algebra.planes:
+        diag = D.diagonal()
+        pi = torch.tensor([i for i, _ in algebra.planes])
+        pj = torch.tensor([j for _, j in algebra.planes])
+        sq += 0.5 * float(((diag[pi] + diag[pj]) ** 2).sum())          # sum_p ||(tr D_p / 2) I_2||^2
     return sq ** 0.5, tau, full
