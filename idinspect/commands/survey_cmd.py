@@ -70,7 +70,7 @@ def survey_command(sources: tuple[str, ...], from_file: str | None, jsonl: str |
     if ray_address is not None:
         from ..survey.ray_backend import RayBackend, require_ray
 
-        require_ray()
+        require_ray(local=ray_address == "local")     # before Ray is imported: stay on loopback
         backend = RayBackend(ray_address, workers=workers if ray_address == "local" else None,
                              retries=retries, options=options)
     workers = workers or 1
