@@ -1,8 +1,11 @@
 """Tiny Hugging Face checkpoints -> GGUF with the ``gguf`` package's writer, as llama.cpp's
 ``convert_hf_to_gguf.py`` lays them out: ``blk.N.*`` names, Q/K rows permuted for the "normal"
 rotary architectures (its ``LlamaModel.permute``), GPT-2's Conv1D weights transposed to Linear
-layout, 1-D tensors in F32, 2-D weights in the requested type (F32, F16 or Q8_0 via
-``gguf.quants.quantize``). Written independently of idinspect's reader, so the tests compare two
+layout, Phi-3's fused ``qkv_proj`` / ``gate_up_proj`` as ``attn_qkv`` / ``ffn_up`` with its
+partial rotary width as ``rope.dimension_count`` and longrope factors as ``rope_factors_{long,short}``
+tensors (its ``Phi3MiniModel``), 1-D tensors in F32, 2-D weights in the requested type (F32, F16,
+BF16, Q8_0 via ``gguf.quants.quantize``, Q4_K via :mod:`tests.gguf_q4k`), one type for all or one per
+GGUF tensor kind. Written independently of idinspect's reader, so the tests compare two
 implementations of the mapping.
 """
 
@@ -13,10 +16,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from tests.gguf_q4k import quantize_q4_k
+
 LLAMA_LAYER = {"self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
                "self_attn.o_proj": "attn_output", "input_layernorm": "attn_norm",
                "post_attention_layernorm": "ffn_norm", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
-               "mlp.down_proj": "ffn_down", "self_attn.q_norm": "attn_q_norm", "self_attn.k_norm": "attn_k_norm"}
+               "mlp.down_proj": "ffn_down", "self_attn.q_norm": "attn_q_norm", "self_attn.k_norm": "attn_k_norm",
+               "self_attn.qkv_proj": "attn_qkv", "mlp.gate_up_proj": "ffn_up"}
 GPT2_LAYER = {"attn.c_attn": "attn_qkv", "attn.c_proj": "attn_output", "ln_1": "attn_norm", "ln_2": "ffn_norm",
               "mlp.c_fc": "ffn_up", "mlp.c_proj": "ffn_down"}
 NORMAL_ROPE = {"llama", "mistral"}
@@ -27,13 +33,16 @@ def permute(w: torch.Tensor, n_head: int) -> torch.Tensor:
     return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
-def convert(model, out: Path, qtype: str = "F32") -> Path:
-    """Write ``model`` (a transformers PreTrainedModel) as a GGUF file at ``out``."""
+def convert(model, out: Path, qtype: str | dict[str, str] = "F32", permute_qk: bool | None = None) -> Path:
+    """Write ``model`` (a transformers PreTrainedModel) as a GGUF file at ``out``; ``qtype`` is the
+    GGML type of every 2-D weight, or a dict from GGUF tensor kind (``attn_v``, ...) to type with
+    ``"*"`` for the rest (llama.cpp's mixes, e.g. Q4_K_M keeps ``attn_v`` in a wider type).
+    ``permute_qk`` overrides whether Q/K rows are permuted (default: the "normal" rotary
+    architectures only); tests use it to write a deliberately wrong file."""
     import gguf
 
     cfg = model.config
     arch = cfg.model_type
-    state = {k: v.detach().to(torch.float32) for k, v in model.state_dict().items()}
     writer = gguf.GGUFWriter(str(out), arch)
     if arch == "gpt2":
         writer.add_block_count(cfg.n_layer)
@@ -48,36 +57,85 @@ def convert(model, out: Path, qtype: str = "F32") -> Path:
         writer.add_embedding_length(cfg.hidden_size)
         writer.add_head_count(cfg.num_attention_heads)
         writer.add_head_count_kv(cfg.num_key_value_heads)
-        writer.add_key_length(head_dim)
-        writer.add_value_length(head_dim)
         writer.add_context_length(cfg.max_position_embeddings)
         writer.add_feed_forward_length(cfg.intermediate_size)
         writer.add_layer_norm_rms_eps(cfg.rms_norm_eps)
         writer.add_rope_freq_base(float(cfg.rope_parameters["rope_theta"]))
-        writer.add_rope_dimension_count(head_dim)
+        if arch == "phi3":
+            _phi3_metadata(writer, cfg)
+        else:
+            writer.add_key_length(head_dim)
+            writer.add_value_length(head_dim)
+            writer.add_rope_dimension_count(head_dim)
         if getattr(cfg, "sliding_window", None) and arch == "mistral":
             writer.add_sliding_window(cfg.sliding_window)
-    for name, w in state.items():
-        new = gguf_name(arch, name)
-        if new is None:
-            continue
-        if arch in NORMAL_ROPE and (".q_proj." in name or ".k_proj." in name):
-            w = permute(w, cfg.num_attention_heads if ".q_proj." in name else cfg.num_key_value_heads)
-        if arch == "gpt2" and name.endswith((".c_attn.weight", ".c_proj.weight", ".c_fc.weight")):
-            w = w.T
-        data = w.contiguous().numpy()
-        if data.ndim == 1 or qtype == "F32":
-            writer.add_tensor(new, data.astype(np.float32))
-        elif qtype == "F16":
-            writer.add_tensor(new, data.astype(np.float16))
-        else:
-            kind = getattr(gguf.GGMLQuantizationType, qtype)
-            writer.add_tensor(new, gguf.quants.quantize(data.astype(np.float32), kind), raw_dtype=kind)
+    for new, data in stored_tensors(model, permute_qk):
+        _add(writer, new, data, qtype)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
     return out
+
+
+def stored_tensors(model, permute_qk: bool | None = None):
+    """(GGUF name, float32 array as stored before any quantisation) of every tensor GGUF keeps."""
+    cfg = model.config
+    arch = cfg.model_type
+    for name, w in model.state_dict().items():
+        new = gguf_name(arch, name)
+        if new is None:
+            continue
+        w = w.detach().to(torch.float32)
+        if (arch in NORMAL_ROPE if permute_qk is None else permute_qk) and arch != "gpt2":
+            if ".q_proj." in name or ".k_proj." in name:
+                w = permute(w, cfg.num_attention_heads if ".q_proj." in name else cfg.num_key_value_heads)
+            elif ".qkv_proj." in name:
+                hd = w.shape[0] // (cfg.num_attention_heads + 2 * cfg.num_key_value_heads)
+                q, k, v = w.split([cfg.num_attention_heads * hd, cfg.num_key_value_heads * hd,
+                                   cfg.num_key_value_heads * hd])
+                w = torch.cat([permute(q, cfg.num_attention_heads), permute(k, cfg.num_key_value_heads), v])
+        if arch == "gpt2" and name.endswith((".c_attn.weight", ".c_proj.weight", ".c_fc.weight")):
+            w = w.T
+        yield new, w.contiguous().numpy()
+
+
+def _add(writer, name: str, data: np.ndarray, qtype: str | dict[str, str]) -> None:
+    import gguf
+
+    if isinstance(qtype, dict):
+        kind = name.split(".")[-2] if name.startswith("blk.") else name.rsplit(".", 1)[0]
+        qtype = qtype.get(kind, qtype["*"])
+    if data.ndim == 1 or qtype == "F32":
+        writer.add_tensor(name, data.astype(np.float32))
+    elif qtype == "F16":
+        writer.add_tensor(name, data.astype(np.float16))
+    elif qtype == "Q4_K":
+        kind = gguf.GGMLQuantizationType.Q4_K
+        writer.add_tensor(name, quantize_q4_k(data), raw_dtype=kind)
+    else:
+        kind = getattr(gguf.GGMLQuantizationType, qtype)
+        writer.add_tensor(name, gguf.quants.quantize(data.astype(np.float32), kind), raw_dtype=kind)
+
+
+def _phi3_metadata(writer, cfg) -> None:
+    """What llama.cpp's ``Phi3MiniModel`` writes beyond the common keys: no key length (head_dim is
+    d / H), ``rope.dimension_count = int(partial d) // H``, the original context length, the sliding
+    window (0 for none), and for longrope the factors as tensors plus the attention factor."""
+    import math
+
+    rope = cfg.rope_parameters
+    partial = rope.get("partial_rotary_factor", getattr(cfg, "partial_rotary_factor", None) or 1.0)
+    rope_dims = int(partial * cfg.hidden_size) // cfg.num_attention_heads
+    writer.add_rope_dimension_count(rope_dims)
+    original = getattr(cfg, "original_max_position_embeddings", None) or cfg.max_position_embeddings
+    writer.add_rope_scaling_orig_ctx_len(original)
+    writer.add_sliding_window(getattr(cfg, "sliding_window", None) or 0)
+    if rope.get("rope_type", "default") == "longrope":
+        scale = cfg.max_position_embeddings / original
+        writer.add_rope_scaling_attn_factors(math.sqrt(1 + math.log(scale) / math.log(original)) if scale > 1 else 1.0)
+        writer.add_tensor("rope_factors_long.weight", np.asarray(rope["long_factor"], dtype=np.float32))
+        writer.add_tensor("rope_factors_short.weight", np.asarray(rope["short_factor"], dtype=np.float32))
 
 
 def gguf_name(arch: str, name: str) -> str | None:

@@ -20,7 +20,7 @@ from idinspect.analysis.inspection import inspect  # noqa: E402
 from idinspect.sources import gguf_reader  # noqa: E402
 from tests import tiny  # noqa: E402
 from tests.cli import run_cli  # noqa: E402
-from tests.gguf_convert import convert  # noqa: E402
+from tests.gguf_convert import convert, stored_tensors  # noqa: E402
 
 ROLES = ("W_Q", "W_K", "W_V", "W_O", "b_Q", "b_K", "b_V", "b_O")
 COUNT_KEYS = ("attention_parameters", "unidentified_parameters", "qk_gauge", "vo_gauge", "noop_bias",
@@ -32,12 +32,13 @@ def _no_debug(monkeypatch):
     monkeypatch.setitem(cli_module._DEBUG, "on", False)
 
 
-def pair(variant: str, tmp_path, dtype: torch.dtype, qtype: str, model=None):
-    """(HF folder saved in ``dtype``, GGUF file in ``qtype``) of the same random model."""
+def pair(variant: str, tmp_path, dtype: torch.dtype, qtype: str | dict[str, str], model=None):
+    """(HF folder saved in ``dtype``, GGUF file in ``qtype``: one type or a mix) of the same random model."""
     model = model if model is not None else tiny.build(variant, dtype=torch.float32)
     model = model.to(dtype)
     tiny.save(model, tmp_path / variant, dtype=dtype)
-    return tmp_path / variant, convert(model, tmp_path / f"{variant}-{qtype}.gguf", qtype)
+    label = qtype if isinstance(qtype, str) else "mix"
+    return tmp_path / variant, convert(model, tmp_path / f"{variant}-{label}.gguf", qtype)
 
 
 def layers_equal(a, b) -> None:
@@ -68,14 +69,46 @@ def test_float_gguf_matches_the_hf_original_exactly(variant, dtype, qtype, tmp_p
         assert a["model"][key] == b["model"][key], key
 
 
-def wide(kind: str):
-    """Rows of 64 (Q8_0 blocks are 32 wide)."""
-    common = dict(hidden_size=64, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+@pytest.mark.parametrize("variant, dtype, qtype", [
+    ("phi3", torch.float32, "F32"), ("phi3", torch.float16, "F16"), ("phi3-partial-mqa", torch.float32, "F32"),
+    ("phi3-partial-mqa", torch.float16, "F16"), ("phi3-longrope", torch.float32, "F32"),
+    ("phi3-mha-sliding", torch.float16, "F16")])
+def test_phi3_gguf_fused_qkv_matches_the_hf_original_exactly(variant, dtype, qtype, tmp_path):
+    """llama.cpp's Phi-3 layout: fused attn_qkv, neox pairing (rows as stored), the rotary width as
+    rope.dimension_count (partial RoPE), longrope factors as rope_factors_{long,short} tensors."""
+    folder, path = pair(variant, tmp_path, dtype, qtype)
+    with idinspect.load(folder) as hf, idinspect.load(path) as g:
+        layers_equal(hf, g)
+        a, b = inspect(hf), inspect(g)
+        assert hf.layer(0).positional.rotary.inv_freq.tolist() == g.layer(0).positional.rotary.inv_freq.tolist()
+    assert a["totals"] == b["totals"] and a["layers"] == b["layers"] and a["findings"] == b["findings"]
+    for key in ("model_type", "layers", "hidden_size", "heads", "kv_heads", "head_dim", "positional", "rotary_dim"):
+        assert a["model"][key] == b["model"][key], key
+    assert b["model"]["gguf"]["tensor_types"] == {f"blk.{i}.{t}.weight": qtype
+                                                  for i in range(2) for t in ("attn_qkv", "attn_output")}
+
+
+def test_phi3_read_with_interleaved_pairs_does_not_match(tmp_path):
+    """Control: a Phi-3 file whose Q/K rows were permuted as for a 'normal' architecture (pairs
+    interleaved) reads as a different RoPE gauge, so the exact test above can fail."""
+    model = tiny.build("phi3-partial-mqa", dtype=torch.float32)
+    tiny.save(model, tmp_path / "hf", dtype=torch.float32)
+    path = convert(model, tmp_path / "wrong.gguf", "F32", permute_qk=True)
+    with idinspect.load(tmp_path / "hf") as hf, idinspect.load(path) as g:
+        errors = idinspect.invariant_errors(hf.layer(0), g.layer(0))
+        assert max(e.error for e in errors.values()) > 0.1
+
+
+def wide(kind: str, width: int = 64):
+    """Rows of ``width`` (Q8_0 blocks are 32 wide, Q4_K super-blocks 256)."""
+    common = dict(hidden_size=width, intermediate_size=width, num_hidden_layers=2, num_attention_heads=4,
                   num_key_value_heads=2, vocab_size=64, max_position_embeddings=64)
     config = {"llama": lambda: tf.LlamaConfig(**common), "qwen2": lambda: tf.Qwen2Config(**common),
-              "gpt2": lambda: tf.GPT2Config(n_embd=64, n_head=4, n_layer=2, vocab_size=64, n_positions=64)}[kind]()
+              "phi3": lambda: tf.Phi3Config(**common, pad_token_id=0),
+              "gpt2": lambda: tf.GPT2Config(n_embd=width, n_head=4, n_layer=2, vocab_size=64, n_positions=64)}[kind]()
     torch.manual_seed(1)
-    cls = {"llama": tf.LlamaForCausalLM, "qwen2": tf.Qwen2ForCausalLM, "gpt2": tf.GPT2LMHeadModel}[kind]
+    cls = {"llama": tf.LlamaForCausalLM, "qwen2": tf.Qwen2ForCausalLM, "phi3": tf.Phi3ForCausalLM,
+           "gpt2": tf.GPT2LMHeadModel}[kind]
     return cls(config).to(torch.float32).eval()
 
 
@@ -101,6 +134,58 @@ def test_q8_0_matches_within_the_quantisation_error(kind, tmp_path):
     types = b["model"]["gguf"]["tensor_types"]
     assert {t for n, t in types.items() if n.endswith(".weight")} == {"Q8_0"}
     assert all(t == "F32" for n, t in types.items() if n.endswith(".bias"))
+
+
+#: llama.cpp's Q4_K_M keeps attn_v wider (Q6_K there; Q8_0 here, which gguf can write): a mixed file.
+Q4_K_MIX = {"*": "Q4_K", "attn_v": "Q8_0"}
+
+
+@pytest.mark.parametrize("kind, qtype", [("llama", "Q4_K_MIX"), ("qwen2", "Q4_K"), ("phi3", "Q4_K"),
+                                         ("gpt2", "Q4_K")])
+def test_q4_k_matches_within_the_quantisation_error(kind, qtype, tmp_path):
+    """Q4_K blocks written by a reference quantiser (tests/gguf_q4k.py, from ggml's block layout):
+    gguf.quants.dequantize decodes each stored value within half its sub-block step d sc_j, the
+    tensors idinspect reads are the HF ones within that bound, counts are equal and invariants close."""
+    import gguf
+    import numpy as np
+
+    from tests.gguf_q4k import step
+
+    model = wide(kind, 256)
+    folder, path = pair(kind, tmp_path, torch.float32, Q4_K_MIX if qtype == "Q4_K_MIX" else qtype, model=model)
+    state = {k: v.detach() for k, v in model.state_dict().items()}
+    stored = dict(stored_tensors(model))
+    q4 = [t for t in gguf.GGUFReader(str(path)).tensors if t.tensor_type.name == "Q4_K"]
+    assert {t.name for t in q4} >= {f"blk.{i}.attn_output.weight" for i in range(2)}
+    for t in q4:                                            # every stored value within half its step
+        x = stored[t.name]
+        decoded = gguf.quants.dequantize(np.asarray(t.data), t.tensor_type)
+        assert decoded.shape == x.shape
+        assert (np.abs(decoded - x) <= step(x) / 2 + 1e-6 * np.abs(x).max()).all(), t.name
+    with idinspect.load(folder) as hf, idinspect.load(path) as g:
+        a, b = inspect(hf), inspect(g)
+        worst, weights = 0.0, 0.0
+        for i in range(hf.num_layers):
+            for key in hf.adapter.attention_keys(i):
+                x, y = hf.reader.get(key), g.reader.get(key)
+                kind_of = g.reader.tensor_types[key]
+                if kind_of == "Q4_K":
+                    stored_layout = x.T if kind == "gpt2" else x     # GPT-2's Conv1D is stored transposed
+                    bound = float(step(stored_layout.numpy()).max()) / 2 + 1e-6 * x.abs().max().item()
+                else:
+                    bound = x.abs().max().item() / 127 * (0.5 + 127 * 2 ** -11) * 1.01
+                assert (x - y).abs().max().item() <= bound, (key, kind_of)
+                assert torch.equal(state[key], x)
+                weights = max(weights, ((x - y).abs().max() / x.abs().max()).item())
+            errors = idinspect.invariant_errors(hf.layer(i), g.layer(i))
+            worst = max(worst, max(e.error for e in errors.values()))
+    # products of two quantised factors: measured 2.1-2.2x the worst weight error (0.12 vs 0.054)
+    assert 0 < worst <= 3 * weights, (worst, weights)
+    for la, lb in zip(a["layers"], b["layers"]):
+        assert {k: la[k] for k in COUNT_KEYS} == {k: lb[k] for k in COUNT_KEYS}
+    expected = {n: ("Q8_0" if ".attn_v." in n and qtype == "Q4_K_MIX" else
+                    "F32" if n.endswith(".bias") else "Q4_K") for n in b["model"]["gguf"]["tensor_types"]}
+    assert b["model"]["gguf"]["tensor_types"] == expected
 
 
 def test_permutation_is_what_makes_llama_match(tmp_path, monkeypatch):
@@ -220,3 +305,17 @@ def test_gguf_missing_in_the_hub_repo(hub, tmp_path):
     hub.add_repo("org/tiny-gguf", {"a-Q4_K.gguf": b"GGUF"})
     r = run_cli("org/tiny-gguf:b.gguf", "--cache-dir", str(tmp_path / "c"))
     assert r.code == 2 and "no file 'b.gguf' in the repository (GGUF files there: a-Q4_K.gguf)" in r.stderr
+
+
+def test_phi3_longrope_gguf_in_a_hub_repo_fetches_other_tensors_when_read(hub, tmp_path):
+    """The RoPE factor tensors come with the attention tensors (the config needs them); a tensor no
+    inspection reads (a norm gain) is fetched when read, never seen as the sparse copy's zeros."""
+    folder, path = pair("phi3-longrope", tmp_path, torch.float32, "F32")
+    hub.add_repo("org/tiny-phi3", {"phi3.gguf": path.read_bytes()})
+    with idinspect.load("org/tiny-phi3:phi3.gguf", cache_dir=tmp_path / "c") as remote, \
+            idinspect.load(folder) as hf:
+        assert inspect(remote)["layers"] == inspect(hf)["layers"]
+        before = remote.fetch_summary()["bytes_fetched"]
+        norm = "model.layers.1.input_layernorm.weight"
+        assert torch.equal(remote.reader.get(norm), hf.reader.get(norm)) and hf.reader.get(norm).abs().min() > 0
+        assert remote.fetch_summary()["bytes_fetched"] == before + 4 * hf.reader.shape(norm)[0]

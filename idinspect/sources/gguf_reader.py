@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import re
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -54,6 +55,8 @@ _LLAMA_NAMES = {
     "post_attention_norm": "post_attention_layernorm", "ffn_post_norm": "post_feedforward_layernorm",
     "ffn_pre_norm": "pre_feedforward_layernorm",
 }
+#: Phi-3: llama.cpp keeps the fused [Q | K | V] and [gate | up] projections as attn_qkv / ffn_up.
+_PHI3_NAMES = {**_LLAMA_NAMES, "attn_qkv": "self_attn.qkv_proj", "ffn_up": "mlp.gate_up_proj"}
 _GPT2_NAMES = {"attn_qkv": "attn.c_attn", "attn_output": "attn.c_proj", "attn_norm": "ln_1", "ffn_norm": "ln_2",
                "ffn_up": "mlp.c_fc", "ffn_down": "mlp.c_proj"}
 
@@ -63,7 +66,7 @@ FAMILIES: dict[str, Family] = {
     "mistral": Family("mistral", "MistralForCausalLM", "normal", "model.layers.{i}", _LLAMA_NAMES),
     "qwen2": Family("qwen2", "Qwen2ForCausalLM", "neox", "model.layers.{i}", _LLAMA_NAMES),
     "qwen3": Family("qwen3", "Qwen3ForCausalLM", "neox", "model.layers.{i}", _LLAMA_NAMES),
-    "phi3": Family("phi3", "Phi3ForCausalLM", "neox", "model.layers.{i}", _LLAMA_NAMES),
+    "phi3": Family("phi3", "Phi3ForCausalLM", "neox", "model.layers.{i}", _PHI3_NAMES),
     "gemma3": Family("gemma3_text", "Gemma3ForCausalLM", "neox", "model.layers.{i}", _LLAMA_NAMES),
     "gpt2": Family("gpt2", "GPT2LMHeadModel", None, "transformer.h.{i}", _GPT2_NAMES),
 }
@@ -72,6 +75,9 @@ _GLOBAL_NAMES = {
     "gpt2": {"token_embd": "transformer.wte", "position_embd": "transformer.wpe", "output_norm": "transformer.ln_f",
              "output": "lm_head"},
 }
+#: Tensors llama.cpp writes for what transformers keeps in config.json (RoPE frequency factors): read
+#: into the synthesised config, not parameters of the model.
+CONFIG_TENSORS = ("rope_factors_long.weight", "rope_factors_short.weight", "rope_freqs.weight")
 _BLOCK = re.compile(r"^blk\.(\d+)\.(.+)\.(weight|bias)$")
 _FLOAT = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16, "F64": torch.float64}
 
@@ -86,11 +92,15 @@ def _gguf():
 
 class GGUFCheckpoint(TensorReader):
     """Tensors of one GGUF file under transformers names; quantised tensors are dequantised to float32
-    when read (``dtype`` reports float32 for them; :attr:`tensor_types` keeps the stored type)."""
+    when read (``dtype`` reports float32 for them; :attr:`tensor_types` keeps the stored type).
 
-    def __init__(self, path: str | Path):
+    ``ensure``: called with a tensor's byte range ``(start, end)`` before its data is read (a file read
+    in part, :mod:`.remote_gguf`, fetches what it does not hold yet)."""
+
+    def __init__(self, path: str | Path, ensure: Callable[[int, int], None] | None = None):
         gguf = _gguf()
         self.path = Path(path)
+        self._ensure = ensure
         try:
             self._file = gguf.GGUFReader(str(self.path), "r")
         except (OSError, ValueError, KeyError, IndexError) as exc:
@@ -110,7 +120,10 @@ class GGUFCheckpoint(TensorReader):
         self._tensors = {}
         self._hf_to_gguf: dict[str, str] = {}
         global_names = _GLOBAL_NAMES["gpt2" if family.model_type == "gpt2" else "llama"]
+        self._config_tensors = {t.name: t for t in self._file.tensors if t.name in CONFIG_TENSORS}
         for t in self._file.tensors:
+            if t.name in CONFIG_TENSORS:
+                continue
             hf = self._hf_name(t.name, global_names)
             self._tensors[hf] = t
             self._hf_to_gguf[hf] = t.name
@@ -167,10 +180,23 @@ class GGUFCheckpoint(TensorReader):
     def file_of(self, name: str) -> str | None:
         return self.path.name if name in self._tensors else None
 
+    def config_tensor(self, name: str) -> list[float] | None:
+        """A tensor of :data:`CONFIG_TENSORS` by GGUF name, as a list (None if the file has none)."""
+        t = self._config_tensors.get(name)
+        return None if t is None else self._decode(t).reshape(-1).tolist()
+
     def get(self, name: str) -> torch.Tensor:
         """The tensor as transformers stores it: dequantised, Q/K rows un-permuted, GPT-2 Conv1D layout."""
+        out = self._unpermute(name, self._decode(self._tensor(name)))
+        if self._transposed(name):
+            out = out.T
+        return out.contiguous()
+
+    def _decode(self, t) -> torch.Tensor:
+        """A GGUF tensor's values in its stored layout (quantised types dequantised to float32)."""
         gguf = _gguf()
-        t = self._tensor(name)
+        if self._ensure is not None:
+            self._ensure(int(t.data_offset), int(t.data_offset) + int(t.n_bytes))
         stored = tuple(int(s) for s in reversed(t.shape.tolist()))
         kind = t.tensor_type.name
         if kind == "BF16":    # GGUFReader hands BF16 out as raw bytes
@@ -184,10 +210,7 @@ class GGUFCheckpoint(TensorReader):
                 raise IdinspectError(f"{self.path}: tensor {t.name} is {kind}, which the gguf package cannot "
                                      "dequantise; convert the file to another quantisation") from None
             out = torch.from_numpy(np.ascontiguousarray(array, dtype=np.float32)).reshape(stored)
-        out = self._unpermute(name, out)
-        if self._transposed(name):
-            out = out.T
-        return out.contiguous()
+        return out
 
     def _transposed(self, name: str) -> bool:
         return self.family.model_type == "gpt2" and name.endswith(("attn.c_attn.weight", "attn.c_proj.weight",
@@ -247,7 +270,27 @@ def synthesised_config(reader: GGUFCheckpoint) -> dict:
     rotary = md("rope.dimension_count")
     if rotary and int(rotary) != head_dim:
         cfg["partial_rotary_factor"] = int(rotary) / head_dim
+    if f.model_type == "phi3":
+        cfg.update(_phi3_rope(reader, cfg))
     return cfg
+
+
+def _phi3_rope(reader: GGUFCheckpoint, cfg: dict) -> dict:
+    """Phi-3's original context length, and its longrope factors, which llama.cpp stores as the
+    tensors ``rope_factors_long`` / ``rope_factors_short`` (one factor per rotary plane)."""
+    original = reader.metadata("rope.scaling.original_context_length")
+    out = {"original_max_position_embeddings": int(original)} if original else {}
+    long, short = reader.config_tensor("rope_factors_long.weight"), reader.config_tensor("rope_factors_short.weight")
+    if long is not None or short is not None:
+        if long is None or short is None:
+            raise IdinspectError(f"{reader.path}: a Phi-3 GGUF with longrope needs both rope_factors_long and "
+                                 "rope_factors_short tensors; convert the file again")
+        factors = {"long_factor": long, "short_factor": short}
+        if not original:
+            raise IdinspectError(f"{reader.path}: a Phi-3 GGUF with longrope factors needs "
+                                 f"{reader.gguf_architecture}.rope.scaling.original_context_length; convert the file again")
+        out["rope_scaling"] = {"rope_type": "longrope", **factors}
+    return out
 
 
 def _vocab(reader: GGUFCheckpoint) -> int:
@@ -257,10 +300,11 @@ def _vocab(reader: GGUFCheckpoint) -> int:
     return int(reader.metadata("vocab_size", 0) or 0)
 
 
-def open_gguf(path: Path) -> tuple[Path, GGUFCheckpoint, tempfile.TemporaryDirectory]:
+def open_gguf(path: Path, ensure: Callable[[int, int], None] | None = None,
+              ) -> tuple[Path, GGUFCheckpoint, tempfile.TemporaryDirectory]:
     """(folder holding the synthesised config.json, reader, the folder's owner): the folder lives as
-    long as the returned TemporaryDirectory (the Model keeps it)."""
-    reader = GGUFCheckpoint(path)
+    long as the returned TemporaryDirectory (the Model keeps it). ``ensure``: see :class:`GGUFCheckpoint`."""
+    reader = GGUFCheckpoint(path, ensure)
     folder = tempfile.TemporaryDirectory(prefix="idinspect-gguf-")
     (Path(folder.name) / CONFIG_FILE).write_text(json.dumps(synthesised_config(reader), indent=1))
     return Path(folder.name), reader, folder

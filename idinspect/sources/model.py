@@ -333,7 +333,8 @@ def _from_hub_gguf(repo: str, filename: str, *, revision, token, cache_dir, loca
                               offline=is_offline(local_files_only))
     try:
         model = _from_gguf(remote.path, Provenance(source=f"{repo_id}:{filename}", kind="hub",
-                                                   revision=remote.pinned.commit, path=remote.path))
+                                                   revision=remote.pinned.commit, path=remote.path),
+                           ensure=remote.ensure)
     except BaseException:
         remote.close()
         raise
@@ -341,13 +342,13 @@ def _from_hub_gguf(repo: str, filename: str, *, revision, token, cache_dir, loca
     return model
 
 
-def _from_gguf(path: Path, provenance: Provenance) -> Model:
+def _from_gguf(path: Path, provenance: Provenance, ensure=None) -> Model:
     """A llama.cpp GGUF file: metadata as config.json, tensors under transformers names (see
     :mod:`idinspect.sources.gguf_reader`); provenance.path stays the file, ``hf_config`` reads the
     synthesised config."""
     from .gguf_reader import open_gguf
 
-    folder, reader, owner = open_gguf(path)
+    folder, reader, owner = open_gguf(path, ensure)
     try:
         config = read_config(folder)
         model = Model(config, reader, adapter_for(config, reader), provenance)

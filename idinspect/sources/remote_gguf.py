@@ -5,7 +5,9 @@ infos) is fetched from the start of the file, growing the range until ``GGUFRead
 parsing inside the fetched bytes; then only the attention tensors' ranges are fetched
 (:func:`~.remote.fetch_missing`: coalesced, a few at a time, cached by commit). The fetched ranges
 are laid into a sparse local file of the GGUF's size (bytes never fetched read as zeros and are
-never read), which :class:`~.gguf_reader.GGUFCheckpoint` memory-maps as it would a local file.
+never read), which :class:`~.gguf_reader.GGUFCheckpoint` memory-maps as it would a local file; any
+other tensor a command reads (a norm gain, ...) is fetched when first read (:meth:`RemoteGGUF.ensure`),
+so no read sees the zeros of a byte range never fetched.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import os
 import re
 import tempfile
+import threading
 from pathlib import Path
 
 from ..errors import IdinspectError
@@ -20,7 +23,10 @@ from .remote import Pinned, fetch_missing, hub_errors, pin
 
 #: First header guess (bytes); multiplied by 4 until the header parses inside what was fetched.
 HEADER_GUESS = 1 << 20
-_ATTENTION = re.compile(r"^blk\.\d+\.attn_(q|k|v|qkv|output)\.(weight|bias)$")
+#: Fetched together after the header: the attention projections, the per-head q/k norms of the
+#: qk-norm families, and the RoPE factor tensors the synthesised config reads.
+_ATTENTION = re.compile(r"^(blk\.\d+\.attn_(q|k|v|qkv|output|q_norm|k_norm)\.(weight|bias)"
+                        r"|rope_factors_long\.weight|rope_factors_short\.weight|rope_freqs\.weight)$")
 
 
 class RemoteGGUF:
@@ -38,6 +44,8 @@ class RemoteGGUF:
         self.path = Path(self._dir.name) / Path(filename).name
         with open(self.path, "wb") as f:
             f.truncate(file.size)
+        self._held: list[tuple[int, int]] = []     # byte ranges written into the sparse copy
+        self._lock = threading.Lock()
         self.header_bytes = self._header()
         self.attention_bytes = 0
 
@@ -53,6 +61,13 @@ class RemoteGGUF:
                 buf = bytearray(b - a)
                 p.cache.read_into(self.filename, a, memoryview(buf))
                 os.pwrite(out.fileno(), buf, a)
+        self._held.extend(ranges)
+
+    def ensure(self, start: int, end: int) -> None:
+        """Make bytes [start, end) of the sparse copy real, fetching them if no earlier fetch wrote them."""
+        with self._lock:
+            if end > start and not any(a <= start and end <= b for a, b in self._held):
+                self._fetch([(start, end)], f"fetching tensors of {self.pinned.repo_id}")
 
     def _header(self) -> int:
         from .gguf_reader import _gguf
