@@ -21,8 +21,8 @@ from .html_findings import sev_badge as _sev
 from .html_spectra import spectra_section as _spectra_section
 from .mathml import math as formula_math, with_formula
 from .summary import (attention_shape, bias_free_ratio, closed_form_line, closed_form_name, closed_form_text,
-                      fmt_float, fmt_int, fmt_ratio, layer_groups, model_has_biases, plural, positional_text,
-                      revision_text, severity_counts)
+                      fmt_float, fmt_int, fmt_ratio, gguf_text, layer_groups, model_has_biases, plural,
+                      positional_text, revision_text, severity_counts)
 from .svg_charts import esc
 #: Above this many singular values in total, the embedded data keeps only the top ones per head.
 EMBED_SPECTRA_LIMIT = 200_000
@@ -110,6 +110,8 @@ def _summary(result: dict) -> str:
             ("Family", f"{esc(model.get('model_type', '?'))} ({esc(model.get('architecture', '?'))})"),
             ("Attention shape", esc(attention_shape(model))),
             ("Positional scheme", esc(positional_text(model)))]
+    if gguf_text(model):
+        rows.append(("GGUF tensor types", esc(gguf_text(model))))
     cards = []
     if totals:
         att, total = totals.get("attention_parameters"), totals.get("model_parameters")

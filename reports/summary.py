@@ -218,6 +218,23 @@ def revision_text(model: dict) -> str:
     return "local files (no revision)" if source else "unknown"
 
 
+def gguf_text(model: dict) -> str | None:
+    """For a GGUF input: the file, its architecture and the stored type of each attention tensor,
+    by tensor kind across layers (``attn_q Q4_K x32 · attn_v Q6_K x16, Q4_K x16``); None otherwise."""
+    g = model.get("gguf")
+    if not isinstance(g, dict):
+        return None
+    kinds: dict[str, dict[str, int]] = {}
+    for name, kind in (g.get("tensor_types") or {}).items():
+        parts = str(name).split(".")
+        stem = ".".join(parts[2:]) if parts[0] == "blk" and len(parts) > 2 else str(name)
+        counts = kinds.setdefault(stem.removesuffix(".weight"), {})
+        counts[str(kind)] = counts.get(str(kind), 0) + 1
+    types = " · ".join(f"{stem} " + ", ".join(f"{k} x{n}" for k, n in sorted(c.items(), key=lambda kv: -kv[1]))
+                       for stem, c in kinds.items())
+    return f"{g.get('file', '?')} ({g.get('architecture', '?')}): {types}" if types else str(g.get("file", "?"))
+
+
 def attention_shape(model: dict) -> str:
     """``H=12, G=12, d_k=32`` (with d_model and layer count)."""
     text = (f"H={model.get('heads')}, G={model.get('kv_heads')}, d_k={model.get('head_dim')}, "

@@ -19,7 +19,8 @@ from rich.table import Table
 from rich.text import Text
 
 from .summary import (attention_shape, closed_form_line, finding_details, findings_by_rule, fmt_float, fmt_int,
-                      fmt_ratio, layer_groups, plural, positional_text, revision_text, severity_counts)
+                      fmt_ratio, gguf_text, layer_groups, plural, positional_text, revision_text,
+                      severity_counts)
 from .finding_words import finding_phrases, finding_tensors
 from .terminal_spectra import head_tables, spectra_panel
 
@@ -93,6 +94,8 @@ def summary_panel(result: dict) -> Panel:
     grid.add_row("Family", Text(f"{model.get('model_type', '?')} ({model.get('architecture', '?')})"))
     grid.add_row("Attention", Text(attention_shape(model)))
     grid.add_row("Positional", Text(positional_text(model)))
+    if gguf_text(model):
+        grid.add_row("GGUF", Text(gguf_text(model)))
     if totals:
         att, total = totals.get("attention_parameters"), totals.get("model_parameters")
         share = f" ({fmt_ratio(att / total)} of the model analysed)" if att and total else ""

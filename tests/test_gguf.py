@@ -319,3 +319,13 @@ def test_phi3_longrope_gguf_in_a_hub_repo_fetches_other_tensors_when_read(hub, t
         norm = "model.layers.1.input_layernorm.weight"
         assert torch.equal(remote.reader.get(norm), hf.reader.get(norm)) and hf.reader.get(norm).abs().min() > 0
         assert remote.fetch_summary()["bytes_fetched"] == before + 4 * hf.reader.shape(norm)[0]
+
+
+def test_text_and_html_reports_name_each_tensor_kind_and_its_type(tmp_path):
+    folder, path = pair("llama", tmp_path, torch.float32, Q4_K_MIX, model=wide("llama", 256))
+    html = tmp_path / "r.html"
+    r = run_cli(str(path), "--html", str(html))
+    assert r.code == 0, r.stderr
+    line = f"{path.name} (llama): attn_q Q4_K x2 · attn_k Q4_K x2 · attn_v Q8_0 x2 · attn_output Q4_K x2"
+    assert line in " ".join(r.stdout.replace("│", " ").split())
+    assert line in html.read_text()
