@@ -329,3 +329,36 @@ def test_text_and_html_reports_name_each_tensor_kind_and_its_type(tmp_path):
     line = f"{path.name} (llama): attn_q Q4_K x2 · attn_k Q4_K x2 · attn_v Q8_0 x2 · attn_output Q4_K x2"
     assert line in " ".join(r.stdout.replace("│", " ").split())
     assert line in html.read_text()
+
+
+@pytest.mark.parametrize("fault", ["drop", "short", "429", "ignore_range", "gated"])
+def test_gguf_in_a_hub_repo_under_faults(fault, hub, tmp_path, monkeypatch):
+    """The GGUF path shares the safetensors path's fetching (tests/test_remote.py has the full matrix):
+    dropped connections and short 206 answers are completed without fetching a byte twice, a 429 is
+    waited out, a server ignoring Range is stopped, a gated repo names the fix; no half-written range."""
+    from idinspect.sources import remote_http
+    from tests.hub_server import Fault
+
+    waits: list[float] = []
+    monkeypatch.setattr(remote_http, "BASE_BACKOFF_S", 0.0)
+    monkeypatch.setattr(remote_http.time, "sleep", waits.append)
+    _, path = pair("qwen2", tmp_path, torch.float32, "Q8_0", model=wide("qwen2"))
+    hub.add_repo("org/q", {"q.gguf": path.read_bytes()}, gated=fault == "gated")
+    hub.faults += {"drop": [Fault("drop", host="cdn", keep=0.5) for _ in range(3)],
+                   "short": [Fault("short", host="cdn", keep=0.25) for _ in range(4)],
+                   "429": [Fault("status", host="cdn", status=429, headers={"Retry-After": "2"})],
+                   "ignore_range": [Fault("ignore_range", host="cdn")], "gated": []}[fault]
+    cache = tmp_path / "c"
+    r = run_cli("org/q:q.gguf", "--cache-dir", str(cache), "--format", "json")
+    assert [p for p in cache.rglob("*") if p.name.startswith(".part-")] == []
+    if fault in ("ignore_range", "gated"):
+        assert r.code == 2 and "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+        assert {"ignore_range": "q.gguf: the server ignored the Range request",
+                "gated": "org/q is gated: accept its terms at"}[fault] in r.stderr
+        return
+    assert r.code == 0, r.stderr
+    fetch = json.loads(r.stdout)["model"]["fetch"]
+    injected = len(b'{"error": "injected"}') if fault == "429" else 0     # the 429 answer's own body
+    assert hub.bytes_served["cdn"] - injected == fetch["bytes_fetched"] == fetch["header_bytes"] + fetch["attention_bytes"]
+    assert json.loads(r.stdout)["layers"] == inspect(idinspect.load(path))["layers"]
+    assert (2.0 in waits) == (fault == "429")

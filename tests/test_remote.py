@@ -293,6 +293,21 @@ def test_repository_without_safetensors(hub, cache):
     one_line_error(run_cli(REPO, "--cache-dir", str(cache)), r"only pickle weights \(pytorch_model.bin\) and no safetensors")
 
 
+def test_a_file_missing_from_the_repository_is_named(hub, sharded, cache):
+    """A 404 on a file the checkpoint needs, seen before asking for it: the shard an index names,
+    config.json (a GGUF-only repository points at the org/name:file.gguf form)."""
+    files = served_files(sharded)
+    del files["model-00002-of-00003.safetensors"]
+    hub.add_repo(REPO, files)
+    one_line_error(run_cli(REPO, "--cache-dir", str(cache)),
+                   r"names shard model-00002-of-00003.safetensors, which the repository does not hold")
+    hub.add_repo("org/only-gguf", {"README.md": b"x", "m-Q4_K.gguf": b"GGUF"})
+    one_line_error(run_cli("org/only-gguf", "--cache-dir", str(cache)),
+                   r"org/only-gguf@\w{12}: no config.json in the repository; it holds GGUF files: inspect one as "
+                   r"org/only-gguf:m-Q4_K.gguf$")
+    assert partial_files(cache) == []
+
+
 def test_unreachable_hub_uses_the_range_cache(hub, sharded, cache, monkeypatch):
     hub.add_repo(REPO, served_files(sharded))
     first = inspect_json(REPO, "--cache-dir", str(cache))

@@ -285,6 +285,11 @@ def open_remote(repo_id: str, revision: str | None, *, token: str | None = None,
 
     with hub_errors(repo_id, revision, cache_dir, offline):
         p = pin(repo_id, revision, token=token, cache_dir=cache_dir, offline=offline)
+        if p.files and CONFIG_FILE not in p.files:
+            ggufs = sorted(n for n in p.files if n.lower().endswith(".gguf"))
+            hint = (f"; it holds GGUF files: inspect one as {repo_id}:{ggufs[0]}" if ggufs else
+                    "; not a transformers checkpoint")
+            raise IdinspectError(f"{repo_id}@{p.commit[:12]}: no {CONFIG_FILE} in the repository{hint}")
         config_path = _download(repo_id, CONFIG_FILE, p.commit, token, cache_dir, offline)
         shard_files, weight_map = _weights(repo_id, p.commit, p.files, token, cache_dir, offline)
         reader = RemoteCheckpoint(repo_id, p.commit, p.files, p.cache, p.fetcher, shard_files, weight_map,
