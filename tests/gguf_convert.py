@@ -25,7 +25,7 @@ LLAMA_LAYER = {"self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self
                "self_attn.qkv_proj": "attn_qkv", "mlp.gate_up_proj": "ffn_up"}
 GPT2_LAYER = {"attn.c_attn": "attn_qkv", "attn.c_proj": "attn_output", "ln_1": "attn_norm", "ln_2": "ffn_norm",
               "mlp.c_fc": "ffn_up", "mlp.c_proj": "ffn_down"}
-NORMAL_ROPE = {"llama", "mistral"}
+NORMAL_ROPE = {"llama", "mistral", "granite"}
 
 
 def permute(w: torch.Tensor, n_head: int) -> torch.Tensor:
@@ -69,6 +69,11 @@ def convert(model, out: Path, qtype: str | dict[str, str] = "F32", permute_qk: b
             writer.add_rope_dimension_count(head_dim)
         if getattr(cfg, "sliding_window", None) and arch == "mistral":
             writer.add_sliding_window(cfg.sliding_window)
+        if arch == "granite":     # GraniteModel: the multipliers as scales
+            writer.add_attention_scale(cfg.attention_multiplier)
+            writer.add_embedding_scale(cfg.embedding_multiplier)
+            writer.add_residual_scale(cfg.residual_multiplier)
+            writer.add_logit_scale(cfg.logits_scaling)
     for new, data in stored_tensors(model, permute_qk):
         _add(writer, new, data, qtype)
     writer.write_header_to_file()

@@ -52,7 +52,7 @@ def layers_equal(a, b) -> None:
                 assert ta.dtype == tb.dtype or ta.ndim < 3, (i, role)
 
 
-@pytest.mark.parametrize("variant", ["llama-gqa", "llama-bias", "mistral", "qwen2", "gpt2"])
+@pytest.mark.parametrize("variant", ["llama-gqa", "llama-bias", "mistral", "qwen2", "gpt2", "granite-bias-mha"])
 @pytest.mark.parametrize("dtype, qtype", [(torch.float32, "F32"), (torch.float16, "F16"), (torch.bfloat16, "BF16")])
 def test_float_gguf_matches_the_hf_original_exactly(variant, dtype, qtype, tmp_path):
     folder, path = pair(variant, tmp_path, dtype, qtype)
@@ -193,9 +193,9 @@ def test_permutation_is_what_makes_llama_match(tmp_path, monkeypatch):
     invariants no longer match; qwen2 read as 'normal' breaks the same way."""
     import dataclasses
 
-    for variant, wrong in (("llama-gqa", "neox"), ("qwen2", "normal")):
+    for variant, wrong in (("llama-gqa", "neox"), ("qwen2", "normal"), ("granite", "neox")):
         folder, path = pair(variant, tmp_path, torch.float32, "F32")
-        arch = "llama" if variant == "llama-gqa" else "qwen2"
+        arch = {"llama-gqa": "llama"}.get(variant, variant)
         patched = dict(gguf_reader.FAMILIES)
         patched[arch] = dataclasses.replace(patched[arch], rope=wrong)
         monkeypatch.setattr(gguf_reader, "FAMILIES", patched)
@@ -236,7 +236,8 @@ def test_unsupported_architecture_is_refused_by_name(tmp_path):
     w.close()
     r = run_cli(str(path))
     assert r.code == 2 and "Traceback" not in r.stderr
-    assert "GGUF architecture 'falcon' is not supported (supported: gemma3, gpt2, llama, mistral, phi3, qwen2, qwen3)" \
+    assert "GGUF architecture 'falcon' is not supported (supported: gemma3, gpt2, granite, llama, mistral, phi3, qwen2, " \
+        "qwen3)" \
         in r.stderr
 
 

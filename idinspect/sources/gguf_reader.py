@@ -12,7 +12,7 @@ llama.cpp's converter reorders the rows of Q and K (and their biases) for the ar
 runs with "normal" (interleaved-pair) rotary embeddings, so that its kernel rotating adjacent
 pairs computes what transformers' half-split rotation computes: per head, rows ``(s, j)`` (half
 ``s``, index ``j``) are stored at ``(j, s)``. This reader undoes it for those architectures
-(``llama``, ``mistral``, ``granite``, ...) and leaves the rows alone for the "neox" ones (``qwen2``,
+(``llama``, ``mistral``, ``granite``) and leaves the rows alone for the "neox" ones (``qwen2``,
 ``qwen3``, ``phi3``, ``gemma3``), which llama.cpp rotates half-split as transformers does. GPT-2's
 ``c_attn``/``c_proj`` are stored transposed (Linear layout) and are transposed back to Conv1D.
 """
@@ -64,6 +64,7 @@ _GPT2_NAMES = {"attn_qkv": "attn.c_attn", "attn_output": "attn.c_proj", "attn_no
 FAMILIES: dict[str, Family] = {
     "llama": Family("llama", "LlamaForCausalLM", "normal", "model.layers.{i}", _LLAMA_NAMES),
     "mistral": Family("mistral", "MistralForCausalLM", "normal", "model.layers.{i}", _LLAMA_NAMES),
+    "granite": Family("granite", "GraniteForCausalLM", "normal", "model.layers.{i}", _LLAMA_NAMES),
     "qwen2": Family("qwen2", "Qwen2ForCausalLM", "neox", "model.layers.{i}", _LLAMA_NAMES),
     "qwen3": Family("qwen3", "Qwen3ForCausalLM", "neox", "model.layers.{i}", _LLAMA_NAMES),
     "phi3": Family("phi3", "Phi3ForCausalLM", "neox", "model.layers.{i}", _PHI3_NAMES),
@@ -244,7 +245,7 @@ def synthesised_config(reader: GGUFCheckpoint) -> dict:
     if f.model_type == "gpt2":
         return {"model_type": "gpt2", "architectures": [f.architecture], "n_embd": int(md("embedding_length")),
                 "n_layer": int(md("block_count")), "n_head": heads, "n_positions": int(md("context_length", 1024)),
-                "layer_norm_epsilon": float(md("attention.layer_norm_epsilon", 1e-5)),
+                "layer_norm_epsilon": _decimal(md("attention.layer_norm_epsilon", 1e-5)),
                 "vocab_size": _vocab(reader)}
     hidden = int(md("embedding_length"))
     head_dim = int(md("attention.key_length", hidden // heads))
@@ -252,15 +253,20 @@ def synthesised_config(reader: GGUFCheckpoint) -> dict:
            "num_hidden_layers": int(md("block_count")), "num_attention_heads": heads, "num_key_value_heads": kv,
            "head_dim": head_dim, "intermediate_size": int(md("feed_forward_length", 4 * hidden)),
            "max_position_embeddings": int(md("context_length", 4096)),
-           "rms_norm_eps": float(md("attention.layer_norm_rms_epsilon", 1e-6)),
-           "rope_theta": float(md("rope.freq_base", 10000.0)), "vocab_size": _vocab(reader),
+           "rms_norm_eps": _decimal(md("attention.layer_norm_rms_epsilon", 1e-6)),
+           "rope_theta": _decimal(md("rope.freq_base", 10000.0)), "vocab_size": _vocab(reader),
            "tie_word_embeddings": "lm_head.weight" not in reader}
-    if f.model_type in ("llama", "mistral"):
+    if f.model_type in ("llama", "mistral", "granite"):
         cfg["attention_bias"] = "model.layers.0.self_attn.q_proj.bias" in reader
+    if f.model_type == "granite":     # llama.cpp's GraniteModel: the *_multiplier settings as *_scale keys
+        for key, name in (("attention.scale", "attention_multiplier"), ("embedding_scale", "embedding_multiplier"),
+                          ("residual_scale", "residual_multiplier"), ("logit_scale", "logits_scaling")):
+            if md(key) is not None:
+                cfg[name] = _decimal(md(key))
     scaling = md("rope.scaling.type")
     factor = md("rope.scaling.factor")
     if scaling in ("linear", "yarn") and factor:
-        cfg["rope_scaling"] = {"rope_type": scaling, "factor": float(factor)}
+        cfg["rope_scaling"] = {"rope_type": scaling, "factor": _decimal(factor)}
         if scaling == "yarn":
             cfg["rope_scaling"]["original_max_position_embeddings"] = int(md("rope.scaling.original_context_length",
                                                                                 cfg["max_position_embeddings"]))
@@ -291,6 +297,12 @@ def _phi3_rope(reader: GGUFCheckpoint, cfg: dict) -> dict:
                                  f"{reader.gguf_architecture}.rope.scaling.original_context_length; convert the file again")
         out["rope_scaling"] = {"rope_type": "longrope", **factors}
     return out
+
+
+def _decimal(value) -> float:
+    """A float32 metadata value as the shortest decimal that rounds to it (1e-06, not
+    9.99999997e-07): GGUF stores config floats in float32, config.json held the decimal."""
+    return float(str(np.float32(value)))
 
 
 def _vocab(reader: GGUFCheckpoint) -> int:
