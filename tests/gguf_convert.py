@@ -23,6 +23,11 @@ LLAMA_LAYER = {"self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self
                "post_attention_layernorm": "ffn_norm", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
                "mlp.down_proj": "ffn_down", "self_attn.q_norm": "attn_q_norm", "self_attn.k_norm": "attn_k_norm",
                "self_attn.qkv_proj": "attn_qkv", "mlp.gate_up_proj": "ffn_up"}
+#: Gemma 2/3 (llama.cpp's tensor_mapping): pre-feedforward norm as ffn_norm, post norms of their own.
+GEMMA_LAYER = {**LLAMA_LAYER, "post_attention_layernorm": "post_attention_norm",
+               "pre_feedforward_layernorm": "ffn_norm", "post_feedforward_layernorm": "ffn_post_norm"}
+#: transformers model_type -> GGUF general.architecture, where they differ.
+GGUF_ARCH = {"gemma3_text": "gemma3"}
 GPT2_LAYER = {"attn.c_attn": "attn_qkv", "attn.c_proj": "attn_output", "ln_1": "attn_norm", "ln_2": "ffn_norm",
               "mlp.c_fc": "ffn_up", "mlp.c_proj": "ffn_down"}
 NORMAL_ROPE = {"llama", "mistral", "granite"}
@@ -43,7 +48,7 @@ def convert(model, out: Path, qtype: str | dict[str, str] = "F32", permute_qk: b
 
     cfg = model.config
     arch = cfg.model_type
-    writer = gguf.GGUFWriter(str(out), arch)
+    writer = gguf.GGUFWriter(str(out), GGUF_ARCH.get(arch, arch))
     if arch == "gpt2":
         writer.add_block_count(cfg.n_layer)
         writer.add_embedding_length(cfg.n_embd)
@@ -60,7 +65,10 @@ def convert(model, out: Path, qtype: str | dict[str, str] = "F32", permute_qk: b
         writer.add_context_length(cfg.max_position_embeddings)
         writer.add_feed_forward_length(cfg.intermediate_size)
         writer.add_layer_norm_rms_eps(cfg.rms_norm_eps)
-        writer.add_rope_freq_base(float(cfg.rope_parameters["rope_theta"]))
+        if arch == "gemma3_text":
+            _gemma3_metadata(writer, cfg)
+        else:
+            writer.add_rope_freq_base(float(cfg.rope_parameters["rope_theta"]))
         if arch == "phi3":
             _phi3_metadata(writer, cfg)
         else:
@@ -89,9 +97,11 @@ def stored_tensors(model, permute_qk: bool | None = None):
     arch = cfg.model_type
     for name, w in model.state_dict().items():
         new = gguf_name(arch, name)
-        if new is None:
+        if new is None or (name == "lm_head.weight" and cfg.tie_word_embeddings):   # tied: llama.cpp writes no output
             continue
         w = w.detach().to(torch.float32)
+        if arch == "gemma3_text" and name.endswith("norm.weight"):
+            w = w + 1      # Gemma3Model.modify_tensors: norm_shift, gains stored as 1 + w
         if (arch in NORMAL_ROPE if permute_qk is None else permute_qk) and arch != "gpt2":
             if ".q_proj." in name or ".k_proj." in name:
                 w = permute(w, cfg.num_attention_heads if ".q_proj." in name else cfg.num_key_value_heads)
@@ -121,6 +131,29 @@ def _add(writer, name: str, data: np.ndarray, qtype: str | dict[str, str]) -> No
     else:
         kind = getattr(gguf.GGMLQuantizationType, qtype)
         writer.add_tensor(name, gguf.quants.quantize(data.astype(np.float32), kind), raw_dtype=kind)
+
+
+def _gemma3_metadata(writer, cfg) -> None:
+    """What llama.cpp's ``Gemma3Model`` writes beyond the common keys: the full layers' RoPE base and
+    linear scaling, the sliding window (layer types, the sliding RoPE base and the score scale are
+    fixed by llama.cpp's loader, not stored)."""
+    import gguf
+
+    full, sliding = cfg.rope_parameters["full_attention"], cfg.rope_parameters["sliding_attention"]
+    writer.add_rope_freq_base(float(full["rope_theta"]))
+    if full.get("rope_type") == "linear":
+        writer.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
+        writer.add_rope_scaling_factor(float(full["factor"]))
+    writer.add_sliding_window(cfg.sliding_window)
+    if cfg.query_pre_attn_scalar != cfg.head_dim:
+        raise ValueError("llama.cpp scales Gemma 3 scores by head_dim^-1/2 (but the 27B): "
+                         f"query_pre_attn_scalar {cfg.query_pre_attn_scalar} cannot be stored")
+    # newer converters state what the loader otherwise fixes (every sixth layer full, sliding base 10000)
+    swa = [t == "sliding_attention" for t in cfg.layer_types]
+    if swa != [(i + 1) % 6 != 0 for i in range(len(swa))]:
+        writer.add_sliding_window_pattern(swa)
+    if float(sliding["rope_theta"]) != 10000.0:
+        writer.add_rope_freq_base_swa(float(sliding["rope_theta"]))
 
 
 def _phi3_metadata(writer, cfg) -> None:
@@ -160,4 +193,5 @@ def gguf_name(arch: str, name: str) -> str | None:
     if name in top:
         return top[name]
     _, i, rest = name.split(".", 2)
-    return f"blk.{i}.{LLAMA_LAYER[rest.rsplit('.', 1)[0]]}.{kind}"
+    layer = GEMMA_LAYER if arch == "gemma3_text" else LLAMA_LAYER
+    return f"blk.{i}.{layer[rest.rsplit('.', 1)[0]]}.{kind}"

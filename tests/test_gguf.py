@@ -363,3 +363,74 @@ def test_gguf_in_a_hub_repo_under_faults(fault, hub, tmp_path, monkeypatch):
     assert hub.bytes_served["cdn"] - injected == fetch["bytes_fetched"] == fetch["header_bytes"] + fetch["attention_bytes"]
     assert json.loads(r.stdout)["layers"] == inspect(idinspect.load(path))["layers"]
     assert (2.0 in waits) == (fault == "429")
+
+
+def _randomised(model):
+    """Every parameter N(0, 0.5), as tests/tiny.py does (zeros hide nothing)."""
+    torch.manual_seed(3)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(0, 0.5)
+    return model.to(torch.float32).eval()
+
+
+def _gemma3(layers: int, layer_types: list[str]):
+    """Tiny Gemma 3 as llama.cpp can state it: scores scaled by head_dim^-1/2, norm weights on a 2^-10
+    grid (llama.cpp stores 1 + w in float32, exact for these; see docs/gguf.md for the general bound)."""
+    config = tf.Gemma3TextConfig(hidden_size=16, intermediate_size=32, num_hidden_layers=layers, num_attention_heads=4,
+                                 num_key_value_heads=2, head_dim=4, query_pre_attn_scalar=4, vocab_size=64,
+                                 max_position_embeddings=64, sliding_window=4, layer_types=layer_types, pad_token_id=0,
+                                 rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                                                  "full_attention": {"rope_type": "linear", "factor": 8.0,
+                                                                     "rope_theta": 1000000.0}})
+    model = _randomised(tf.Gemma3ForCausalLM(config))
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("norm.weight"):
+                p.copy_((p * 1024).round() / 1024)
+    return model
+
+
+@pytest.mark.parametrize("variant, dtype, qtype", [
+    ("qwen3", torch.float32, "F32"), ("qwen3", torch.float16, "F16"), ("qwen3-bias", torch.float32, "F32"),
+    ("gemma3-6", torch.float32, "F32"), ("gemma3-6", torch.float16, "F16"), ("gemma3-2", torch.float32, "F32")])
+def test_qk_norm_gguf_matches_the_hf_original_exactly(variant, dtype, qtype, tmp_path):
+    """qwen3 and gemma3: attn_q_norm / attn_k_norm -> self_attn.q_norm / k_norm, neox pairing; Gemma's
+    norms stored as 1 + w and shifted back; its layer types (every sixth full, or the file's pattern)
+    and RoPE per layer type."""
+    model = {"qwen3-bias": lambda: _randomised(tf.Qwen3ForCausalLM(tf.Qwen3Config(
+                 hidden_size=16, intermediate_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                 head_dim=8, attention_bias=True, vocab_size=64, max_position_embeddings=64))),
+             "gemma3-6": lambda: _gemma3(6, ["sliding_attention"] * 5 + ["full_attention"]),
+             "gemma3-2": lambda: _gemma3(2, ["sliding_attention", "full_attention"])}.get(variant, lambda: None)()
+    folder, path = pair(variant, tmp_path, dtype, qtype, model=model)
+    with idinspect.load(folder) as hf, idinspect.load(path) as g:
+        layers_equal(hf, g)
+        for i in range(hf.num_layers):
+            a_norm, b_norm = hf.layer(i).qk_norm, g.layer(i).qk_norm
+            assert a_norm.gain_offset == b_norm.gain_offset and (a_norm.kind, a_norm.scope) == (b_norm.kind, b_norm.scope)
+            for gain in ("q_gain", "k_gain"):       # 1-D: F32 in GGUF, the HF dtype's values
+                assert torch.equal(getattr(a_norm, gain).float(), getattr(b_norm, gain).float()), (i, gain)
+            assert hf.layer(i).positional.rotary.inv_freq.tolist() == g.layer(i).positional.rotary.inv_freq.tolist()
+        a, b = inspect(hf), inspect(g)
+    assert a["totals"] == b["totals"] and a["layers"] == b["layers"] and a["findings"] == b["findings"]
+    for key in ("model_type", "layers", "hidden_size", "heads", "kv_heads", "head_dim", "positional", "rotary_dim"):
+        assert a["model"][key] == b["model"][key], key
+
+
+def test_gemma3_norm_shift_and_layer_pattern_are_what_make_it_match(tmp_path, monkeypatch):
+    """Controls: without undoing llama.cpp's 1 + w the q/k gains are off by one; with another
+    sliding-window period the layers get the other RoPE (so the exact test above can fail)."""
+    import dataclasses
+
+    model = _gemma3(6, ["sliding_attention"] * 5 + ["full_attention"])
+    folder, path = pair("gemma3-6", tmp_path, torch.float32, "F32", model=model)
+    patched = dict(gguf_reader.FAMILIES)
+    patched["gemma3"] = dataclasses.replace(patched["gemma3"], norm_shift=0.0)
+    monkeypatch.setattr(gguf_reader, "FAMILIES", patched)
+    with idinspect.load(folder) as hf, idinspect.load(path) as g:
+        assert torch.equal(g.layer(0).qk_norm.q_gain - 1, hf.layer(0).qk_norm.q_gain)
+    monkeypatch.undo()
+    monkeypatch.setattr(gguf_reader, "GEMMA3_SWA_PATTERN", 3)
+    with idinspect.load(folder) as hf, idinspect.load(path) as g:
+        assert hf.layer(2).positional.rotary.inv_freq.tolist() != g.layer(2).positional.rotary.inv_freq.tolist()

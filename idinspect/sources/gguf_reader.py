@@ -45,6 +45,7 @@ class Family:
     rope: str | None       # 'normal' (llama.cpp permutes Q/K rows), 'neox' (it does not), None (no RoPE)
     layer: str             # HF prefix of layer i, with {i}
     names: dict[str, str]  # GGUF suffix after 'blk.{i}.' -> HF suffix after the layer prefix
+    norm_shift: float = 0.0  # llama.cpp stores every '*norm.weight' as w + norm_shift (Gemma's 1 + w gains)
 
 
 _LLAMA_NAMES = {
@@ -57,6 +58,9 @@ _LLAMA_NAMES = {
 }
 #: Phi-3: llama.cpp keeps the fused [Q | K | V] and [gate | up] projections as attn_qkv / ffn_up.
 _PHI3_NAMES = {**_LLAMA_NAMES, "attn_qkv": "self_attn.qkv_proj", "ffn_up": "mlp.gate_up_proj"}
+#: Gemma 2/3: four norms per block (llama.cpp's ffn_norm is Gemma's pre-feedforward norm).
+_GEMMA_NAMES = {**_LLAMA_NAMES, "ffn_norm": "pre_feedforward_layernorm", "post_attention_norm": "post_attention_layernorm",
+                "ffn_post_norm": "post_feedforward_layernorm"}
 _GPT2_NAMES = {"attn_qkv": "attn.c_attn", "attn_output": "attn.c_proj", "attn_norm": "ln_1", "ffn_norm": "ln_2",
                "ffn_up": "mlp.c_fc", "ffn_down": "mlp.c_proj"}
 
@@ -68,7 +72,7 @@ FAMILIES: dict[str, Family] = {
     "qwen2": Family("qwen2", "Qwen2ForCausalLM", "neox", "model.layers.{i}", _LLAMA_NAMES),
     "qwen3": Family("qwen3", "Qwen3ForCausalLM", "neox", "model.layers.{i}", _LLAMA_NAMES),
     "phi3": Family("phi3", "Phi3ForCausalLM", "neox", "model.layers.{i}", _PHI3_NAMES),
-    "gemma3": Family("gemma3_text", "Gemma3ForCausalLM", "neox", "model.layers.{i}", _LLAMA_NAMES),
+    "gemma3": Family("gemma3_text", "Gemma3ForCausalLM", "neox", "model.layers.{i}", _GEMMA_NAMES, norm_shift=1.0),
     "gpt2": Family("gpt2", "GPT2LMHeadModel", None, "transformer.h.{i}", _GPT2_NAMES),
 }
 _GLOBAL_NAMES = {
@@ -187,8 +191,13 @@ class GGUFCheckpoint(TensorReader):
         return None if t is None else self._decode(t).reshape(-1).tolist()
 
     def get(self, name: str) -> torch.Tensor:
-        """The tensor as transformers stores it: dequantised, Q/K rows un-permuted, GPT-2 Conv1D layout."""
-        out = self._unpermute(name, self._decode(self._tensor(name)))
+        """The tensor as transformers stores it: dequantised, Q/K rows un-permuted, GPT-2 Conv1D layout,
+        Gemma's norm weights shifted back (llama.cpp stores 1 + w; float32 (1 + w) - 1 is w exactly
+        where 1 + w is in [0.5, 2^24], else within 2^-24 of the gain)."""
+        t = self._tensor(name)
+        out = self._unpermute(name, self._decode(t))
+        if self.family.norm_shift and t.name.endswith("norm.weight"):
+            out = out.to(torch.float32) - self.family.norm_shift
         if self._transposed(name):
             out = out.T
         return out.contiguous()
@@ -256,7 +265,7 @@ def synthesised_config(reader: GGUFCheckpoint) -> dict:
            "rms_norm_eps": _decimal(md("attention.layer_norm_rms_epsilon", 1e-6)),
            "rope_theta": _decimal(md("rope.freq_base", 10000.0)), "vocab_size": _vocab(reader),
            "tie_word_embeddings": "lm_head.weight" not in reader}
-    if f.model_type in ("llama", "mistral", "granite"):
+    if f.model_type in ("llama", "mistral", "granite", "qwen3", "gemma3_text"):
         cfg["attention_bias"] = "model.layers.0.self_attn.q_proj.bias" in reader
     if f.model_type == "granite":     # llama.cpp's GraniteModel: the *_multiplier settings as *_scale keys
         for key, name in (("attention.scale", "attention_multiplier"), ("embedding_scale", "embedding_multiplier"),
@@ -278,7 +287,37 @@ def synthesised_config(reader: GGUFCheckpoint) -> dict:
         cfg["partial_rotary_factor"] = int(rotary) / head_dim
     if f.model_type == "phi3":
         cfg.update(_phi3_rope(reader, cfg))
+    if f.model_type == "gemma3_text":
+        cfg.update(_gemma3_layers(reader, cfg))
     return cfg
+
+
+#: What llama.cpp's Gemma 3 loader fixes rather than reads (``llama-model.cpp``): every sixth layer
+#: full attention, the rest sliding; the sliding layers' RoPE base.
+GEMMA3_SWA_PATTERN = 6
+GEMMA3_SWA_ROPE_BASE = 10000.0
+
+
+def _gemma3_layers(reader: GGUFCheckpoint, cfg: dict) -> dict:
+    """Gemma 3's layer types, RoPE per layer type and score scale, as llama.cpp runs the file: a
+    ``attention.sliding_window_pattern`` key if present (a period or one flag per layer), else every
+    sixth layer full; sliding layers at ``rope.freq_base_swa`` (else 10000) unscaled, full layers at
+    ``rope.freq_base`` with the file's linear scaling; scale (head_dim)^-1/2, or (d / H)^-1/2 for the
+    62-layer 27B, which is what query_pre_attn_scalar states in Google's configs."""
+    n = cfg["num_hidden_layers"]
+    pattern = reader.metadata("attention.sliding_window_pattern", GEMMA3_SWA_PATTERN)
+    if isinstance(pattern, list):
+        types = ["sliding_attention" if bool(p) else "full_attention" for p in pattern][:n]
+    else:
+        types = ["sliding_attention" if (i + 1) % int(pattern) else "full_attention" for i in range(n)]
+    full = {"rope_type": "default", "rope_theta": cfg.pop("rope_theta")}
+    scaling = cfg.pop("rope_scaling", None)
+    if scaling is not None and scaling["rope_type"] == "linear":
+        full = {**full, "rope_type": "linear", "factor": scaling["factor"]}
+    sliding = {"rope_type": "default", "rope_theta": _decimal(reader.metadata("rope.freq_base_swa", GEMMA3_SWA_ROPE_BASE))}
+    scalar = cfg["hidden_size"] // cfg["num_attention_heads"] if n == 62 else cfg["head_dim"]
+    return {"layer_types": types, "rope_parameters": {"sliding_attention": sliding, "full_attention": full},
+            "query_pre_attn_scalar": scalar}
 
 
 def _phi3_rope(reader: GGUFCheckpoint, cfg: dict) -> dict:
