@@ -443,3 +443,27 @@ def test_gemma3_norm_shift_and_layer_pattern_are_what_make_it_match(tmp_path, mo
     monkeypatch.setattr(gguf_reader, "GEMMA3_SWA_PATTERN", 3)
     with idinspect.load(folder) as hf, idinspect.load(path) as g:
         assert hf.layer(2).positional.rotary.inv_freq.tolist() != g.layer(2).positional.rotary.inv_freq.tolist()
+
+
+@pytest.mark.parametrize("arch, model_type", [("qwen3", "qwen3"), ("gemma3", "gemma3_text")])
+def test_mapped_architecture_without_its_adapter_is_refused_by_name(arch, model_type, tmp_path):
+    """In a tree without the qk-norm adapters, a qwen3/gemma3 GGUF is refused naming the missing adapter."""
+    from idinspect.adapters import ADAPTERS
+
+    if model_type in ADAPTERS:
+        pytest.skip(f"this tree has the {model_type} adapter (the exact tests above cover the file)")
+    import gguf
+    import numpy as np
+
+    path = tmp_path / f"{arch}.gguf"
+    w = gguf.GGUFWriter(str(path), arch)
+    w.add_block_count(1)
+    w.add_tensor("blk.0.attn_q.weight", np.zeros((8, 8), dtype=np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    r = run_cli(str(path))
+    assert r.code == 2 and "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert f"GGUF architecture '{arch}' maps to model_type '{model_type}', which this idinspect has no adapter for" \
+        in r.stderr
