@@ -95,7 +95,19 @@ def _with_random_hidden(args: tuple, kwargs: dict, gen: torch.Generator) -> tupl
 
 def attention_nullity(model, src, dst=None, *, batches: int = 4, tokens: int = 8, seed: int = 0,
                       edit_call=None, exact=contextlib.nullcontext) -> Nullity:
-    """Nullity over ``batches`` random batches of the map params -> dst(src(x)).
+    """Nullity over ``batches`` random batches of the map params -> dst(src(x)) (see
+    :func:`attention_singular_values` for the arguments)."""
+    s, P, rows = attention_singular_values(model, src, dst, batches=batches, tokens=tokens, seed=seed,
+                                           edit_call=edit_call, exact=exact)
+    rank = int((s > RTOL * s[0]).sum())
+    return Nullity(nullity=P - rank, parameters=P, smallest_kept=float(s[rank - 1] / s[0]),
+                   largest_dropped=float(s[rank] / s[0]) if rank < s.numel() else 0.0, rows=rows)
+
+
+def attention_singular_values(model, src, dst=None, *, batches: int = 4, tokens: int = 8, seed: int = 0,
+                              edit_call=None, exact=contextlib.nullcontext) -> tuple[torch.Tensor, int, int]:
+    """(singular values, descending, of the Jacobian of params -> dst(src(x)) over ``batches`` random
+    batches; parameter count P; Jacobian rows).
 
     ``src`` is the module that takes the hidden states; ``dst`` an output projection applied after
     it when it is a separate module (BERT's ``attention.output.dense``). ``edit_call(args, kwargs)``
@@ -158,6 +170,4 @@ def attention_nullity(model, src, dst=None, *, batches: int = 4, tokens: int = 8
         blocks.append(torch.cat([j.reshape(j.shape[0], -1) for j in J], dim=1))
     with single_thread():
         s = torch.linalg.svdvals(torch.cat(blocks))
-    rank = int((s > RTOL * s[0]).sum())
-    return Nullity(nullity=P - rank, parameters=P, smallest_kept=float(s[rank - 1] / s[0]),
-                   largest_dropped=float(s[rank] / s[0]) if rank < s.numel() else 0.0, rows=sum(b.shape[0] for b in blocks))
+    return s, P, sum(b.shape[0] for b in blocks)

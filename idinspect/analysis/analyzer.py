@@ -15,10 +15,12 @@ import torch
 
 from ..layer import structure
 from ..layer.attention_layer import BIAS_ROLES, AttentionLayer
+from ..layer.latent_layer import is_latent
 from .counts import layer_counts, model_totals
 from .degeneracy import extra_unidentified
 from .device import resolve_device
 from .findings import layer_findings
+from .latent import analyze_latent_layer
 from .parallel import layer_workers, ordered_map
 from ..layer.buffers import Float64Buffers
 from .spectra import head_spectra, layer_finite, spectra_dict
@@ -47,6 +49,8 @@ def analyze_layer(layer: AttentionLayer, *, device: str | torch.device | None = 
     Raises UnsupportedLayerError for flags or RoPE frequencies the counts do not model.
     ``scratch`` (one per thread, shared over its layers) saves re-allocating the float64 chunks.
     """
+    if is_latent(layer):   # multi-head latent attention: its own counts (analysis/latent.py)
+        return analyze_latent_layer(layer)
     structure.require_modelled(layer)
     dev = device if isinstance(device, torch.device) else resolve_device(device)
     L = for_analysis(layer, dev)

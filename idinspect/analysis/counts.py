@@ -129,4 +129,5 @@ def model_totals(layers: list[dict], model_parameters: int) -> dict:
         "redundant_value_bias": sums["redundant_value_bias"],
         "attention_share_of_model": P / model_parameters if model_parameters else 0.0,
         "layers": len(layers),
+        "near_unidentified": sum(layer.get("near_unidentified", 0) for layer in layers),
     }

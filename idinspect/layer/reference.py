@@ -17,6 +17,8 @@ from __future__ import annotations
 import torch
 
 from .attention_layer import AttentionLayer
+from .latent_layer import is_latent
+from .latent_reference import latent_reference_attention
 from ..errors import UnsupportedLayerError
 from .relative import relative_logit_bias
 from .rotary import apply_rotary, rotary_cos_sin
@@ -32,6 +34,10 @@ def reference_attention(layer: AttentionLayer, x: torch.Tensor, positions: torch
     blocks). Sliding windows follow Hugging Face: key j is visible from query i iff |i - j| < w (and j <= i when
     causal).
     """
+    if is_latent(layer):
+        if x_kv is not None and x_kv is not x:
+            raise ValueError(f"layer {layer.index}: multi-head latent attention has no cross-attention blocks")
+        return latent_reference_attention(layer, x, positions, causal)
     if layer.flags:
         raise UnsupportedLayerError(f"layer {layer.index}: the reference attention does not model {sorted(layer.flags)}")
     cross = layer.kind == "cross"
