@@ -74,6 +74,8 @@ class Adapter:
     #: The per-head attention-sink logits [H] of a self-attention block, relative to the layer
     #: (gpt-oss: ``"self_attn.sinks"``); None: the family has none.
     sinks_tensor: ClassVar[str | None] = None
+    #: The blocks are multi-head latent attention (:class:`LatentAttentionLayer`), not the per-head form.
+    latent: ClassVar[bool] = False
 
     def __init__(self, config, reader: TensorReader):
         self.config = config

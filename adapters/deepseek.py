@@ -43,6 +43,7 @@ class DeepseekAdapter(Adapter):
     pre_norm = ("input_layernorm.weight",)
     buffer_suffixes = (".rotary_emb.inv_freq",)
     hf_modules = {"self": (_ATTN, None)}
+    latent = True
 
     # sizes -------------------------------------------------------------------------
     @cached_property

@@ -19,6 +19,11 @@ import torch
 from torch.func import functional_call
 
 RTOL = 1e-9
+#: Bands of s / s_max where a layer has nearly-null directions (a norm's eps breaks them): exact null
+#: below EXACT_BAND, nearly null between it and NEAR_BAND, the rest above. Measured on the MLA
+#: variants: exact <= 1.6e-16, nearly null 6.7e-10 .. 3.6e-9, kept >= 3.0e-6 (docs/mathematics.md).
+EXACT_BAND = 1e-13
+NEAR_BAND = 1e-7
 
 
 @dataclass
@@ -102,6 +107,19 @@ def attention_nullity(model, src, dst=None, *, batches: int = 4, tokens: int = 8
     rank = int((s > RTOL * s[0]).sum())
     return Nullity(nullity=P - rank, parameters=P, smallest_kept=float(s[rank - 1] / s[0]),
                    largest_dropped=float(s[rank] / s[0]) if rank < s.numel() else 0.0, rows=rows)
+
+
+def jacobian_bands(s: torch.Tensor) -> tuple[int, int]:
+    """(exact nullity, nearly-null count) of singular values ``s`` (descending), each band edge at least a
+    decade from the nearest value on either side (asserted, so that neither count depends on where the edges sit)."""
+    r = s / s[0]
+    exact = int((r < EXACT_BAND).sum())
+    near = int(((r >= EXACT_BAND) & (r < NEAR_BAND)).sum())
+    for edge in (EXACT_BAND, NEAR_BAND):
+        below, above = r[r < edge], r[r >= edge]
+        if below.numel():
+            assert float(below.max()) < edge / 10 and float(above.min()) > edge * 10, (edge, below.max(), above.min())
+    return exact, near
 
 
 def attention_singular_values(model, src, dst=None, *, batches: int = 4, tokens: int = 8, seed: int = 0,

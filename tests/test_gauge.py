@@ -122,13 +122,17 @@ def _layers():
     """(name, layer) for the synthetic layers and the first layer of every tiny HF variant."""
     out = [(name, synthetic_layer(**kw)) for name, kw in SYNTHETIC.items()]
     for v in VARIANTS:
+        if "latent" in tiny.VARIANTS[v].tags:
+            out.append(pytest.param(v, None, id=v, marks=pytest.mark.skip(
+                reason="multi-head latent attention has no per-head gauge-fixed form (export refuses it by name)")))
+            continue
         model = idinspect.load(tiny.build(v))
         out.append((v, model.layer(min(1, model.num_layers - 1))))
     return out
 
 
 LAYERS = _layers()
-IDS = [name for name, _ in LAYERS]
+IDS = [entry.id if hasattr(entry, "id") else entry[0] for entry in LAYERS]
 
 
 def _max_rel(a: AttentionLayer, b: AttentionLayer) -> float:

@@ -46,6 +46,16 @@ def variants(*tags: str) -> list[str]:
     return sorted(name for name, v in VARIANTS.items() if set(tags) <= v.tags)
 
 
+def per_head(names: list[str], why: str) -> list:
+    """``names`` as pytest parameters, the multi-head latent attention variants (tag ``latent``) marked
+    skipped with the reason ``why`` (what the test exercises that MLA does not have or that refuses it;
+    tests/test_latent.py proves MLA's own equivalent)."""
+    import pytest
+
+    return [pytest.param(n, marks=pytest.mark.skip(reason=f"multi-head latent attention: {why}"))
+            if "latent" in VARIANTS[n].tags else n for n in names]
+
+
 def _discover() -> dict[str, Variant]:
     """Every ``VARIANTS`` dict of the modules in tests/families/ (one module per family)."""
     import importlib

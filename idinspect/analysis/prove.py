@@ -204,6 +204,7 @@ def prove(model, seed: int = 0) -> dict:
     """The ``proof`` object: the twin, its Jacobian nullity and its structural count."""
     import idinspect
 
+    model.require_per_head("--prove")
     hf, shape = build_twin(model, seed)
     twin = idinspect.load(hf)
     blocks = [_prove_block(hf, twin, n, seed) for n in range(twin.num_layers)]

@@ -173,6 +173,7 @@ def model_invariants(model, *, device: str | torch.device = "cpu", workers: int 
     from ..analysis.parallel import layer_workers, ordered_map
     from .gains import attention_input_gain
 
+    model.require_per_head("compare/fingerprint")
     dev = torch.device(device)
     n = model.num_layers
     k = max(1, int(workers)) if workers is not None else layer_workers(_layer_bytes_in_flight(model), n, dev)

@@ -122,6 +122,7 @@ def export(source, out: str | Path, *, dtype: str = "keep", force: bool = False,
 
 def _export(model: Model, out: Path, dtype_name: str, target: torch.dtype | None, progress: Progress,
             force: bool = False) -> ExportResult:
+    model.require_per_head("export")
     reader = model.reader
     src = model.provenance.path
     if getattr(reader, "gguf_architecture", None) is not None:

@@ -100,6 +100,8 @@ def _layers(obj) -> Iterable[AttentionLayer]:
     if isinstance(obj, AttentionLayer):
         return [obj]
     if hasattr(obj, "layers") and callable(obj.layers):   # an open Model: read lazily, one at a time
+        if hasattr(obj, "require_per_head"):
+            obj.require_per_head("the gauge-fixed check")
         return obj.layers()
     if isinstance(obj, (str, bytes)) or not isinstance(obj, Iterable):
         raise TypeError(f"is_gauge_fixed() takes a layer, layers or an open Model, not {type(obj).__name__}: "

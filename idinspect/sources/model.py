@@ -106,6 +106,15 @@ class Model:
                                      "not belong to this config")
         check_coverage(a, self.reader)
 
+    def require_per_head(self, what: str) -> "Model":
+        """Raise a one-line error where the model's attention is multi-head latent attention (MLA),
+        which ``what`` (a command or step built on the per-head form) does not handle; returns self."""
+        if getattr(self.adapter, "latent", False):
+            raise IdinspectError(f"{self.provenance.source}: {what} does not handle multi-head latent attention "
+                                 f"(model_type {self.config.model_type!r}) yet; `idinspect MODEL` inspects it "
+                                 "(see README, Supported families)")
+        return self
+
     def layers(self) -> Iterator[AttentionLayer]:
         """Every attention layer, read lazily one at a time."""
         for i in range(self.num_layers):

@@ -83,6 +83,7 @@ def diff(a, b, *, token: str | None = None, cache_dir: str | None = None, local_
     tau, mu for QK and VO, and the invariant change against the raw change."""
     kw = dict(token=token, cache_dir=cache_dir, local_files_only=local_files_only)
     with _opened(a, kw) as A, _opened(b, kw) as B:
+        A.require_per_head("diff")
         _check_same_model(A, B)
         n = A.num_layers
         layers = []

@@ -28,7 +28,7 @@ def opened(model: torch.nn.Module) -> Model:
     hit = _OPENED.get(model)
     if hit is not None and hit[0] == key:
         return hit[1]
-    view = load(model)
+    view = load(model).require_per_head("the training callback")
     _OPENED[model] = (key, view)
     return view
 
