@@ -91,6 +91,13 @@ class DeepseekAdapter(Adapter):
 
         return float(yarn_apply_mscale(self._full.rope_parameters or {}, self.head_dim ** -0.5))
 
+    def latent_summary(self) -> dict:
+        """``attention`` and ``latent`` of the JSON ``model`` object: the MLA widths."""
+        return {"attention": "latent", "latent": {"q_rank": self.q_rank, "kv_rank": self._size("kv_lora_rank"),
+                                                  "nope_dim": self._size("qk_nope_head_dim"),
+                                                  "rope_dim": self._size("qk_rope_head_dim"),
+                                                  "v_dim": self._size("v_head_dim")}}
+
     # reading -----------------------------------------------------------------------
     def read_layer(self, n: int) -> LatentAttentionLayer:
         site = self.sites[n]
@@ -215,3 +222,13 @@ def deepseek_float64():
 
 
 ADAPTERS = (DeepseekAdapter,)
+
+_MLA_UNVERIFIED = ("multi-head latent attention in a layout not yet proven against the HF module (only deepseek_v2 / "
+                   "deepseek_v3 are); a checkpoint with DeepSeek-V3's exact layout can be counted as deepseek_v3")
+#: Models built on MLA that are not counted (yet), by name.
+REFUSED = {
+    "deepseek_v32": "DeepSeek Sparse Attention: an indexer picks each query's keys, which the counts do not model",
+    "deepseek_v4": "DeepSeek-V4's attention is not modelled yet",
+    **{t: _MLA_UNVERIFIED for t in ("kimi_k2", "kimi_linear", "glm4_moe_lite", "glm_moe_dsa", "longcat_flash",
+                                   "minicpm3", "mistral4", "youtu", "bailing_hybrid", "hy_v4", "axk1", "axk2")},
+}

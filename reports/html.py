@@ -20,7 +20,7 @@ from .html_findings import findings_section as _findings_section
 from .html_findings import sev_badge as _sev
 from .html_spectra import spectra_section as _spectra_section
 from .mathml import math as formula_math, with_formula
-from .summary import (attention_shape, bias_free_ratio, closed_form_line, closed_form_name, closed_form_text,
+from .summary import (near_null_text, attention_shape, bias_free_ratio, closed_form_line, closed_form_name, closed_form_text,
                       fmt_float, fmt_int, fmt_ratio, gguf_text, layer_groups, model_has_biases, plural,
                       positional_text, revision_text, severity_counts)
 from .svg_charts import esc
@@ -127,6 +127,8 @@ def _summary(result: dict) -> str:
                          f'<strong class="warn">{esc(fmt_int(with_weights))} = '
                          f"{esc(fmt_ratio(with_weights / att) if att else '–')}</strong>"
                          f"{esc(f': dead or rank-deficient heads add {fmt_int(extra)}')}"))
+        if near_null_text(result):
+            rows.append(("Nearly null (not in U)", esc(near_null_text(result))))
         if totals.get("unidentified_share_of_model") is not None:
             rows.append(("Unidentified share of the model", esc(fmt_ratio(totals["unidentified_share_of_model"]))))
         cards.append(_card("Unidentified in attention", fmt_ratio(totals.get("identification_ratio")),

@@ -239,12 +239,29 @@ def attention_shape(model: dict) -> str:
     """``H=12, G=12, d_k=32`` (with d_model and layer count)."""
     text = (f"H={model.get('heads')}, G={model.get('kv_heads')}, d_k={model.get('head_dim')}, "
             f"d={model.get('hidden_size')}, {model.get('layers')} layers")
+    if model.get("attention") == "latent":
+        lat = model.get("latent") or {}
+        text += (f", multi-head latent attention (q latent {lat.get('q_rank') or 'none'}, kv latent "
+                 f"{lat.get('kv_rank')}, no-position {lat.get('nope_dim')} + rotary {lat.get('rope_dim')} per head, "
+                 f"values {lat.get('v_dim')})")
     kinds, blocks = model.get("block_kinds") or ["self"], model.get("attention_blocks")
     stacks = model.get("stacks") or []
     if kinds != ["self"] or (blocks is not None and blocks != model.get("layers")) or stacks:
         where = f" in stacks {', '.join(stacks)}" if stacks else ""
         text += f", {blocks} attention blocks{where} ({', '.join(kinds)})"
     return text
+
+
+def near_null_text(result: dict) -> str | None:
+    """``2 directions (scales a norm divides out up to its eps; breaking term <= 2.6e-07), not in U``, or
+    None where the model has none."""
+    layers = result.get("layers") or []
+    n = sum(layer.get("near_unidentified") or 0 for layer in layers)
+    if not n:
+        return None
+    sizes = [layer["near_unidentified_scale"] for layer in layers if layer.get("near_unidentified_scale") is not None]
+    size = f"; breaking term <= {max(sizes):.2g}" if sizes else ""
+    return f"{fmt_int(n)} directions (scales a norm divides out only up to its eps{size}), not counted in U"
 
 
 def positional_text(model: dict) -> str:

@@ -18,7 +18,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from .summary import (attention_shape, closed_form_line, finding_details, findings_by_rule, fmt_float, fmt_int,
+from .summary import (near_null_text, attention_shape, closed_form_line, finding_details, findings_by_rule, fmt_float, fmt_int,
                       fmt_ratio, gguf_text, layer_groups, plural, positional_text, revision_text,
                       severity_counts)
 from .finding_words import finding_phrases, finding_tensors
@@ -102,6 +102,9 @@ def summary_panel(result: dict) -> Panel:
         grid.add_row("Parameters", Text(f"{fmt_int(att)} in attention of {fmt_int(total)} in the model{share}"))
         grid.add_row("Unidentified", unidentified_text(totals))
         grid.add_row("Closed form", Text(closed_form_line(result)))
+        near = near_null_text(result)
+        if near:
+            grid.add_row("Nearly null", Text(near))
     findings = result.get("findings")
     if findings is not None:
         counts = Text()
@@ -190,6 +193,9 @@ def layer_table(result: dict, collapse: bool = True, width: int = 120) -> Table 
     if weights:
         caption += ("; +W: what dead or rank-deficient heads add beyond the structure (U+W in all)" if short else
                     "; + weights: what dead or rank-deficient heads add beyond the structure")
+    if any(g.row.get("attention") == "latent" for g in groups):
+        caption += ("; latent-attention layers: QK = H n^2 + e, and U adds each normalised latent's rotations "
+                    "and gain trades, r(r+1)/2")
     table = Table(title="Attention layers", title_justify="left", box=box.SIMPLE_HEAD, header_style="bold",
                   caption=caption, caption_justify="left", pad_edge=True, padding=(0, pad))
     room = width - 2 - 2 * pad - numbers_width(short, pad)

@@ -130,7 +130,7 @@ def test_inspect_reports_exact_and_nearly_null_counts(tiny_dir):
     assert result["layers"][0]["spectra"] is None if "spectra" in layer else True
     text = run_cli(*["inspect", str(tiny_dir("deepseek-v3"))])
     assert text.code == 0, text.stderr
-    assert "latent" in text.stdout and "nearly" in text.stdout
+    assert "latent attention" in text.stdout and "Nearly null" in text.stdout and "r(r+1)/2" in text.stdout
     data = json.loads(run_cli(*["inspect", str(tiny_dir("deepseek-v3")), "--format", "json"]).stdout)
     assert data["layers"][1]["near_unidentified"] == 2
 

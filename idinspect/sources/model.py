@@ -155,6 +155,7 @@ class Model:
             "positional": pos.kind,
             "rotary_dim": pos.rotary_dim,
             **self._gguf_summary(),
+            **(a.latent_summary() if a.latent else {}),
         }
 
     def _gguf_summary(self) -> dict:
