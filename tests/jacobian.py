@@ -123,9 +123,10 @@ def jacobian_bands(s: torch.Tensor) -> tuple[int, int]:
 
 
 def attention_singular_values(model, src, dst=None, *, batches: int = 4, tokens: int = 8, seed: int = 0,
-                              edit_call=None, exact=contextlib.nullcontext) -> tuple[torch.Tensor, int, int]:
+                              edit_call=None, exact=contextlib.nullcontext,
+                              oversample: float = 2.0) -> tuple[torch.Tensor, int, int]:
     """(singular values, descending, of the Jacobian of params -> dst(src(x)) over ``batches`` random
-    batches; parameter count P; Jacobian rows).
+    batches of about ``oversample`` P rows in all; parameter count P; Jacobian rows).
 
     ``src`` is the module that takes the hidden states; ``dst`` an output projection applied after
     it when it is a separate module (BERT's ``attention.output.dense``). ``edit_call(args, kwargs)``
@@ -171,7 +172,7 @@ def attention_singular_values(model, src, dst=None, *, batches: int = 4, tokens:
         names = [n for n, g in zip(names, grads) if g is not None]
         values = tuple(v for v, g in zip(values, grads) if g is not None)
     P = sum(v.numel() for v in values)
-    per_batch = max(1, math.ceil(2.0 * P / (batches * tokens * model.config.hidden_size)))
+    per_batch = max(1, math.ceil(oversample * P / (batches * tokens * model.config.hidden_size)))
     blocks = []
     for _ in range(batches):
         ids = torch.randint(2, vocab, (per_batch, tokens), generator=gen)
