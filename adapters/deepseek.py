@@ -169,6 +169,22 @@ class DeepseekAdapter(Adapter):
         return {k: self._cast(k, v, dtype) for k, v in out.items()}
 
     # --prove and tests -------------------------------------------------------------
+    def twin_settings(self, hf_config, shape: dict) -> dict:
+        """A one-layer MLA twin of ``shape`` (:func:`idinspect.analysis.prove_latent.latent_twin_shape`) with
+        this model's bias pattern, query latent or not, RoPE type, parameters and pairing; dense MLP."""
+        cfg = hf_config
+        kw = {k: shape[k] for k in ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")}
+        kw.update(hidden_size=shape["hidden_size"], num_attention_heads=shape["heads"], num_key_value_heads=shape["heads"],
+                  intermediate_size=16, moe_intermediate_size=8, first_k_dense_replace=1, n_routed_experts=2,
+                  num_experts_per_tok=1, n_shared_experts=1,
+                  max_position_embeddings=getattr(cfg, "max_position_embeddings", 2048))
+        for name in ("attention_bias", "rope_interleave", "rope_parameters"):
+            if getattr(cfg, name, None) is not None:
+                kw[name] = getattr(cfg, name)
+        if hasattr(cfg, "n_group"):
+            kw.update(n_group=1, topk_group=1)
+        return kw
+
     def exact_float64(self) -> contextlib.AbstractContextManager:
         return deepseek_float64()
 

@@ -16,11 +16,12 @@ from safetensors import safe_open
 
 import idinspect
 from idinspect.exporting.shard_writer import write_safetensors
+from idinspect.layer.latent_layer import is_latent
 from tests import tiny
 from tests.cli import run_cli
 from tests.test_gauge import random_gauge
 
-FAMILIES = tiny.per_head(tiny.variants(), "export refuses it by name (tests/test_latent.py)")
+FAMILIES = tiny.variants()
 
 
 def tree_hashes(root: Path) -> dict[str, str]:
@@ -45,11 +46,21 @@ def moved_checkpoint(src: Path, dst: Path, seed: int, generic_qk: bool = False) 
     model = idinspect.load(src)
     replaced = {}
     for layer in model.layers():
-        replaced.update(model.adapter.write_layer(random_gauge(layer, seed + layer.index, generic_qk)))
+        replaced.update(model.adapter.write_layer(latent_gauge(layer, seed + layer.index) if is_latent(layer)
+                                                  else random_gauge(layer, seed + layer.index, generic_qk)))
     for fname in model.reader.shard_files:
         tensors = {k: replaced.get(k, model.reader.get(k)) for k in model.reader.keys_in(fname)}
         write_safetensors(dst / fname, tensors, model.reader.metadata(fname))
     return dst
+
+
+def latent_gauge(layer, seed: int):
+    """A random move of an MLA block along its gauge group (tests/latent_moves.py)."""
+    from tests.latent_moves import coordinates, move
+
+    L = layer.to(torch.float64)
+    g = torch.Generator().manual_seed(seed)
+    return move(L, 0.1 * torch.randn(coordinates(L), generator=g, dtype=torch.float64))
 
 
 def auto_class(directory: Path):
@@ -90,7 +101,7 @@ def test_stock_transformers_computes_the_original_function(variant, tiny_dir, tm
     assert all(not torch.equal(a[k], b[k]) for k in attn if k.endswith("weight"))
 
 
-@pytest.mark.parametrize("variant", tiny.per_head(tiny.variants("lm"), "export refuses it by name (tests/test_latent.py)"))
+@pytest.mark.parametrize("variant", tiny.variants("lm"))
 def test_float32_export_keeps_logits_and_greedy_decodes(variant, tiny_dir, tmp_path):
     """A float32 checkpoint exported in float32: stock transformers gives the original logits (1e-6
     relative) and the same greedy continuation."""

@@ -124,7 +124,7 @@ def _layers():
     for v in VARIANTS:
         if "latent" in tiny.VARIANTS[v].tags:
             out.append(pytest.param(v, None, id=v, marks=pytest.mark.skip(
-                reason="multi-head latent attention has no per-head gauge-fixed form (export refuses it by name)")))
+                reason="multi-head latent attention has its own gauge-fixed form (tests/test_latent.py)")))
             continue
         model = idinspect.load(tiny.build(v))
         out.append((v, model.layer(min(1, model.num_layers - 1))))

@@ -135,8 +135,7 @@ def test_inspect_reports_exact_and_nearly_null_counts(tiny_dir):
     assert data["layers"][1]["near_unidentified"] == 2
 
 
-@pytest.mark.parametrize("argv", [["export", "{m}", "{out}"], ["compare", "{m}", "{m}"], ["fingerprint", "{m}"],
-                                  ["diff", "{m}", "{m}"], ["inspect", "{m}", "--prove"],
+@pytest.mark.parametrize("argv", [["compare", "{m}", "{m}"], ["fingerprint", "{m}"], ["diff", "{m}", "{m}"],
                                   ["verify", "{m}", "{m}", "--no-functional"]])
 def test_per_head_commands_refuse_latent_attention_by_name(argv, tiny_dir, tmp_path):
     m = str(tiny_dir("deepseek-v3"))
@@ -161,3 +160,52 @@ def test_latent_layers_are_the_latent_form(tiny_dir):
     assert all(is_latent(layer) for layer in model.layers())
     assert model.adapter.positional().rotary.pairing == "interleaved"
     assert idinspect.load(tiny_dir("deepseek-v3-direct-q")).adapter.positional().rotary.pairing == "half"
+
+
+# --- the gauge-fixed form, export and --prove ------------------------------------------------------
+
+@pytest.mark.parametrize("variant", LATENT)
+def test_gauge_fixed_form_keeps_the_function_is_idempotent_and_orbit_invariant(variant):
+    from idinspect.gauge.latent import canonicalize_latent, latent_gauge_residuals, latent_output_error
+
+    L = _float64_layer(variant, 1)
+    fixed, notes = canonicalize_latent(L)
+    assert notes == []
+    assert latent_output_error(L, fixed).error < 1e-13
+    assert _rel(flat(fixed), flat(L)) > 0.1
+    assert bool((fixed.g_KV == 1).all())
+
+    def gap(a, b):
+        return max(_rel(getattr(b, r), getattr(a, r)) for r in a.tensors())
+
+    assert gap(fixed, canonicalize_latent(fixed)[0]) < 1e-12
+    moved = move(L, 0.1 * torch.randn(coordinates(L), generator=torch.Generator().manual_seed(9), dtype=torch.float64))
+    assert gap(fixed, canonicalize_latent(moved)[0]) < 1e-12
+    assert max(v for v, _ in latent_gauge_residuals(fixed)) < 1e-12
+    assert max(v for v, _ in latent_gauge_residuals(L)) > 1e-2
+
+
+def test_export_is_gauge_fixed_and_verified(tiny_dir, tmp_path):
+    from idinspect.gauge import is_gauge_fixed
+
+    src = tiny_dir("deepseek-v3")
+    r = run_cli("export", src, tmp_path / "out", "--format", "json")
+    assert r.code == 0, r.stderr
+    assert json.loads(r.stdout)["gauge"]["name"] == "balanced-latent"
+    with idinspect.load(tmp_path / "out") as out, idinspect.load(src) as original:
+        assert is_gauge_fixed(out)[0] and not is_gauge_fixed(original)[0]
+    assert idinspect.verify(src, tmp_path / "out").equivalent
+    audit = run_cli("audit", tmp_path / "out", "--require-gauge-fixed")
+    assert audit.code == 0, audit.stdout + audit.stderr
+
+
+@pytest.mark.parametrize("variant", LATENT)
+def test_prove_checks_the_latent_twin(variant, tiny_dir):
+    r = run_cli(tiny_dir(variant), "--prove", "--format", "json")
+    assert r.code == 0, r.stderr
+    proof = json.loads(r.stdout)["proof"]
+    assert proof["agree"] is True and proof["twin"]["attention"] == "latent"
+    assert proof["jacobian_nullity"] == proof["structural_unidentified"] > 0
+    assert proof["jacobian_near_null"] == proof["structural_near_unidentified"] == (2 if "direct" not in variant and variant != "deepseek-v2" else 1)
+    assert proof["largest_dropped_singular_value"] < 1e-14 and proof["smallest_kept_singular_value"] > 1e-6
+    assert proof["twin"]["model_type"] == idinspect.load(tiny_dir(variant)).config.model_type

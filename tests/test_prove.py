@@ -11,7 +11,8 @@ from idinspect.analysis import prove as prove_mod
 from tests import tiny
 from tests.cli import run_cli
 
-VARIANTS = tiny.per_head(tiny.variants(), "--prove refuses it by name (tests/test_latent.py)")
+VARIANTS = tiny.per_head(tiny.variants(), "its twin is an MLA block, not a per-head one (tests/test_latent.py "
+                                          "proves it with exact and nearly-null bands)")
 
 
 @pytest.mark.parametrize("variant", VARIANTS)

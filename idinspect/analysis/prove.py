@@ -60,11 +60,12 @@ def _twin_config(model, shape: dict):
     return type(cfg)(**{**common, **model.adapter.twin_settings(cfg, shape)})
 
 
-def build_twin(model, seed: int = 0):
-    """(twin HF model in float64 eval mode with sdpa and N(0, 0.5) parameters, shape dict)."""
+def build_twin(model, seed: int = 0, shape: dict | None = None):
+    """(twin HF model in float64 eval mode with sdpa and N(0, 0.5) parameters, shape dict); ``shape``
+    defaults to :func:`twin_shape` (multi-head latent attention passes its own)."""
     from transformers import AutoModel
 
-    shape = twin_shape(model)
+    shape = shape or twin_shape(model)
     config = _twin_config(model, shape)
     config._experts_implementation = "eager"   # MoE grouped_mm kernels take no float64
     try:
@@ -204,7 +205,10 @@ def prove(model, seed: int = 0) -> dict:
     """The ``proof`` object: the twin, its Jacobian nullity and its structural count."""
     import idinspect
 
-    model.require_per_head("--prove")
+    if getattr(model.adapter, "latent", False):
+        from .prove_latent import prove_latent
+
+        return prove_latent(model, seed)
     hf, shape = build_twin(model, seed)
     twin = idinspect.load(hf)
     blocks = [_prove_block(hf, twin, n, seed) for n in range(twin.num_layers)]

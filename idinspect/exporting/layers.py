@@ -24,7 +24,9 @@ from ..analysis.findings import overflow_limit
 from ..errors import IdinspectError
 from ..layer.attention_layer import AttentionLayer
 from ..gauge import Degeneracy, InvariantError, canonicalize, largest_invariant_error
+from ..gauge.latent import canonicalize_latent, latent_output_error
 from ..layer.buffers import Float64Buffers
+from ..layer.latent_layer import LatentAttentionLayer, is_latent
 from ..sources.model import Model
 
 #: progress(stage, done, total); here stage "gauge" counts layers.
@@ -45,8 +47,10 @@ def fix_layer(layer: AttentionLayer, target: torch.dtype | None, workspace: Floa
     and measure the largest invariant change between the original and the cast result.
 
     The float64 intermediates go into ``workspace`` (reused layer after layer) when given; the
-    result holds none of them.
+    result holds none of them. A multi-head latent attention block takes :func:`fix_latent_layer`.
     """
+    if is_latent(layer):
+        return fix_latent_layer(layer, target)
     refuse_unfixable(layer)
     ws = workspace or Float64Buffers()
     original = layer.replace(**{role: ws.widen(f"input {role}", t) for role, t in layer.tensors().items()})
@@ -63,6 +67,22 @@ def fix_layer(layer: AttentionLayer, target: torch.dtype | None, workspace: Floa
     error = largest_invariant_error(original, fixed, overwrite_a=True,   # original is ours and done with;
                                     grams_a=report.head_grams)           # its Grams from canonicalize
     return FixedLayer(cast, error, report.degeneracies)
+
+
+def fix_latent_layer(layer: LatentAttentionLayer, target: torch.dtype | None) -> FixedLayer:
+    """The balanced-latent form of an MLA block (:mod:`idinspect.gauge.latent`) cast once; its error is
+    the largest relative change of the block's output (MLA has no thin per-head invariants)."""
+    refuse_unfixable(layer)
+    original = layer.to(torch.float64)
+    fixed, notes = canonicalize_latent(original)
+    cast = fixed.replace(**{role: t.to(target or getattr(layer, role).dtype, copy=True)
+                            for role, t in fixed.tensors().items()})
+    for role, t in cast.tensors().items():
+        if not bool(torch.isfinite(t).all()):
+            raise IdinspectError(f"layer {layer.index}: the gauge-fixed {layer.tensor_names.get(role, role)} is not "
+                                 f"finite in {str(t.dtype).removeprefix('torch.')}; export with --dtype float32 or "
+                                 "float64, or keep the checkpoint as it is")
+    return FixedLayer(cast, latent_output_error(original, cast.to(torch.float64)), notes)
 
 
 def refuse_unfixable(layer: AttentionLayer) -> None:

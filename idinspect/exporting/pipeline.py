@@ -43,6 +43,7 @@ from .claim import TEMP_MARK, check_out, make_temp, publish
 from .files import config_text, copy_files, index_text, plan_copies
 from .layers import LayerStream
 from ..gauge import GAUGE_NAME, GAUGE_VERSION, Degeneracy
+from ..gauge.latent import LATENT_GAUGE_NAME
 from ..sources.hub import EXPORT_PATTERNS
 from ..sources.model import Model, load
 from .shard_writer import (
@@ -84,10 +85,11 @@ class ExportResult:
     max_invariant_error: float
     worst_invariant: str
     degeneracies: list[Degeneracy] = field(default_factory=list)
+    gauge: str = GAUGE_NAME
 
     def to_dict(self) -> dict:
         return {"out": str(self.out), "source": self.source, "revision": self.revision, "dtype": self.dtype,
-                "gauge": {"name": GAUGE_NAME, "version": GAUGE_VERSION}, "shards": self.shards,
+                "gauge": {"name": self.gauge, "version": GAUGE_VERSION}, "shards": self.shards,
                 "total_size": self.total_size, "tensors": self.tensors,
                 "gauge_fixed_tensors": self.gauge_fixed_tensors, "copied_files": self.copied_files,
                 "skipped_files": self.skipped_files, "max_invariant_error": self.max_invariant_error,
@@ -122,7 +124,6 @@ def export(source, out: str | Path, *, dtype: str = "keep", force: bool = False,
 
 def _export(model: Model, out: Path, dtype_name: str, target: torch.dtype | None, progress: Progress,
             force: bool = False) -> ExportResult:
-    model.require_per_head("export")
     reader = model.reader
     src = model.provenance.path
     if getattr(reader, "gguf_architecture", None) is not None:
@@ -188,7 +189,8 @@ def _export(model: Model, out: Path, dtype_name: str, target: torch.dtype | None
     return ExportResult(out=out, source=model.provenance.source, revision=model.provenance.revision, dtype=dtype_name,
                         shards=list(reader.shard_files), total_size=total, tensors=count,
                         gauge_fixed_tensors=len(owner), copied_files=[CONFIG_FILE, *copies], skipped_files=skipped,
-                        max_invariant_error=worst, worst_invariant=where, degeneracies=degeneracies)
+                        max_invariant_error=worst, worst_invariant=where, degeneracies=degeneracies,
+                        gauge=gauge_name(model))
 
 
 def _shard_specs(reader: SafetensorsCheckpoint, fname: str, target: torch.dtype | None) -> dict[str, TensorSpec]:
@@ -222,6 +224,11 @@ def _attention_owners(model: Model) -> dict[str, int]:
     return owner
 
 
+def gauge_name(model: Model) -> str:
+    """``balanced`` (per-head form), or ``balanced-latent`` for multi-head latent attention (:mod:`idinspect.gauge.latent`)."""
+    return LATENT_GAUGE_NAME if getattr(model.adapter, "latent", False) else GAUGE_NAME
+
+
 def _provenance(model: Model, dtype_name: str) -> tuple[str, dict[str, Slot]]:
     """The ``idinspect`` metadata string (compact JSON, sorted keys) with placeholder slots.
 
@@ -231,7 +238,7 @@ def _provenance(model: Model, dtype_name: str) -> tuple[str, dict[str, Slot]]:
     """
     from .. import __version__
 
-    info = {"tool": "idinspect", "version": __version__, "gauge": {"name": GAUGE_NAME, "version": GAUGE_VERSION},
+    info = {"tool": "idinspect", "version": __version__, "gauge": {"name": gauge_name(model), "version": GAUGE_VERSION},
             "source": model.provenance.source, "revision": model.provenance.revision, "dtype": dtype_name,
             **{key: None for key in SLOT_WIDTHS}}
     text, slots = "{", {}

@@ -17,6 +17,8 @@ All are k x k Gram products: O(d d_k^2) per group.
 
 from __future__ import annotations
 
+from ..layer.latent_layer import is_latent
+from .latent import latent_gauge_residuals
 from typing import NamedTuple
 
 from collections.abc import Iterable
@@ -38,7 +40,10 @@ def default_rtol(dtype: torch.dtype) -> float:
 
 
 def gauge_residuals(layer: AttentionLayer) -> list[tuple[float, str]]:
-    """(residual, where) for every condition of the balanced gauge in ``layer``."""
+    """(residual, where) for every condition of the balanced gauge in ``layer`` (for a multi-head latent
+    attention block: how far canonicalising moves each tensor, :func:`latent_gauge_residuals`)."""
+    if is_latent(layer):
+        return latent_gauge_residuals(layer)
     require_modelled(layer)
     L = layer.to(torch.float64)
     out: list[tuple[float, str]] = []
@@ -97,11 +102,9 @@ def is_gauge_fixed(model_or_layer, rtol: float | None = None) -> GaugeCheck:
 
 
 def _layers(obj) -> Iterable[AttentionLayer]:
-    if isinstance(obj, AttentionLayer):
+    if isinstance(obj, AttentionLayer) or is_latent(obj):
         return [obj]
     if hasattr(obj, "layers") and callable(obj.layers):   # an open Model: read lazily, one at a time
-        if hasattr(obj, "require_per_head"):
-            obj.require_per_head("the gauge-fixed check")
         return obj.layers()
     if isinstance(obj, (str, bytes)) or not isinstance(obj, Iterable):
         raise TypeError(f"is_gauge_fixed() takes a layer, layers or an open Model, not {type(obj).__name__}: "
