@@ -36,6 +36,7 @@ TARGETS = (
     Target("inspect_rss_large_gb", "peak RSS inspect, large (GB)", "<=", 1.0),
     Target("rss_large_over_small", "peak RSS large / small", "<=", 1.1),
     Target("export_over_copy", "export / plain copy", "<=", 2.5),
+    Target("export_over_cpr", "export / cp -r", "<=", 2.5),
 )
 
 
@@ -81,6 +82,7 @@ def model_ratios(stats: dict, model: str) -> dict[str, float | None]:
         "baseline_f32_svdvals_over_inspect": _div(_get(stats, model, "baseline", "median_extrapolated_f32_svdvals_s"),
                                                   inspect),
         "export_over_copy": _div(_get(stats, model, "export", "median_s"), _get(stats, model, "copy", "median_s")),
+        "export_over_cpr": _div(_get(stats, model, "export", "median_s"), _get(stats, model, "cpr", "median_s")),
         "inspect_rss_gb": _div(_get(stats, model, "inspect", "max_rss_bytes"), GB),
         "export_rss_gb": _div(_get(stats, model, "export", "max_rss_bytes"), GB),
     }
@@ -93,7 +95,8 @@ def target_values(stats: dict, main: str, small: str, large: str | None) -> dict
     rss_large = _div(_get(stats, large, "inspect", "max_rss_bytes"), GB)
     return {"inspect_over_floor": r["inspect_over_floor"], "baseline_over_inspect": r["baseline_over_inspect"],
             "inspect_rss_small_gb": rss_small, "inspect_rss_large_gb": rss_large,
-            "rss_large_over_small": _div(rss_large, rss_small), "export_over_copy": r["export_over_copy"]}
+            "rss_large_over_small": _div(rss_large, rss_small), "export_over_copy": r["export_over_copy"],
+            "export_over_cpr": r["export_over_cpr"]}
 
 
 def judge(values: dict[str, float | None]) -> list[dict]:
@@ -111,7 +114,7 @@ def _fmt(v: float | None, digits: int = 2) -> str:
 def format_times(stats: dict) -> str:
     """Per model: median seconds of every measure and the peak RSS of inspect/export."""
     cols = (("floor", "median_s", "floor s"), ("floor", "median_read_s", "(read s)"), ("inspect", "median_s", "inspect s"),
-            ("copy", "median_s", "copy s"), ("export", "median_s", "export s"),
+            ("copy", "median_s", "copy s"), ("cpr", "median_s", "cp -r s"), ("export", "median_s", "export s"),
             ("baseline", "median_extrapolated_s", "baseline s"))
     head = f"{'model':<16}" + "".join(f"{c[2]:>12}" for c in cols) + f"{'insp RSS GB':>13}{'exp RSS GB':>12}"
     lines = [head, "-" * len(head)]
@@ -125,9 +128,9 @@ def format_times(stats: dict) -> str:
 def format_ratios(stats: dict) -> str:
     """Per model: every ratio (informational for models that are not the target model)."""
     keys = ("inspect_over_floor", "inspect_over_floor_read", "baseline_over_inspect",
-            "baseline_f32_svdvals_over_inspect", "export_over_copy")
+            "baseline_f32_svdvals_over_inspect", "export_over_copy", "export_over_cpr")
     head = f"{'model':<16}" + "".join(f"{h:>14}" for h in ("insp/floor", "insp/read", "base/insp", "f32vals/insp",
-                                                          "exp/copy"))
+                                                          "exp/copy", "exp/cp -r"))
     lines = [head, "-" * len(head)]
     for model in stats:
         r = model_ratios(stats, model)
@@ -141,4 +144,52 @@ def format_targets(rows: list[dict]) -> str:
     lines = [head, "-" * len(head)]
     for row in rows:
         lines.append(f"{row['label']:<34}{_fmt(row['value']):>12}{row['target']:>10}  {row['verdict']}")
+    return "\n".join(lines)
+
+
+#: Full depths of the real models the scale set stands in for.
+FULL_DEPTH = {"8b": 32, "70b": 80}
+
+
+def scale_extrapolation(stats: dict) -> dict | None:
+    """Floor and inspect times extrapolated to Llama-3.1-8B (32 layers) and -70B (80 layers).
+
+    Linear in depth, T(n) = c + n t: t (per layer) and c (start, imports, headers) from the 8B
+    shape's 2- and 8-layer medians; the 70B per-layer time is (T_70B(2) - c) / 2 with the 8B
+    shape's c (the same start-up and a header of about the same size). Returns None when a median
+    is missing.
+    """
+    out: dict = {}
+    for measure in ("floor", "inspect"):
+        t2 = _get(stats, "llama-8b-2l", measure, "median_s")
+        t8 = _get(stats, "llama-8b-8l", measure, "median_s")
+        w2 = _get(stats, "llama-70b-2l", measure, "median_s")
+        if t2 is None or t8 is None:
+            return None
+        per = (t8 - t2) / 6
+        fixed = t2 - 2 * per
+        out[measure] = {"fixed_s": fixed, "per_layer_8b_s": per, "8b_32l_s": fixed + FULL_DEPTH["8b"] * per}
+        if w2 is not None:
+            per70 = (w2 - fixed) / 2
+            out[measure].update(per_layer_70b_s=per70, **{"70b_80l_s": fixed + FULL_DEPTH["70b"] * per70})
+    f, i = out["floor"], out["inspect"]
+    out["ratios"] = {"8b_8l_measured": _div(_get(stats, "llama-8b-8l", "inspect", "median_s"),
+                                            _get(stats, "llama-8b-8l", "floor", "median_s")),
+                     "8b_per_layer": _div(i["per_layer_8b_s"], f["per_layer_8b_s"]),
+                     "8b_32l_extrapolated": _div(i["8b_32l_s"], f["8b_32l_s"]),
+                     "70b_2l_measured": _div(_get(stats, "llama-70b-2l", "inspect", "median_s"),
+                                             _get(stats, "llama-70b-2l", "floor", "median_s")),
+                     "70b_per_layer": _div(i.get("per_layer_70b_s"), f.get("per_layer_70b_s")),
+                     "70b_80l_extrapolated": _div(i.get("70b_80l_s"), f.get("70b_80l_s"))}
+    return out
+
+
+def format_scale(scale: dict) -> str:
+    """The extrapolation table of :func:`scale_extrapolation`."""
+    lines = [f"{'':<10}{'fixed s':>10}{'8B s/layer':>12}{'8B 32l s':>10}{'70B s/layer':>13}{'70B 80l s':>11}"]
+    for m in ("floor", "inspect"):
+        r = scale[m]
+        lines.append(f"{m:<10}{_fmt(r['fixed_s'], 3):>10}{_fmt(r['per_layer_8b_s'], 3):>12}{_fmt(r['8b_32l_s'], 1):>10}"
+                     f"{_fmt(r.get('per_layer_70b_s'), 3):>13}{_fmt(r.get('70b_80l_s'), 1):>11}")
+    lines.append("inspect / floor: " + ", ".join(f"{k} {_fmt(v)}" for k, v in scale["ratios"].items()))
     return "\n".join(lines)

@@ -20,15 +20,21 @@ from . import report, workloads
 from .build import ensure_checkpoint_in_child
 from .machine import describe, load_average
 from .measure import own_peak_rss_bytes
-from .specs import FULL, QUICK, ModelSpec, by_role
+from .specs import FULL, QUICK, SCALE, ModelSpec, by_role
 
 RESULTS = Path(__file__).resolve().parent / "results"
-MEASURES = ("floor", "inspect", "copy", "export", "baseline")
+MEASURES = ("floor", "inspect", "copy", "cpr", "export", "baseline")
 
 
 def measures_for(spec: ModelSpec, skip: set[str]) -> list[str]:
-    """Which measurements a model gets: the large RSS model only floor and inspect."""
-    wanted = ("floor", "inspect") if spec.role == "rss-large" else MEASURES
+    """Which measurements a model gets: the large RSS model and the scale set's slope and 70B models
+    only floor and inspect; the scale set's main 8B model no safetensors copy and no baseline."""
+    if spec.role in ("rss-large", "scale-slope", "scale-wide"):
+        wanted: tuple[str, ...] = ("floor", "inspect")
+    elif spec.role == "scale":
+        wanted = ("floor", "inspect", "cpr", "export")
+    else:
+        wanted = MEASURES
     return [m for m in wanted if m not in skip]
 
 
@@ -36,6 +42,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true",
                    help="development mode: Llama-1B widths with 2 and 4 layers, GPT-2-small, BERT-base")
+    p.add_argument("--scale", action="store_true",
+                   help="issue 20: Llama-3.1-8B shapes (2 and 8 layers) and a Llama-3.1-70B shape (2 layers), "
+                        "full width, bf16 (~16 GB cached); 32- and 80-layer times extrapolated")
     p.add_argument("--repeats", type=int, default=None, help="timed repeats per measurement (default 5, quick 3)")
     p.add_argument("--device", default="cpu", choices=("cpu", "cuda"),
                    help="passed to idinspect inspect --device and used by the baseline's SVDs")
@@ -58,11 +67,12 @@ def _log(msg: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    specs = QUICK if args.quick else FULL
+    base = SCALE if args.scale else QUICK if args.quick else FULL
+    specs = base
     if args.models:
         specs = tuple(s for s in specs if s.name in args.models)
         if not specs:
-            _log(f"no such models; choose from {[s.name for s in (QUICK if args.quick else FULL)]}")
+            _log(f"no such models; choose from {[s.name for s in base]}")
             return 2
     if args.threads is not None:   # children inherit it; torch reads it at import
         os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = str(args.threads)
@@ -103,6 +113,8 @@ def main(argv: list[str] | None = None) -> int:
                     sample = workloads.inspect(d, args.device, caps)
                 elif m == "copy":
                     sample = workloads.copy(s, d)
+                elif m == "cpr":
+                    sample = workloads.copy_tree(s, d)
                 elif m == "export":
                     sample = workloads.export(s, d)
                 else:
@@ -114,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     elapsed = time.perf_counter() - t_start
 
     stats = {name: {m: report.summarize(v) for m, v in per.items()} for name, per in samples.items()}
-    main_spec, large = by_role(specs, "main"), by_role(specs, "rss-large")
+    main_spec, large = by_role(specs, "scale" if args.scale else "main"), by_role(specs, "rss-large")
     small = by_role(specs, "rss-small")
     values = report.target_values(stats, main_spec.name if main_spec else None,
                                   small.name if small else None, large.name if large else None)
@@ -125,13 +137,17 @@ def main(argv: list[str] | None = None) -> int:
     _log(report.format_ratios(stats))
     _log(f"\ntargets (RSS pair: {small.name if small else '-'} vs {large.name if large else '-'})")
     _log(report.format_targets(verdicts))
+    scale = report.scale_extrapolation(stats) if args.scale else None
+    if scale:
+        _log("\nextrapolated to full depth (per-layer slope from the 8B 2- and 8-layer runs; see bench/report.py)")
+        _log(report.format_scale(scale))
 
     machine["load_average_end"] = load_average()
     machine["harness_peak_rss_bytes"] = own_peak_rss_bytes()
     _log(f"\nharness peak RSS {machine['harness_peak_rss_bytes'] / 1e6:.0f} MB (no child can report less; "
          "a peak at or below it is shown as '-')")
     result = {
-        "mode": "quick" if args.quick else "full", "device": args.device, "gpu_measured": bool(
+        "mode": "scale" if args.scale else "quick" if args.quick else "full", "device": args.device, "gpu_measured": bool(
             args.device == "cuda" and machine["gpu"]["available"]), "gpu_note": gpu_note,
         "repeats": args.repeats, "elapsed_s": round(elapsed, 1), "machine": machine,
         "capabilities": {"inspect": caps.inspect, "inspect_device": caps.inspect_device, "export": caps.export,
@@ -140,14 +156,15 @@ def main(argv: list[str] | None = None) -> int:
                             "config": s.config} for s in specs},
         "targets_judged_on": {"time_ratios": main_spec.name if main_spec else None,
                               "rss_small": small.name if small else None, "rss_large": large.name if large else None},
-        "targets": verdicts, "ratios": {name: report.model_ratios(stats, name) for name in stats},
+        "targets": verdicts, "scale": scale, "ratios": {name: report.model_ratios(stats, name) for name in stats},
         "stats": stats, "samples": samples,
     }
     if not args.no_write:
         RESULTS.mkdir(exist_ok=True)
         stamp = machine["date_utc"].replace(":", "").replace("-", "")
         threads = f"-t{args.threads}" if args.threads is not None else ""
-        path = RESULTS / f"{stamp}-{result['mode']}-{args.device}{threads}.json"
+        mode = "scale" if args.scale else result["mode"]
+        path = RESULTS / f"{stamp}-{mode}-{args.device}{threads}.json"
         path.write_text(json.dumps(result, indent=2, sort_keys=False) + "\n")
         _log(f"\nwrote {path.relative_to(RESULTS.parent.parent)}")
     for f in scratch.iterdir():

@@ -37,7 +37,7 @@ class ModelSpec:
     config: dict[str, Any] = field(default_factory=dict)
     dtype: str = "float32"           # storage dtype: "bfloat16" or "float32"
     max_shard_size: int = 1_000_000_000   # bytes, as save_pretrained's "1GB"
-    role: str = "main"               # "main", "rss-small", "rss-large" or "extra"
+    role: str = "main"               # "main", "rss-small", "rss-large", "extra" or a "scale*" role (SCALE)
     causal_lm: bool = True           # baseline loads AutoModelForCausalLM (else AutoModel)
     seed: int = 0                    # weight seed (a second, unrelated checkpoint of the same shape)
 
@@ -64,6 +64,32 @@ class ModelSpec:
         config.dtype = getattr(torch, self.dtype)
         config.architectures = [self.model_class]
         return config
+
+
+LLAMA_8B = {
+    **LLAMA_1B, "hidden_size": 4096, "intermediate_size": 14336, "num_attention_heads": 32,
+    "num_key_value_heads": 8, "head_dim": 128, "tie_word_embeddings": False,
+    "rope_parameters": {**LLAMA3_ROPE, "factor": 8.0},
+}
+LLAMA_70B = {**LLAMA_8B, "hidden_size": 8192, "intermediate_size": 28672, "num_attention_heads": 64,
+             "num_key_value_heads": 8, "head_dim": 128}
+
+
+def llama_at_scale(size: str, layers: int, role: str) -> ModelSpec:
+    """A Llama-3.1-8B (``size="8b"``) or Llama-3.1-70B (``"70b"``) shaped checkpoint, full width, with
+    only ``layers`` decoder layers (bf16, 2 GB shards): the per-layer cost at scale without 16 or
+    140 GB on disk (issue 20). Times for the full depth are extrapolated from two depths."""
+    base = {"8b": LLAMA_8B, "70b": LLAMA_70B}[size]
+    return ModelSpec(name=f"llama-{size}-{layers}l", model_type="llama", model_class="LlamaForCausalLM",
+                     config={**base, "num_hidden_layers": layers}, dtype="bfloat16",
+                     max_shard_size=2_000_000_000, role=role)
+
+
+#: The scale set (``python -m bench.run --scale``): two 8B depths (the per-layer slope) and a 70B
+#: shape with two full-width layers. About 16 GB on disk; skipped when the disk is short.
+SCALE: tuple[ModelSpec, ...] = (
+    llama_at_scale("8b", 2, "scale-slope"), llama_at_scale("8b", 8, "scale"), llama_at_scale("70b", 2, "scale-wide"),
+)
 
 
 def llama(name: str, layers: int, role: str) -> ModelSpec:
