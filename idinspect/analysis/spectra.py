@@ -27,6 +27,7 @@ import torch
 
 from ..layer.attention_layer import AttentionLayer
 from ..layer.buffers import Float64Buffers
+from . import precision
 
 RANK_RULE = "s_i > max(d, d_k) * eps(float64) * s_max"
 
@@ -85,36 +86,56 @@ CAST_CHUNK_BYTES = 2**20
 
 
 def gram_float64(tall: torch.Tensor, scratch: Float64Buffers | None = None,
-                 row_scale: torch.Tensor | None = None) -> torch.Tensor:
+                 row_scale: torch.Tensor | None = None, accumulate: torch.dtype = torch.float64) -> torch.Tensor:
     """W^T W [n, k, k] in float64 for W [n, m, k] of any float dtype.
 
     Float64 input is multiplied as it is; on a GPU the whole tensor is cast at once; on the CPU a
     few heads (:data:`CAST_CHUNK_BYTES`) are cast into ``scratch`` and multiplied while in cache.
     ``row_scale`` [m] (float64): the Gram matrix of diag(row_scale) W instead, scaled in the
     float64 chunk (e.g. a norm gain folded into the projection, with no scaled copy of W).
+    ``accumulate=torch.float32``: cast and multiply in float32 and return the result widened to
+    float64 (for bfloat16/float16 weights, :mod:`.precision`).
     """
-    if row_scale is not None and tall.dtype == torch.float64:
-        tall = tall * row_scale[:, None]
-    if tall.dtype == torch.float64:
-        return tall.transpose(-1, -2) @ tall
+    acc = accumulate
+    if row_scale is not None and tall.dtype == acc:
+        tall = tall * row_scale.to(acc)[:, None]
+    if tall.dtype == acc:
+        return (tall.transpose(-1, -2) @ tall).to(torch.float64)
     if tall.device.type != "cpu":
-        wide = tall.to(torch.float64)
+        wide = tall.to(acc)
         if row_scale is not None:
-            wide.mul_(row_scale[:, None])
-        return wide.transpose(-1, -2) @ wide
+            wide.mul_(row_scale.to(acc)[:, None])
+        return (wide.transpose(-1, -2) @ wide).to(torch.float64)
     n, m, k = tall.shape
-    per = int(max(1, min(n, CAST_CHUNK_BYTES // max(1, 8 * m * k))))
+    size = torch.finfo(acc).bits // 8
+    per = int(max(1, min(n, CAST_CHUNK_BYTES // max(1, size * m * k))))
     column_major = tall.stride(-2) < tall.stride(-1)           # copy in the source's memory order
     strides = (m * k, 1, m) if column_major else (m * k, k, 1)
-    buf = (scratch or Float64Buffers()).empty(("cast", per, m, k, column_major), (per, m, k), strides, tall.device)
-    out = torch.empty((n, k, k), dtype=torch.float64, device=tall.device)
+    buf = (scratch or Float64Buffers()).empty(("cast", per, m, k, column_major, acc), (per, m, k), strides,
+                                              tall.device, acc)
+    scale = None if row_scale is None else row_scale.to(acc)[:, None]
+    out = torch.empty((n, k, k), dtype=acc, device=tall.device)
     for h in range(0, n, per):
         chunk = buf[:min(per, n - h)]
         chunk.copy_(tall[h:h + per])
-        if row_scale is not None:
-            chunk.mul_(row_scale[:, None])
+        if scale is not None:
+            chunk.mul_(scale)
         torch.matmul(chunk.transpose(-1, -2), chunk, out=out[h:h + per])
-    return out
+    return out.to(torch.float64)
+
+
+def _cholesky_route(gram: torch.Tensor, limit: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(R, usable, ok) from a float64 Gram batch: R = chol(G) upper where ``ok`` (finite, positive
+    definite, certified cond(W) <= ||R||_F ||R^-1||_F < ``limit``), the identity elsewhere;
+    ``usable``: the Gram matrix is finite."""
+    usable = torch.isfinite(gram).flatten(-2).all(dim=-1)
+    eye = torch.eye(gram.shape[-1], dtype=gram.dtype, device=gram.device)
+    R, info = torch.linalg.cholesky_ex(torch.where(usable[..., None, None], gram, eye), upper=True)
+    ok = usable & (info == 0)
+    R = torch.where(ok[..., None, None], R, eye)
+    R_inv = torch.linalg.solve_triangular(R, eye.expand_as(R), upper=True)
+    bound = R.flatten(-2).norm(dim=-1) * R_inv.flatten(-2).norm(dim=-1)
+    return R, usable, ok & (bound < limit)
 
 
 def _r_factor(tall: torch.Tensor, scratch: Float64Buffers | None = None,
@@ -130,20 +151,29 @@ def _r_factor(tall: torch.Tensor, scratch: Float64Buffers | None = None,
     eigenvalues. A NaN or Inf in W makes its Gram matrix non-finite, so finiteness costs no extra
     pass over W; only the rare non-finite Gram of finite entries (overflow past ~1e154) is told
     apart elementwise. ``row_scale`` [m]: the factor of diag(row_scale) W (see :func:`gram_float64`).
+
+    bfloat16/float16 weights try a float32 Gram first (:mod:`.precision`): kept for the heads whose
+    bound is below :func:`precision.float32_condition_limit` as well; the others are redone from a
+    float64 Gram, then by QR, as for any dtype.
     """
-    gram = gram_float64(tall, scratch, row_scale)
-    usable = torch.isfinite(gram).flatten(-2).all(dim=-1)
+    n, m, _ = tall.shape
+    limit32 = min(MAX_FACTOR_CONDITION, precision.float32_condition_limit(tall.dtype, m))
+    if limit32 > 0 and precision.float32_gram_allowed(tall):
+        R, usable, ok = _cholesky_route(gram_float64(tall, scratch, row_scale, accumulate=torch.float32), limit32)
+        again = usable & ~ok                 # finite but not certified in float32: the float64 Gram
+        if bool(again.any()):
+            if bool(again.all()):
+                R, usable, ok = _cholesky_route(gram_float64(tall, scratch, row_scale), MAX_FACTOR_CONDITION)
+            else:
+                idx = again.nonzero().flatten()
+                R2, _, ok2 = _cholesky_route(gram_float64(tall[idx], scratch, row_scale), MAX_FACTOR_CONDITION)
+                R[idx], ok[idx] = R2, ok2
+    else:
+        R, usable, ok = _cholesky_route(gram_float64(tall, scratch, row_scale), MAX_FACTOR_CONDITION)
     finite = usable.clone()
     if not bool(usable.all()):
         suspect = ~usable
         finite[suspect] = torch.isfinite(tall[suspect]).flatten(1).all(dim=1)
-    eye = torch.eye(gram.shape[-1], dtype=gram.dtype, device=gram.device)
-    R, info = torch.linalg.cholesky_ex(torch.where(usable[..., None, None], gram, eye), upper=True)
-    ok = usable & (info == 0)
-    R = torch.where(ok[..., None, None], R, eye)
-    R_inv = torch.linalg.solve_triangular(R, eye.expand_as(R), upper=True)
-    bound = R.flatten(-2).norm(dim=-1) * R_inv.flatten(-2).norm(dim=-1)
-    ok = ok & (bound < MAX_FACTOR_CONDITION)
     redo = finite & ~ok
     if bool(redo.any()):
         wide = tall[redo].to(torch.float64)

@@ -17,18 +17,18 @@ import torch
 
 
 class Float64Buffers:
-    """Float64 buffers by key, reused across calls; not shared between threads."""
+    """Float64 buffers by key (float32 ones where asked), reused across calls; not shared between threads."""
 
     def __init__(self) -> None:
         self._buffers: dict[Hashable, torch.Tensor] = {}
 
     def empty(self, key: Hashable, shape: tuple[int, ...], strides: tuple[int, ...],
-              device: torch.device | str = "cpu") -> torch.Tensor:
-        """An uninitialised float64 tensor of ``shape`` and ``strides`` on ``device``."""
+              device: torch.device | str = "cpu", dtype: torch.dtype = torch.float64) -> torch.Tensor:
+        """An uninitialised tensor of ``shape``, ``strides`` and ``dtype`` (float64 unless told) on ``device``."""
         buf = self._buffers.get(key)
         if (buf is None or tuple(buf.shape) != tuple(shape) or buf.stride() != tuple(strides)
-                or buf.device != torch.device(device)):
-            buf = self._buffers[key] = torch.empty_strided(shape, strides, dtype=torch.float64, device=device)
+                or buf.device != torch.device(device) or buf.dtype != dtype):
+            buf = self._buffers[key] = torch.empty_strided(shape, strides, dtype=dtype, device=device)
         return buf
 
     def like(self, key: Hashable, t: torch.Tensor) -> torch.Tensor:
