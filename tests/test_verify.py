@@ -131,3 +131,39 @@ def test_big_models_go_through_offload(tiny_dir, tmp_path):
 def test_missing_model_is_exit_2(tiny_dir, tmp_path):
     result = run_cli("verify", tiny_dir("gpt2"), tmp_path / "missing")
     assert result.code == 2 and "no such file" in result.stderr
+
+
+@pytest.mark.parametrize("variant", ["llama3-rope", "gpt2", "bert", "t5"])
+def test_streamed_forward_equals_the_float64_model_in_memory(variant, tmp_path, monkeypatch):
+    """A model loaded in its stored dtype with each module widened to float64 for its own forward
+    computes what the whole float64 model computes (issue 20: verify's peak is one stored model
+    plus a module), logits and greedy tokens alike."""
+    from idinspect.equivalence import functional as fn
+    from tests import tiny
+
+    src = tiny.save(tiny.build(variant), tmp_path / "m", dtype=torch.float32)
+    config = idinspect.load(src).hf_config
+    ids = fn.probe_ids(config, 8, 3, 0)
+    decode = 3 if fn.is_causal_lm(config) else 0
+    whole = fn.run_model(src, ids, decode, fn.LoadPlan(offload=False, compute_dtype=torch.float64))
+    monkeypatch.setattr(fn, "LINEAR_CHUNK_ELEMENTS", 50)       # the vocabulary head in row chunks too
+    streamed = fn.run_model(src, ids, decode, fn.LoadPlan(offload=False, compute_dtype=torch.float64, streamed=True))
+    assert streamed.kind == whole.kind and streamed.values.dtype == torch.float64
+    assert torch.allclose(streamed.values, whole.values, rtol=1e-12, atol=1e-12 * float(whole.values.abs().max()))
+    assert (streamed.decoded is None and whole.decoded is None) or torch.equal(streamed.decoded, whole.decoded)
+
+
+def test_verify_streams_a_model_whose_float64_copy_does_not_fit(tiny_dir, tmp_path):
+    """max_memory between the stored model (plus its largest tensor in float64) and its float64
+    copy: verify streams (float64 module by module) instead of offloading in float32."""
+    from tests import tiny
+
+    src = tiny.save(tiny.build("llama3-rope"), tmp_path / "src", dtype=torch.float32)
+    export_ok(src, tmp_path / "out")
+    with idinspect.load(src) as m:
+        sizes = [m.reader.dtype(k).itemsize * m.reader.get(k).numel() for k in m.reader.keys()]
+    budget = sum(sizes) + 2 * max(sizes)                        # under the float64 copy (2 x stored)
+    assert budget < 2 * sum(sizes)
+    result = idinspect.verify(src, tmp_path / "out", max_memory=budget)
+    functional = next(c for c in result.checks if c.name == "functional")
+    assert result.equivalent and "streamed" in functional.detail and functional.tolerance == 1e-6

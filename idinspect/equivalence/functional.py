@@ -5,8 +5,12 @@ compared are the logits, or the last hidden states for models without a head. Ca
 decode greedily for a fixed number of tokens. Models are loaded in float64 so that the
 comparison sees the weights, not the arithmetic (transformers still computes some norms in
 float32: about 1e-7 of noise on Llama-family models). A model whose float64 copy does not fit
-in memory is loaded with accelerate's big-model loading (``device_map="auto"`` with disk
-offload) in float32, which is exact for bf16/fp16/fp32 weights.
+in memory is *streamed*: loaded in its stored dtype, each module's own parameters widened to
+float64 for the duration of its forward only (:func:`widen_per_module`), so the arithmetic is the
+same float64 as in memory while the peak is one model in its stored dtype plus the largest
+module in float64. Only when even the stored model does not fit is it loaded with accelerate's
+big-model loading (``device_map="auto"`` with disk offload) in float32, which is exact for
+bf16/fp16/fp32 weights.
 """
 
 from __future__ import annotations
@@ -21,8 +25,11 @@ import torch
 
 from ..errors import IdinspectError
 
-#: Part of the available memory a float64 copy of a model may take before offloading.
+#: Part of the available memory a float64 copy of a model may take before streaming.
 MEMORY_FRACTION = 0.5
+#: Part of the available memory the stored model plus its largest module in float64 may take when
+#: streamed, before offloading to disk.
+STREAM_FRACTION = 0.85
 
 
 @dataclass
@@ -36,11 +43,20 @@ class Outputs:
 
 @dataclass(frozen=True)
 class LoadPlan:
-    """How to load: in memory in float64, or offloaded in float32 within ``max_memory`` bytes."""
+    """How to load: in memory in float64; ``streamed`` (stored dtype, float64 module by module);
+    or offloaded in float32 within ``max_memory`` bytes."""
 
     offload: bool
     compute_dtype: torch.dtype
     max_memory: int | None = None
+    streamed: bool = False
+
+    def describe(self) -> str:
+        if self.offload:
+            return "offloaded (accelerate device_map='auto', float32 compute)"
+        if self.streamed:
+            return "streamed (stored dtype in memory, float64 module by module)"
+        return "in memory, float64"
 
 
 def probe_ids(config, tokens: int, decode: int, seed: int, batch: int = 2) -> torch.Tensor:
@@ -68,11 +84,17 @@ def model_class(config):
     return transformers.AutoModel
 
 
-def plan_loading(parameter_bytes_f64: int, max_memory: int | None = None) -> LoadPlan:
-    """In memory when the float64 copy fits in ``max_memory`` (default: half the available RAM)."""
+def plan_loading(parameter_bytes_f64: int, max_memory: int | None = None, stored_bytes: int | None = None,
+                 largest_f64_bytes: int = 0) -> LoadPlan:
+    """In memory when the float64 copy fits in ``max_memory`` (default: half the available RAM);
+    streamed when the stored model (``stored_bytes``) plus its largest tensor in float64 fits
+    (default: :data:`STREAM_FRACTION` of the available RAM; ``max_memory`` when given); else offloaded."""
     budget = max_memory if max_memory is not None else int(MEMORY_FRACTION * available_memory())
     if parameter_bytes_f64 <= budget:
         return LoadPlan(offload=False, compute_dtype=torch.float64)
+    stream_budget = max_memory if max_memory is not None else int(STREAM_FRACTION * available_memory())
+    if stored_bytes is not None and stored_bytes + largest_f64_bytes <= stream_budget:
+        return LoadPlan(offload=False, compute_dtype=torch.float64, streamed=True)
     return LoadPlan(offload=True, compute_dtype=torch.float32, max_memory=max(budget, 1))
 
 
@@ -97,7 +119,7 @@ def run_model(path: Path, ids: torch.Tensor, decode: int, plan: LoadPlan,
 
     config = AutoConfig.from_pretrained(str(path))
     cls = model_class(config)
-    kwargs: dict = {"dtype": plan.compute_dtype, "attn_implementation": "sdpa" if getattr(cls, "_supports_sdpa", False) else "eager",
+    kwargs: dict = {"dtype": "auto" if plan.streamed else plan.compute_dtype, "attn_implementation": "sdpa" if getattr(cls, "_supports_sdpa", False) else "eager",
                     "experts_implementation": "eager"}   # MoE grouped_mm kernels take no float64
     offload_dir = None
     if plan.offload:
@@ -112,9 +134,12 @@ def run_model(path: Path, ids: torch.Tensor, decode: int, plan: LoadPlan,
         model.eval()
         if edit is not None:
             edit(model)
+        hooks = widen_per_module(model, plan.compute_dtype) if plan.streamed else []
         with torch.no_grad():
-            values, kind = _forward(model, ids)
-            decoded = _greedy(model, ids, decode) if is_causal_lm(config) and decode > 0 else None
+            values, kind = _forward(model, ids, plan.compute_dtype)
+            decoded = _greedy(model, ids, decode, plan.compute_dtype) if is_causal_lm(config) and decode > 0 else None
+        for hook in hooks:
+            hook.remove()
         del model
         gc.collect()
         return Outputs(values.to(torch.float64), decoded, kind)
@@ -123,31 +148,115 @@ def run_model(path: Path, ids: torch.Tensor, decode: int, plan: LoadPlan,
             offload_dir.cleanup()
 
 
-def _inputs(model, ids: torch.Tensor) -> dict:
+def widen_per_module(model: torch.nn.Module, dtype: torch.dtype) -> list:
+    """Hooks that give each block's floating parameters ``dtype`` for the duration of its forward
+    and restore the stored tensors after it (returns the hook handles; ``remove()`` them).
+
+    A block is an entry of a ``ModuleList`` (a decoder or encoder layer: widened whole, since its
+    modules may look at each other's weights, e.g. T5's feed-forward casts to its output
+    projection's dtype); outside the blocks, each module's own parameters (embeddings, final norm,
+    head). So the model computes in ``dtype`` while holding one block's (or the embedding's)
+    widened copy beside the stored weights. A parameter shared by two modules (tied embeddings)
+    is widened by each in turn.
+    """
+    blocks = {id(m) for lst in model.modules() if isinstance(lst, torch.nn.ModuleList) for m in lst}
+    handles: list = []
+
+    def hook(module: torch.nn.Module, recurse: bool) -> None:
+        own = [p for p in module.parameters(recurse=recurse) if p.is_floating_point() and p.dtype != dtype]
+        if not own:
+            return
+
+        def widen(mod, args, _own=own):
+            mod._idinspect_stored = [p.data for p in _own]
+            for p in _own:
+                p.data = p.data.to(dtype)
+
+        def restore(mod, args, output, _own=own):
+            for p, data in zip(_own, mod.__dict__.pop("_idinspect_stored", [])):
+                p.data = data
+
+        handles.append(module.register_forward_pre_hook(widen))
+        handles.append(module.register_forward_hook(restore))
+
+    def visit(module: torch.nn.Module) -> None:
+        if id(module) in blocks:
+            hook(module, recurse=True)
+            return
+        if type(module) is torch.nn.Embedding and module.max_norm is None:
+            # a lookup copies rows: widening the rows it returns is exact, the table stays stored
+            handles.append(module.register_forward_hook(lambda mod, args, out: out.to(dtype)))
+            return
+        if type(module) is torch.nn.Linear and module.weight.numel() > LINEAR_CHUNK_ELEMENTS:
+            handles.append(_chunked_linear(module, dtype))
+            return
+        hook(module, recurse=False)
+        for child in module.children():
+            visit(child)
+
+    visit(model)
+    return handles
+
+
+#: A Linear outside the blocks with more weights than this (a vocabulary head) is computed in
+#: row chunks of this many weights, widened chunk by chunk (256 MB of float64 at a time).
+LINEAR_CHUNK_ELEMENTS = 2**25
+
+
+class _Restore:
+    """A handle that puts a module's own ``forward`` back (``remove()``, like a hook handle)."""
+
+    def __init__(self, module: torch.nn.Module):
+        self.module = module
+
+    def remove(self) -> None:
+        self.module.__dict__.pop("forward", None)
+
+
+def _chunked_linear(module: torch.nn.Linear, dtype: torch.dtype) -> _Restore:
+    """Make ``module`` compute x W^T + b in ``dtype`` from row chunks of its stored weight."""
+    W, b = module.weight, module.bias
+    rows = max(1, LINEAR_CHUNK_ELEMENTS // max(1, W.shape[1]))
+
+    def forward(x: torch.Tensor) -> torch.Tensor:
+        out = torch.empty(*x.shape[:-1], W.shape[0], dtype=dtype, device=x.device)
+        x = x.to(dtype)
+        for i in range(0, W.shape[0], rows):
+            out[..., i:i + rows] = x @ W[i:i + rows].to(dtype).T
+            if b is not None:
+                out[..., i:i + rows] += b[i:i + rows].to(dtype)
+        return out
+
+    module.forward = forward
+    return _Restore(module)
+
+
+def _inputs(model, ids: torch.Tensor, dtype: torch.dtype | None = None) -> dict:
     """Forward arguments for ``ids``: encoder states, decoder tokens or speech features where the model
-    needs them (seeded, so both models of a comparison see the same), plus the all-ones mask."""
+    needs them (seeded, so both models of a comparison see the same; floating ones in ``dtype``,
+    default the model's), plus the all-ones mask."""
     from ..adapters.base import example_inputs
 
     kw = example_inputs(model, ids, torch.Generator().manual_seed(0))
-    kw = {k: (v.to(model.dtype) if v.is_floating_point() else v) for k, v in kw.items()}
+    kw = {k: (v.to(dtype or model.dtype) if v.is_floating_point() else v) for k, v in kw.items()}
     if "input_ids" in kw:
         kw["attention_mask"] = torch.ones_like(ids)
     return kw
 
 
-def _forward(model, ids: torch.Tensor) -> tuple[torch.Tensor, str]:
-    out = model(**_inputs(model, ids), use_cache=False)
+def _forward(model, ids: torch.Tensor, dtype: torch.dtype | None = None) -> tuple[torch.Tensor, str]:
+    out = model(**_inputs(model, ids, dtype), use_cache=False)
     logits = getattr(out, "logits", None)
     if logits is not None:
         return logits, "logits"
     return out.last_hidden_state, "last_hidden_state"
 
 
-def _greedy(model, ids: torch.Tensor, n: int) -> torch.Tensor:
+def _greedy(model, ids: torch.Tensor, n: int, dtype: torch.dtype | None = None) -> torch.Tensor:
     """n greedy tokens, recomputing the whole sequence each step (no cache: nothing hidden); a decoder
     that cross-attends keeps the same encoder states throughout."""
     seq = ids
-    fixed = {k: v for k, v in _inputs(model, ids).items() if k not in ("input_ids", "attention_mask")}
+    fixed = {k: v for k, v in _inputs(model, ids, dtype).items() if k not in ("input_ids", "attention_mask")}
     for _ in range(n):
         logits = model(input_ids=seq, attention_mask=torch.ones_like(seq), use_cache=False, **fixed).logits
         seq = torch.cat([seq, logits[:, -1].argmax(dim=-1, keepdim=True)], dim=1)

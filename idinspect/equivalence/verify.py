@@ -89,7 +89,8 @@ def verify(a, b, *, functional: bool = True, tokens: int = 16, decode: int = 8, 
     """Compare checkpoints ``a`` (reference) and ``b``; see the module docstring for the checks.
 
     ``max_memory`` (bytes) bounds what a float64 model copy may take before the functional check
-    switches to accelerate's disk offload (default: half the available memory). ``progress(stage,
+    streams the model (stored dtype, float64 module by module; default: half the available memory),
+    and what the streamed model may take before accelerate's disk offload. ``progress(stage,
     done, total)`` is told how far each stage is: "open" (the two models), "tensors" (non-attention
     tensors), "invariants" (layers), "functional" (transformers runs).
     """
@@ -361,8 +362,10 @@ def _functional_checks(A: Model, B: Model, dtype: torch.dtype, tokens: int, deco
                        max_memory: int | None, progress: Progress = _no_progress) -> list[Check]:
     ids = fn.probe_ids(A.hf_config, tokens, decode, seed)
     size = max(_parameter_bytes_f64(A), _parameter_bytes_f64(B))
-    plan = fn.plan_loading(size, max_memory)
-    how = "offloaded (accelerate device_map='auto', float32 compute)" if plan.offload else "in memory, float64"
+    stored = max(_parameter_bytes(A), _parameter_bytes(B))
+    largest = max(_largest_tensor_f64(A), _largest_tensor_f64(B))
+    plan = fn.plan_loading(size, max_memory, stored_bytes=stored, largest_f64_bytes=largest)
+    how = plan.describe()
     runs = 2 if dtype in FIXED_TOLERANCES or plan.offload else 3
     progress("functional", 0, runs)
     out_a = fn.run_model(A.provenance.path, ids, decode, plan)
@@ -413,14 +416,24 @@ def _tolerance(dtype: torch.dtype, kind: str, baseline: float | None, compute: t
     return max(BASELINE_FACTOR * baseline, torch.finfo(dtype).eps)  # floor: one rounding (zero invariants)
 
 
+def _numel(model: Model, key: str) -> int:
+    n = 1
+    for s in model.reader.shape(key):
+        n *= s
+    return n
+
+
 def _parameter_bytes_f64(model: Model) -> int:
-    total = 0
-    for k in model.reader.keys():
-        n = 1
-        for s in model.reader.shape(k):
-            n *= s
-        total += 8 * n
-    return total
+    return sum(8 * _numel(model, k) for k in model.reader.keys())
+
+
+def _parameter_bytes(model: Model) -> int:
+    """Bytes of every stored tensor in its stored dtype."""
+    return sum(_numel(model, k) * model.reader.dtype(k).itemsize for k in model.reader.keys())
+
+
+def _largest_tensor_f64(model: Model) -> int:
+    return max((8 * _numel(model, k) for k in model.reader.keys()), default=0)
 
 
 def _non_finite(name: str, t: torch.Tensor, side: str) -> str | None:
