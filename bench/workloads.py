@@ -112,7 +112,6 @@ def copy(spec: ModelSpec, directory: Path) -> dict:
 def copy_tree(spec: ModelSpec, directory: Path) -> dict:
     """(d') ``cp -r`` of the checkpoint folder: the kernel's own copy, the floor of export (issue 20)."""
     out = _fresh(OUT / f"{spec.name}-cpr")
-    out.rmdir()
     res = run_child(["cp", "-r", str(directory), str(out)], timeout_s=TIMEOUT_S)
     detail = {"written_bytes": _written_bytes(out)}
     shutil.rmtree(out, ignore_errors=True)
