@@ -177,7 +177,7 @@ def main(argv: list[str]) -> int:
     """``python -m bench.build NAME...``: build the named specs (``all`` for every one)."""
     from .specs import compare_pair
 
-    specs = {s.name: s for s in (*FULL, *QUICK, *SCALE, *(x for n in (2, 4, 16) for x in compare_pair(n)))}
+    specs = {s.name: s for s in (*FULL, *QUICK, *SCALE, *(x for n in (2, 4, 16) for x in compare_pair(n)), *compare_pair(2, "8b"))}
     wanted = list(specs) if argv == ["all"] else argv
     unknown = [n for n in wanted if n not in specs]
     if not wanted or unknown:

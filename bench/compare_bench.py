@@ -59,10 +59,12 @@ def _sample(res, parse_json: bool = False) -> dict:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.compare_bench", description=__doc__.split("\n\n")[0])
     p.add_argument("--layers", type=int, default=16, help="decoder layers of both checkpoints (Llama-3.2-1B: 16)")
+    p.add_argument("--size", choices=("1b", "8b"), default="1b",
+                   help="8b: Llama-3.1-8B-shaped pair (full width, --layers layers; issue 20)")
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--no-write", action="store_true", help="do not write bench/results/*.json")
     args = p.parse_args(argv)
-    spec_a, spec_b = compare_pair(args.layers)
+    spec_a, spec_b = compare_pair(args.layers, args.size)
     machine = describe()
     dirs = [ensure_checkpoint_in_child(s, log=_log) for s in (spec_a, spec_b)]
     scratch = Path(tempfile.mkdtemp(prefix="idinspect-compare-bench-"))
@@ -118,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
               "fingerprint_bytes": fp.stat().st_size, "medians_s": medians, "targets": verdicts, "reference": reference, "samples": samples}
     if not args.no_write:
         RESULTS.mkdir(exist_ok=True)
-        path = RESULTS / f"{machine['date_utc'].replace(':', '').replace('-', '')}-compare-{args.layers}l.json"
+        path = RESULTS / f"{machine['date_utc'].replace(':', '').replace('-', '')}-compare-{'' if args.size == '1b' else args.size + '-'}{args.layers}l.json"
         path.write_text(json.dumps(result, indent=2) + "\n")
         _log(f"wrote {path.relative_to(RESULTS.parent.parent)}")
     for f in scratch.iterdir():

@@ -122,11 +122,12 @@ QUICK: tuple[ModelSpec, ...] = (
 )
 
 
-def compare_pair(layers: int) -> tuple[ModelSpec, ModelSpec]:
-    """Two Llama-3.2-1B-shaped checkpoints with ``layers`` layers and different weight seeds (the
-    compare benchmark, :mod:`bench.compare_bench`); the first is the main benchmark's checkpoint."""
-    a = llama(f"llama-1b-{layers}l", layers, "main")
-    return a, ModelSpec(**{**a.__dict__, "name": f"llama-1b-{layers}l-seed1", "seed": 1, "role": "extra"})
+def compare_pair(layers: int, size: str = "1b") -> tuple[ModelSpec, ModelSpec]:
+    """Two Llama-3.2-1B-shaped (``size="8b"``: Llama-3.1-8B-shaped) checkpoints with ``layers`` layers
+    and different weight seeds (the compare benchmark, :mod:`bench.compare_bench`); the first is the
+    main (or scale) benchmark's checkpoint."""
+    a = llama(f"llama-1b-{layers}l", layers, "main") if size == "1b" else llama_at_scale(size, layers, "scale")
+    return a, ModelSpec(**{**a.__dict__, "name": f"{a.name}-seed1", "seed": 1, "role": "extra"})
 
 
 def by_role(specs: tuple[ModelSpec, ...], role: str) -> ModelSpec | None:
