@@ -112,6 +112,11 @@ class Adapter:
     def head_dim(self) -> int:
         return self.hidden_size // self.n_heads
 
+    def sizes(self, site: Site) -> tuple[int, int, int, int]:
+        """(H, G, head width, model width) of the block at ``site``: the model's sizes, unless a
+        family's stacks differ in width (CLIP's and SigLIP's text and vision towers)."""
+        return self.n_heads, self.n_kv_heads, self.head_dim, self.hidden_size
+
     @property
     def architecture(self) -> str:
         archs = getattr(self.config, "architectures", None) or []
@@ -163,6 +168,12 @@ class Adapter:
         """The soft-capping constant c of the block's scores (s -> c tanh(s / c)); None: no cap."""
         return None
 
+    def unanalysed(self) -> list[dict]:
+        """Attention modules the checkpoint holds that the counts leave out, each as ``{"module",
+        "tensors", "parameters", "reason"}`` (SigLIP's attention-pooling head); every report lists
+        them. None by default."""
+        return []
+
     def is_buffer(self, key: str) -> bool:
         return any(key.endswith(s) for s in self.buffer_suffixes)
 
@@ -180,9 +191,6 @@ class Adapter:
 
     def key(self, site: Site, name: str) -> str:
         return f"{self.prefix}{site.path}.{name}"
-
-    def _counts(self) -> dict[str, int]:
-        return {"q": self.n_heads, "k": self.n_kv_heads, "v": self.n_kv_heads}
 
     def _stored(self, site: Site) -> list[tuple[Projection, str, str | None]]:
         """(projection, weight key, bias key or None) of each stored module of the block."""
@@ -225,8 +233,8 @@ class Adapter:
     def read_layer(self, n: int) -> AttentionLayer:
         """Block ``n`` in canonical form (tensors are views of the stored ones, in their dtype)."""
         site = self.sites[n]
-        H, hd, d = self.n_heads, self.head_dim, self.hidden_size
-        counts = self._counts()
+        H, G, hd, d = self.sizes(site)
+        counts = {"q": H, "k": G, "v": G}
         t: dict[str, torch.Tensor] = {}
         names: dict[str, str] = {}
         for p, wkey, bkey in self._stored(site):
@@ -287,8 +295,8 @@ class Adapter:
         ``dtype=None`` keeps each tensor's checkpoint dtype; otherwise everything is cast to ``dtype``.
         """
         site = self.sites[layer.index]
-        counts = self._counts()
-        hd = self.head_dim
+        H, G, hd, _ = self.sizes(site)
+        counts = {"q": H, "k": G, "v": G}
         out: dict[str, torch.Tensor] = {}
         for p, wkey, bkey in self._stored(site):
             if p.roles == "o":
@@ -353,21 +361,35 @@ class Adapter:
 def example_inputs(hf_model, input_ids: torch.Tensor, generator: torch.Generator) -> dict[str, torch.Tensor]:
     """Forward arguments that run every attention block of ``hf_model`` on ``input_ids`` [B, T],
     decided from the model (its main input, ``is_encoder_decoder``, ``add_cross_attention``), not its
-    family. Speech encoders get N(0, 1) features and ``input_ids`` as decoder tokens; an
+    family. Speech encoders get N(0, 1) features and ``input_ids`` as decoder tokens; vision encoders
+    N(0, 1) ``pixel_values``, models with a text and a vision tower both; an
     encoder-decoder gets ``input_ids`` for both stacks; a decoder that cross-attends without an
     encoder of its own gets N(0, 1) encoder states of T + 3 positions."""
     cfg = hf_model.config
     dtype = next(hf_model.parameters()).dtype
     B, T = input_ids.shape
-    if getattr(hf_model, "main_input_name", "input_ids") == "input_features":
+    main = getattr(hf_model, "main_input_name", "input_ids")
+    if main == "input_features":
         features = torch.randn(B, cfg.num_mel_bins, 2 * cfg.max_source_positions, generator=generator, dtype=dtype)
         return {"input_features": features, "decoder_input_ids": input_ids}
+    if main == "pixel_values":
+        return {"pixel_values": pixel_values(cfg, B, generator, dtype)}
+    if getattr(cfg, "vision_config", None) is not None:       # a text and a vision tower (CLIP, SigLIP)
+        return {"input_ids": input_ids, "pixel_values": pixel_values(cfg.vision_config, B, generator, dtype)}
     if getattr(cfg, "is_encoder_decoder", False):
         return {"input_ids": input_ids, "decoder_input_ids": input_ids}
     if getattr(cfg, "add_cross_attention", False):
         states = torch.randn(B, T + 3, cfg.hidden_size, generator=generator, dtype=dtype)
         return {"input_ids": input_ids, "encoder_hidden_states": states}
     return {"input_ids": input_ids}
+
+
+def pixel_values(vision_config, batch: int, generator: torch.Generator, dtype: torch.dtype) -> torch.Tensor:
+    """N(0, 1) images [batch, num_channels, height, width] of the size a vision config expects."""
+    size = vision_config.image_size
+    h, w = (size, size) if isinstance(size, int) else tuple(size)
+    channels = getattr(vision_config, "num_channels", 3)
+    return torch.randn(batch, channels, h, w, generator=generator, dtype=dtype)
 
 
 #: Settings that must be integers where set (a transformers config class would refuse anything else).

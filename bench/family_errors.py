@@ -28,7 +28,7 @@ def measure(variant: str) -> dict:
         src, out = Path(tmp) / "src", Path(tmp) / "out"
         tiny.save(hf, src)
         model = idinspect.load(src)
-        ids = torch.randint(0, hf.config.vocab_size, (2, 9), generator=torch.Generator().manual_seed(1))
+        ids = torch.randint(0, tiny.vocab(hf), (2, 9), generator=torch.Generator().manual_seed(1))
         worst = 0.0
         for i, (x, y, *kv) in enumerate(tiny.capture_attention(hf, ids)):
             layer = model.layer(i)

@@ -22,7 +22,8 @@ from .html_spectra import spectra_section as _spectra_section
 from .mathml import math as formula_math, with_formula
 from .summary import (near_null_text, attention_shape, bias_free_ratio, closed_form_line, closed_form_name, closed_form_text,
                       fmt_float, fmt_int, fmt_ratio, gguf_text, layer_groups, model_has_biases, plural,
-                      positional_text, revision_text, severity_counts)
+                      not_analysed_lines, positional_text, revision_text, severity_counts,
+                      stack_lines)
 from .svg_charts import esc
 #: Above this many singular values in total, the embedded data keeps only the top ones per head.
 EMBED_SPECTRA_LIMIT = 200_000
@@ -131,12 +132,14 @@ def _summary(result: dict) -> str:
             rows.append(("Nearly null (not in U)", esc(near_null_text(result))))
         if totals.get("unidentified_share_of_model") is not None:
             rows.append(("Unidentified share of the model", esc(fmt_ratio(totals["unidentified_share_of_model"]))))
+        rows += [("Per stack" if i == 0 else "", esc(line)) for i, line in enumerate(stack_lines(result))]
         cards.append(_card("Unidentified in attention", fmt_ratio(totals.get("identification_ratio")),
                            f"{fmt_int(totals.get('unidentified_parameters'))} of {fmt_int(att)} parameters"))
         cards.append(_card("Closed form", fmt_ratio(totals.get("closed_form_ratio")), closed_form_text(result),
                            formula=closed_form_name(result)))
         cards.append(_card("Attention share of model", fmt_ratio(att / total) if att and total else "–",
                            f"{fmt_int(att)} of {fmt_int(total)} parameters"))
+    rows += [("Not analysed" if i == 0 else "", esc(line)) for i, line in enumerate(not_analysed_lines(model))]
     findings = result.get("findings")
     if findings is not None:
         counts = severity_counts(findings)

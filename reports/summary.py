@@ -237,8 +237,13 @@ def gguf_text(model: dict) -> str | None:
 
 def attention_shape(model: dict) -> str:
     """``H=12, G=12, d_k=32`` (with d_model and layer count)."""
-    text = (f"H={model.get('heads')}, G={model.get('kv_heads')}, d_k={model.get('head_dim')}, "
-            f"d={model.get('hidden_size')}, {model.get('layers')} layers")
+    sizes = model.get("stack_sizes") or {}
+    keys = ("heads", "kv_heads", "head_dim", "hidden_size")
+    if len({tuple(s.get(k) for k in keys) for s in sizes.values()}) > 1:
+        text = f"sizes per stack (below), {model.get('layers')} layers"
+    else:
+        text = (f"H={model.get('heads')}, G={model.get('kv_heads')}, d_k={model.get('head_dim')}, "
+                f"d={model.get('hidden_size')}, {model.get('layers')} layers")
     if model.get("attention") == "latent":
         lat = model.get("latent") or {}
         text += (f", multi-head latent attention (q latent {lat.get('q_rank') or 'none'}, kv latent "
@@ -262,6 +267,31 @@ def near_null_text(result: dict) -> str | None:
     sizes = [layer["near_unidentified_scale"] for layer in layers if layer.get("near_unidentified_scale") is not None]
     size = f"; breaking term <= {max(sizes):.2g}" if sizes else ""
     return f"{fmt_int(n)} directions (scales a norm divides out only up to its eps{size}), not counted in U"
+
+
+def stack_lines(result: dict) -> list[str]:
+    """One line per stack of a multi-stack model: its shape and totals (``text: H=4, d_k=4, d=16, 2
+    blocks; 544 parameters, 100 unidentified = 18.38%``); empty for one stack."""
+    sizes = (result.get("model") or {}).get("stack_sizes") or {}
+    totals = (result.get("totals") or {}).get("stacks") or {}
+    lines = []
+    for name in dict.fromkeys([*sizes, *totals]):
+        size, t = sizes.get(name) or {}, totals.get(name) or {}
+        shape = (f"H={size.get('heads')}, G={size.get('kv_heads')}, d_k={size.get('head_dim')}, "
+                 f"d={size.get('hidden_size')}, " if size else "")
+        n = t.get("blocks")
+        line = f"{name}: {shape}{fmt_int(n)} block{'' if n == 1 else 's'}"
+        if t:
+            line += (f"; {fmt_int(t.get('attention_parameters'))} parameters, "
+                     f"{fmt_int(t.get('unidentified_parameters'))} unidentified = {fmt_ratio(t.get('identification_ratio'))}")
+        lines.append(line)
+    return lines
+
+
+def not_analysed_lines(model: dict) -> list[str]:
+    """One line per attention module the counts leave out: where, how many parameters, why."""
+    return [f"{m.get('module')} ({fmt_int(m.get('parameters'))} parameters in {len(m.get('tensors') or [])} tensors, "
+            f"not in the totals): {m.get('reason')}" for m in model.get("not_analysed") or []]
 
 
 def positional_text(model: dict) -> str:

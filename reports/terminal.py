@@ -19,8 +19,8 @@ from rich.table import Table
 from rich.text import Text
 
 from .summary import (near_null_text, attention_shape, closed_form_line, finding_details, findings_by_rule, fmt_float, fmt_int,
-                      fmt_ratio, gguf_text, layer_groups, plural, positional_text, revision_text,
-                      severity_counts)
+                      fmt_ratio, gguf_text, layer_groups, plural, not_analysed_lines, positional_text, revision_text,
+                      severity_counts, stack_lines)
 from .finding_words import finding_phrases, finding_tensors
 from .terminal_spectra import head_tables, spectra_panel
 
@@ -105,6 +105,10 @@ def summary_panel(result: dict) -> Panel:
         near = near_null_text(result)
         if near:
             grid.add_row("Nearly null", Text(near))
+        for i, line in enumerate(stack_lines(result)):
+            grid.add_row("Per stack" if i == 0 else "", Text(line))
+    for i, line in enumerate(not_analysed_lines(model)):
+        grid.add_row("Not analysed" if i == 0 else "", Text(line, style="yellow"))
     findings = result.get("findings")
     if findings is not None:
         counts = Text()

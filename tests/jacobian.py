@@ -143,7 +143,9 @@ def attention_singular_values(model, src, dst=None, *, batches: int = 4, tokens:
         dst = None
     modules = {"s": src, "d": dst}
     gen = torch.Generator().manual_seed(seed)
-    vocab = model.config.vocab_size
+    from tests.tiny import vocab as vocab_of
+
+    vocab = vocab_of(model)
 
     def call(theta, args, kwargs):
         p = {m: {} for m in modules}
@@ -172,7 +174,10 @@ def attention_singular_values(model, src, dst=None, *, batches: int = 4, tokens:
         names = [n for n, g in zip(names, grads) if g is not None]
         values = tuple(v for v, g in zip(values, grads) if g is not None)
     P = sum(v.numel() for v in values)
-    per_batch = max(1, math.ceil(oversample * P / (batches * tokens * model.config.hidden_size)))
+    probe_args, probe_kwargs = capture_call(model, src, torch.full((1, tokens), 2))
+    x = probe_args[0] if probe_args else probe_kwargs["hidden_states"]
+    rows = x.shape[-2] * x.shape[-1]                # one sequence's outputs (a vision tower's tokens are its patches)
+    per_batch = max(1, math.ceil(oversample * P / (batches * rows)))
     blocks = []
     for _ in range(batches):
         ids = torch.randint(2, vocab, (per_batch, tokens), generator=gen)

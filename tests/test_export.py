@@ -74,7 +74,7 @@ def outputs(directory: Path, ids: torch.Tensor) -> torch.Tensor:
                                                  experts_implementation="eager").eval()
     with torch.no_grad():
         out = model(**tiny.model_inputs(model, ids))
-    return out.logits if getattr(out, "logits", None) is not None else out.last_hidden_state
+    return tiny.model_output(out)
 
 
 def rel(a: torch.Tensor, b: torch.Tensor) -> float:

@@ -33,7 +33,7 @@ def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
 def _prove(hf, model: idinspect.Model, dtype: torch.dtype | None = None) -> None:
     """Reference attention over every layer read by idinspect == the HF module (float64)."""
     torch.manual_seed(1)
-    ids = torch.randint(0, hf.config.vocab_size, (2, 7))
+    ids = torch.randint(0, tiny.vocab(hf), (2, 7))
     records = tiny.capture_attention(hf, ids)
     assert len(records) == model.num_layers
     for i, (x, y, x_kv) in enumerate(records):

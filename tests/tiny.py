@@ -125,23 +125,53 @@ def model_inputs(model, input_ids: torch.Tensor, seed: int = 0) -> dict:
     Decided from the model, not its family: a model whose main input is ``input_features`` (speech
     encoders) gets N(0, 1) features of the config's size and ``input_ids`` as decoder tokens; an
     encoder-decoder gets ``input_ids`` for the encoder and their reverse as decoder tokens (another
-    sequence); a decoder with cross-attention but no encoder of its own (``add_cross_attention``)
+    sequence); a vision encoder gets N(0, 1) ``pixel_values`` of the config's image size, a model with
+    a text and a vision tower (CLIP, SigLIP) ``input_ids`` and images; a decoder with cross-attention but no encoder of its own (``add_cross_attention``)
     gets N(0, 1) encoder states of T + 3 positions.
     """
     cfg = model.config
     g = torch.Generator().manual_seed(seed)
     dtype = next(model.parameters()).dtype
     B, T = input_ids.shape
-    if getattr(model, "main_input_name", "input_ids") == "input_features":
+    main = getattr(model, "main_input_name", "input_ids")
+    if main == "input_features":
         frames = 2 * cfg.max_source_positions
         return {"input_features": torch.randn(B, cfg.num_mel_bins, frames, generator=g, dtype=dtype),
                 "decoder_input_ids": input_ids}
+    if main == "pixel_values":
+        return {"pixel_values": images(cfg, B, g, dtype)}
+    if getattr(cfg, "vision_config", None) is not None:
+        return {"input_ids": input_ids, "pixel_values": images(cfg.vision_config, B, g, dtype)}
     if getattr(cfg, "is_encoder_decoder", False):
         return {"input_ids": input_ids, "decoder_input_ids": input_ids.flip(-1)}
     if getattr(cfg, "add_cross_attention", False):
         return {"input_ids": input_ids,
                 "encoder_hidden_states": torch.randn(B, T + 3, cfg.hidden_size, generator=g, dtype=dtype)}
     return {"input_ids": input_ids}
+
+
+def vocab(model) -> int:
+    """Token ids the model takes: its vocabulary, its text tower's (CLIP, SigLIP), or 64 where it takes
+    no tokens (ViT: the ids only size the batch)."""
+    cfg = model.config
+    text = getattr(cfg, "text_config", None)
+    return int(getattr(cfg, "vocab_size", None) or getattr(text, "vocab_size", None) or 64)
+
+
+def images(vision_config, batch: int, g: torch.Generator, dtype: torch.dtype) -> torch.Tensor:
+    """N(0, 1) ``pixel_values`` [batch, channels, height, width] for ``vision_config``."""
+    size = vision_config.image_size
+    h, w = (size, size) if isinstance(size, int) else tuple(size)
+    return torch.randn(batch, getattr(vision_config, "num_channels", 3), h, w, generator=g, dtype=dtype)
+
+
+def model_output(out) -> torch.Tensor:
+    """The output tensor the export tests compare: logits, else CLIP/SigLIP's image-text logits, else
+    the last hidden state."""
+    for name in ("logits", "logits_per_image", "last_hidden_state"):
+        if getattr(out, name, None) is not None:
+            return getattr(out, name)
+    raise AttributeError(f"{type(out).__name__} has no logits or hidden states")
 
 
 def capture_attention(model, input_ids: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]]:

@@ -98,7 +98,21 @@ def analyze(model, *, device: str | torch.device | None = "cpu", spectra: bool =
     known = bool(extras) and all(e is not None for e in extras)
     totals["extra_unidentified"] = sum(extras) if known else None
     totals["unidentified_with_weights"] = totals["unidentified_parameters"] + sum(extras) if known else None
+    stacks = list(dict.fromkeys(layer["stack"] for layer in layers if layer.get("stack")))
+    if stacks:
+        totals["stacks"] = {name: stack_totals([x for x in layers if x.get("stack") == name]) for name in stacks}
     return {"totals": totals, "layers": layers, "findings": findings}
+
+
+def stack_totals(layers: list[dict]) -> dict:
+    """The totals of one stack's blocks (a tower of CLIP, the encoder of T5): parameters, unidentified,
+    U/P and the gauge and bias parts."""
+    keys = ("attention_parameters", "unidentified_parameters", "qk_gauge", "vo_gauge", "noop_bias", "absorbable_bias")
+    out = {k: sum(layer[k] for layer in layers) for k in keys}
+    P = out["attention_parameters"]
+    out["identification_ratio"] = out["unidentified_parameters"] / P if P else 0.0
+    out["blocks"] = len(layers)
+    return out
 
 
 def _layer_bytes_in_flight(model) -> int:

@@ -63,23 +63,37 @@ def _twin_config(model, shape: dict):
 def build_twin(model, seed: int = 0, shape: dict | None = None):
     """(twin HF model in float64 eval mode with sdpa and N(0, 0.5) parameters, shape dict); ``shape``
     defaults to :func:`twin_shape` (multi-head latent attention passes its own)."""
-    from transformers import AutoModel
-
     shape = shape or twin_shape(model)
     config = _twin_config(model, shape)
     config._experts_implementation = "eager"   # MoE grouped_mm kernels take no float64
+    build = _twin_builder(model, config)
     try:
         config._attn_implementation = "sdpa"
-        hf = AutoModel.from_config(config)
+        hf = build(config)
     except ValueError:          # no sdpa path (BLOOM): eager, with the softmax kept in float64 (exact_softmax)
         config._attn_implementation = "eager"
-        hf = AutoModel.from_config(config)
+        hf = build(config)
     hf = hf.to(torch.float64).eval()
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for p in hf.parameters():
             p.copy_(0.5 * torch.randn(p.shape, generator=g, dtype=torch.float64))
     return hf, shape
+
+
+def _twin_builder(model, config):
+    """AutoModel's base model for the twin's config, or, for a config AutoModel does not map (a tower
+    of a two-tower model: ``siglip_text_model``), the class the checkpoint names in ``architectures``."""
+    import transformers
+    from transformers import AutoModel
+
+    if type(config) in AutoModel._model_mapping.keys():
+        return AutoModel.from_config
+    archs = getattr(model.hf_config, "architectures", None) or []
+    cls = getattr(transformers, archs[0], None) if archs else None
+    if cls is None:
+        raise IdinspectError(f"--prove: transformers has no base model for {type(config).__name__}")
+    return cls
 
 
 def _capture(hf, adapter, src, batch: int, generator: torch.Generator) -> tuple[tuple, dict]:
@@ -91,7 +105,9 @@ def _capture(hf, adapter, src, batch: int, generator: torch.Generator) -> tuple[
         seen["args"], seen["kwargs"] = args, dict(kwargs)
 
     handle = src.register_forward_pre_hook(hook, with_kwargs=True)
-    ids = torch.randint(2, hf.config.vocab_size, (batch, TOKENS), generator=generator)
+    text = getattr(hf.config, "text_config", None)
+    vocab = getattr(hf.config, "vocab_size", None) or getattr(text, "vocab_size", None) or 32
+    ids = torch.randint(2, vocab, (batch, TOKENS), generator=generator)
     try:
         with torch.no_grad():
             hf(**adapter.example_inputs(hf, ids, generator), use_cache=False)

@@ -246,9 +246,9 @@ def _inputs(model, ids: torch.Tensor, dtype: torch.dtype | None = None) -> dict:
 
 def _forward(model, ids: torch.Tensor, dtype: torch.dtype | None = None) -> tuple[torch.Tensor, str]:
     out = model(**_inputs(model, ids, dtype), use_cache=False)
-    logits = getattr(out, "logits", None)
-    if logits is not None:
-        return logits, "logits"
+    for kind in ("logits", "logits_per_image"):      # logits_per_image: CLIP's and SigLIP's image-text logits
+        if getattr(out, kind, None) is not None:
+            return getattr(out, kind), kind
     return out.last_hidden_state, "last_hidden_state"
 
 

@@ -5,7 +5,7 @@ for every block, plus :meth:`Adapter.positional_keys`, e.g. T5's relative-positi
 stored tensor inside a layer is checked. One that looks like part of attention, by its name (a path
 component mentioning attention: ``attn``, ``attention``, ``query``, ``key``, ``value``, ``q_proj``,
 ``k_proj``, ``v_proj``, ``o_proj``, ``qkv``) and by its shape (a projection of the model's width: 2-D
-with a dimension equal to ``hidden_size``, or the 1-D bias of such a module), would otherwise be left
+with a dimension equal to a block's model width, or the 1-D bias of such a module), would otherwise be left
 out of every count, total and export check without a word. The model is refused instead, naming the
 tensors: a refusal is never a wrong number.
 
@@ -31,7 +31,7 @@ def unread_attention_tensors(adapter, reader: TensorReader) -> list[str]:
     does not read, in checkpoint order."""
     claimed = {k for n in range(adapter.num_blocks) for k in adapter.attention_keys(n)}
     claimed.update(adapter.positional_keys())
-    d = adapter.hidden_size
+    widths = {adapter.sizes(site)[3] for site in adapter.sites}   # one per tower where towers differ (CLIP)
     containers = [re.escape(f"{adapter.prefix}{c}.") + r"\d+\.(.+)$" for c in adapter.containers()]
     inside = re.compile("|".join(f"(?:{c})" for c in containers))
     projections: dict[str, tuple[int, ...]] = {}
@@ -45,7 +45,7 @@ def unread_attention_tensors(adapter, reader: TensorReader) -> list[str]:
         module = rel.rsplit(".", 1)[0]
         if ATTENTION_WORDS.search(module):
             projections[key] = tuple(reader.shape(key))
-    weights = {k.rsplit(".", 1)[0] for k, s in projections.items() if len(s) == 2 and d in s}
+    weights = {k.rsplit(".", 1)[0] for k, s in projections.items() if len(s) == 2 and widths & set(s)}
     return [k for k, s in projections.items() if k.rsplit(".", 1)[0] in weights and (len(s) == 2 or len(s) == 1)]
 
 

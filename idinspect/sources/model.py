@@ -154,9 +154,30 @@ class Model:
             "head_dim": a.head_dim,
             "positional": pos.kind,
             "rotary_dim": pos.rotary_dim,
+            **self._stack_summary(),
             **self._gguf_summary(),
             **(a.latent_summary() if a.latent else {}),
         }
+
+    def _stack_summary(self) -> dict:
+        """For a multi-stack model, ``stack_sizes``: each stack's layers, width and heads (CLIP's towers
+        differ); for attention the counts leave out, ``not_analysed`` (see :meth:`Adapter.unanalysed`)."""
+        a = self.adapter
+        out: dict = {}
+        sizes: dict[str, dict] = {}
+        for site in a.sites:
+            if not site.stack:
+                continue
+            H, G, hd, d = a.sizes(site)
+            row = sizes.setdefault(site.stack, {"layers": 0, "hidden_size": d, "heads": H, "kv_heads": G,
+                                                "head_dim": hd})
+            row["layers"] = max(row["layers"], site.layer + 1)
+        if sizes:
+            out["stack_sizes"] = sizes
+        unanalysed = a.unanalysed()
+        if unanalysed:
+            out["not_analysed"] = unanalysed
+        return out
 
     def _gguf_summary(self) -> dict:
         """For a GGUF input: ``{"gguf": {"file", "architecture", "tensor_types"}}``, the stored GGML type

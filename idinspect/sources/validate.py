@@ -176,9 +176,11 @@ def check_sizes_against_headers(adapter, reader, config_file: str = "config.json
     if n_layers > len(keys):
         raise IdinspectError(f"{config_file}: num_hidden_layers {n_layers} exceeds the {len(keys)} tensors in the "
                              "checkpoint; the config does not belong to these weights")
-    widths = {"hidden_size": adapter.hidden_size, "head_dim": adapter.head_dim,
-              "num_attention_heads": adapter.n_heads * adapter.head_dim,
-              "num_key_value_heads": adapter.n_kv_heads * adapter.head_dim}
+    sizes = [adapter.sizes(site) for site in adapter.sites] or [(adapter.n_heads, adapter.n_kv_heads,
+                                                                 adapter.head_dim, adapter.hidden_size)]
+    widths = {"hidden_size": max(d for *_, d in sizes), "head_dim": max(hd for _, _, hd, _ in sizes),
+              "num_attention_heads": max(H * hd for H, _, hd, _ in sizes),
+              "num_key_value_heads": max(G * hd for _, G, hd, _ in sizes)}
     for name, value in widths.items():
         if value > largest:
             stored = aliases.get(name, name)
