@@ -7,8 +7,9 @@ test (equivalence with the HF attention module in float64, read/write round trip
 equal to the reported count, export logits through stock transformers, ``--prove``). Adding a
 family = its adapter module + entries here (docs/adding-a-family.md). Tags select subsets:
 ``rope`` (RoPE frequencies compared with the model's own rotary module), ``lm`` (greedy decoding
-after export), ``cross`` (has cross-attention blocks), ``latent`` (multi-head latent attention:
-:func:`per_head` skips these in the tests built on the per-head form, naming why).
+after export), ``seq2seq`` (an encoder-decoder with a generation head: float32 export logits and
+``generate`` after export), ``cross`` (has cross-attention blocks), ``latent`` (multi-head latent
+attention: :func:`per_head` skips these in the tests built on the per-head form, naming why).
 """
 
 from __future__ import annotations
