@@ -37,6 +37,8 @@ TARGETS = (
     Target("rss_large_over_small", "peak RSS large / small", "<=", 1.1),
     Target("export_over_copy", "export / plain copy", "<=", 2.5),
     Target("export_over_cpr", "export / cp -r", "<=", 2.5),
+    Target("case_inspect_over_floor", "non-Llama case: inspect / floor", "<=", 1.5),
+    Target("case_rss_large_over_small", "non-Llama case: RSS large / small", "<=", 1.1),
 )
 
 
@@ -88,15 +90,21 @@ def model_ratios(stats: dict, model: str) -> dict[str, float | None]:
     }
 
 
-def target_values(stats: dict, main: str, small: str, large: str | None) -> dict[str, float | None]:
-    """Values the targets are judged on: time ratios of ``main``, RSS of ``small`` and ``large``."""
-    r = model_ratios(stats, main)
+def target_values(stats: dict, main: str | None, small: str | None, large: str | None,
+                  case_small: str | None = None, case_large: str | None = None) -> dict[str, float | None]:
+    """Values the targets are judged on: time ratios of ``main``, RSS of ``small`` and ``large``; for
+    the non-Llama case, inspect / floor of ``case_large`` and its RSS over ``case_small``'s."""
+    r = model_ratios(stats, main) if main else {}
     rss_small = _div(_get(stats, small, "inspect", "max_rss_bytes"), GB)
     rss_large = _div(_get(stats, large, "inspect", "max_rss_bytes"), GB)
-    return {"inspect_over_floor": r["inspect_over_floor"], "baseline_over_inspect": r["baseline_over_inspect"],
+    case = model_ratios(stats, case_large) if case_large else {}
+    return {"inspect_over_floor": r.get("inspect_over_floor"), "baseline_over_inspect": r.get("baseline_over_inspect"),
             "inspect_rss_small_gb": rss_small, "inspect_rss_large_gb": rss_large,
-            "rss_large_over_small": _div(rss_large, rss_small), "export_over_copy": r["export_over_copy"],
-            "export_over_cpr": r["export_over_cpr"]}
+            "rss_large_over_small": _div(rss_large, rss_small), "export_over_copy": r.get("export_over_copy"),
+            "export_over_cpr": r.get("export_over_cpr"),
+            "case_inspect_over_floor": case.get("inspect_over_floor"),
+            "case_rss_large_over_small": _div(_get(stats, case_large, "inspect", "max_rss_bytes"),
+                                              _get(stats, case_small, "inspect", "max_rss_bytes"))}
 
 
 def judge(values: dict[str, float | None]) -> list[dict]:

@@ -27,9 +27,10 @@ MEASURES = ("floor", "inspect", "copy", "cpr", "export", "baseline")
 
 
 def measures_for(spec: ModelSpec, skip: set[str]) -> list[str]:
-    """Which measurements a model gets: the large RSS model and the scale set's slope and 70B models
-    only floor and inspect; the scale set's main 8B model no safetensors copy and no baseline."""
-    if spec.role in ("rss-large", "scale-slope", "scale-wide"):
+    """Which measurements a model gets: the large RSS model, the non-Llama case and the scale set's
+    slope and 70B models only floor and inspect; the scale set's main 8B model no safetensors copy
+    and no baseline."""
+    if spec.role in ("rss-large", "case", "case-large", "scale-slope", "scale-wide"):
         wanted: tuple[str, ...] = ("floor", "inspect")
     elif spec.role == "scale":
         wanted = ("floor", "inspect", "cpr", "export")
@@ -128,14 +129,17 @@ def main(argv: list[str] | None = None) -> int:
     stats = {name: {m: report.summarize(v) for m, v in per.items()} for name, per in samples.items()}
     main_spec, large = by_role(specs, "scale" if args.scale else "main"), by_role(specs, "rss-large")
     small = by_role(specs, "rss-small")
+    case_small, case_large = by_role(specs, "case"), by_role(specs, "case-large")
     values = report.target_values(stats, main_spec.name if main_spec else None,
-                                  small.name if small else None, large.name if large else None)
+                                  small.name if small else None, large.name if large else None,
+                                  case_small.name if case_small else None, case_large.name if case_large else None)
     verdicts = report.judge(values)
     _log("\nmedian wall seconds per child process (baseline: extrapolated to all layers), peak RSS (max over repeats)")
     _log(report.format_times(stats))
     _log("\nratios per model (targets are judged on " + (main_spec.name if main_spec else "-") + ")")
     _log(report.format_ratios(stats))
-    _log(f"\ntargets (RSS pair: {small.name if small else '-'} vs {large.name if large else '-'})")
+    _log(f"\ntargets (RSS pair: {small.name if small else '-'} vs {large.name if large else '-'}; non-Llama case: "
+         f"{case_small.name if case_small else '-'} vs {case_large.name if case_large else '-'})")
     _log(report.format_targets(verdicts))
     scale = report.scale_extrapolation(stats) if args.scale else None
     if scale:
@@ -155,7 +159,9 @@ def main(argv: list[str] | None = None) -> int:
         "models": {s.name: {"dir": str(dirs[s.name]), "layers": s.layers, "dtype": s.dtype, "role": s.role,
                             "config": s.config} for s in specs},
         "targets_judged_on": {"time_ratios": main_spec.name if main_spec else None,
-                              "rss_small": small.name if small else None, "rss_large": large.name if large else None},
+                              "rss_small": small.name if small else None, "rss_large": large.name if large else None,
+                              "case_small": case_small.name if case_small else None,
+                              "case_large": case_large.name if case_large else None},
         "targets": verdicts, "scale": scale, "ratios": {name: report.model_ratios(stats, name) for name in stats},
         "stats": stats, "samples": samples,
     }

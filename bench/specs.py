@@ -3,7 +3,8 @@
 Each :class:`ModelSpec` names a transformers config, the model class whose parameter names the
 checkpoint uses, the storage dtype and the shard size. ``FULL`` and ``QUICK`` are the model sets of
 the two benchmark modes; ``role`` says which target a model serves (``main`` for the time ratios,
-``rss-small``/``rss-large`` for the 16- vs 32-layer memory pair).
+``rss-small``/``rss-large`` for the 16- vs 32-layer memory pair, ``case``/``case-large`` for the
+non-Llama case: Phi-3-mini widths at two depths, inspect / floor judged on the deeper one).
 """
 
 from __future__ import annotations
@@ -27,17 +28,26 @@ LLAMA_1B = {
 }
 
 
+#: Phi-3-mini (microsoft/Phi-3-mini-4k-instruct) widths: fused qkv_proj, 32 heads of 96, no GQA.
+PHI3_MINI = {
+    "hidden_size": 3072, "intermediate_size": 8192, "num_hidden_layers": 32, "num_attention_heads": 32,
+    "num_key_value_heads": 32, "vocab_size": 32064, "max_position_embeddings": 4096, "rms_norm_eps": 1e-5,
+    "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0}, "tie_word_embeddings": False,
+    "bos_token_id": 1, "eos_token_id": 32000, "pad_token_id": 32000, "hidden_act": "silu", "sliding_window": 2047,
+}
+
+
 @dataclass(frozen=True)
 class ModelSpec:
     """One synthetic checkpoint."""
 
     name: str
-    model_type: str                  # "llama", "gpt2" or "bert"
+    model_type: str                  # "llama", "phi3", "gpt2" or "bert"
     model_class: str                 # transformers class whose parameter names are stored
     config: dict[str, Any] = field(default_factory=dict)
     dtype: str = "float32"           # storage dtype: "bfloat16" or "float32"
     max_shard_size: int = 1_000_000_000   # bytes, as save_pretrained's "1GB"
-    role: str = "main"               # "main", "rss-small", "rss-large", "extra" or a "scale*" role (SCALE)
+    role: str = "main"               # "main", "rss-small", "rss-large", "case", "case-large", "extra" or a "scale*" role (SCALE)
     causal_lm: bool = True           # baseline loads AutoModelForCausalLM (else AutoModel)
     seed: int = 0                    # weight seed (a second, unrelated checkpoint of the same shape)
 
@@ -59,7 +69,8 @@ class ModelSpec:
         import torch
         import transformers as tf
 
-        cls = {"llama": tf.LlamaConfig, "gpt2": tf.GPT2Config, "bert": tf.BertConfig}[self.model_type]
+        cls = {"llama": tf.LlamaConfig, "phi3": tf.Phi3Config, "gpt2": tf.GPT2Config,
+               "bert": tf.BertConfig}[self.model_type]
         config = cls(**self.config)
         config.dtype = getattr(torch, self.dtype)
         config.architectures = [self.model_class]
@@ -98,6 +109,13 @@ def llama(name: str, layers: int, role: str) -> ModelSpec:
                      config={**LLAMA_1B, "num_hidden_layers": layers}, dtype="bfloat16", role=role)
 
 
+def phi3(name: str, layers: int, role: str) -> ModelSpec:
+    """A Phi-3-mini-shaped checkpoint with ``layers`` decoder layers (bf16, ~1 GB shards): the
+    benchmark's non-Llama case (fused [Q | K | V] ``qkv_proj`` split by the generic engine)."""
+    return ModelSpec(name=name, model_type="phi3", model_class="Phi3ForCausalLM",
+                     config={**PHI3_MINI, "num_hidden_layers": layers}, dtype="bfloat16", role=role)
+
+
 GPT2_SMALL = ModelSpec(name="gpt2-small", model_type="gpt2", model_class="GPT2LMHeadModel",
                        config={"n_embd": 768, "n_layer": 12, "n_head": 12, "vocab_size": 50257,
                                "n_positions": 1024}, role="extra")
@@ -111,6 +129,8 @@ FULL: tuple[ModelSpec, ...] = (
     llama("llama-1b-32l", 32, "rss-large"),
     GPT2_SMALL,
     BERT_BASE,
+    phi3("phi3-mini-8l", 8, "case"),
+    phi3("phi3-mini-16l", 16, "case-large"),
 )
 
 #: Development mode: the real widths, fewer layers (2 vs 4 stands in for 16 vs 32).
@@ -119,6 +139,8 @@ QUICK: tuple[ModelSpec, ...] = (
     llama("llama-1b-4l", 4, "rss-large"),
     GPT2_SMALL,
     BERT_BASE,
+    phi3("phi3-mini-2l", 2, "case"),
+    phi3("phi3-mini-4l", 4, "case-large"),
 )
 
 
