@@ -60,8 +60,11 @@ class LoadPlan:
 
 
 def probe_ids(config, tokens: int, decode: int, seed: int, batch: int = 2) -> torch.Tensor:
-    """Seeded random token ids [batch, T], T = tokens, shortened to fit the position table."""
-    vocab = int(getattr(config, "vocab_size"))
+    """Seeded random token ids [batch, T], T = tokens, shortened to fit the position table; a model with
+    a text tower (CLIP, SigLIP) takes them from its ``text_config``, a vision encoder (ViT) uses them
+    only for the batch size."""
+    config = getattr(config, "text_config", None) or config
+    vocab = int(getattr(config, "vocab_size", None) or 2)
     limit = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
     T = tokens if limit is None else max(1, min(tokens, int(limit) - decode - 2))
     g = torch.Generator().manual_seed(seed)
