@@ -18,6 +18,7 @@ learned embeddings added to the patch embeddings.
 
 from __future__ import annotations
 
+from ..sources.config import setting_optional
 from .base import Adapter, Site
 from .layout import Block, Projection
 
@@ -42,14 +43,8 @@ class ViTAdapter(Adapter):
     def __init__(self, config, reader):
         renamed = any(k.endswith(f"{RENAMED[0]}.0.{RENAMED[1].projections[0].weight_name}") for k in reader.keys())
         self.layer_container, block = RENAMED if renamed else ORIGINAL
-        self.block = block if self.optional_qkv_bias(config) else _without_qkv_bias(block)
+        self.block = block if setting_optional(config, "qkv_bias", True) else _without_qkv_bias(block)
         super().__init__(config, reader)
-
-    @staticmethod
-    def optional_qkv_bias(config) -> bool:
-        from ..sources.config import setting_optional
-
-        return bool(setting_optional(config, "qkv_bias", True))
 
     def causal(self, site: Site) -> bool:
         return False
