@@ -35,11 +35,7 @@ SLOW_CHILD = textwrap.dedent("""
     import os, sys, time
     from idinspect.entry import install_signal_handlers, interrupted_code, say_interrupted
     install_signal_handlers()
-    try:  # the patch's own imports, interrupted as idinspect.entry.run would handle them
-        import idinspect.exporting.shard_writer as sw
-    except KeyboardInterrupt as exc:
-        say_interrupted(exc)
-        os._exit(interrupted_code(exc))
+
 
     def slowed(method):
         def run(self, *args, **kwargs):
@@ -48,10 +44,16 @@ SLOW_CHILD = textwrap.dedent("""
             return result
         return run
 
-    sw.ShardWriter.write = slowed(sw.ShardWriter.write)
-    sw.ShardWriter.copy = slowed(sw.ShardWriter.copy)
-    from idinspect.entry import run
-    sys.argv = ["idinspect", *sys.argv[1:]]
+
+    try:  # the patch itself, interrupted as idinspect.entry.run would handle it
+        import idinspect.exporting.shard_writer as sw
+        from idinspect.entry import run
+        sw.ShardWriter.write = slowed(sw.ShardWriter.write)
+        sw.ShardWriter.copy = slowed(sw.ShardWriter.copy)
+        sys.argv = ["idinspect", *sys.argv[1:]]
+    except KeyboardInterrupt as exc:
+        say_interrupted(exc)
+        os._exit(interrupted_code(exc))
     run()
 """)
 
