@@ -49,6 +49,49 @@ def _raise_terminated(signum, frame) -> None:
     raise Terminated(signum)
 
 
+#: Modules whose initialisation runs native code that calls back into Python (torch's pybind11):
+#: an exception raised there by a signal handler can abort the process (exit -6) instead of
+#: unwinding, so the signals are held while they load and delivered as soon as they have.
+GUARDED_IMPORTS = {"torch"}
+_HELD = ("SIGINT", "SIGTERM", "SIGHUP")
+
+
+class _HoldSignalsWhileLoading:
+    """A meta-path finder that wraps the loader of each :data:`GUARDED_IMPORTS` module so that
+    SIGINT/SIGTERM/SIGHUP are blocked (``pthread_sigmask``) while it executes; a signal that arrived
+    meanwhile is delivered when it is done, in Python code, where it unwinds like any other."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name not in GUARDED_IMPORTS:
+            return None
+        import importlib.util
+
+        sys.meta_path.remove(self)           # find the real spec without coming back here
+        try:
+            spec = importlib.util.find_spec(name)
+        finally:
+            sys.meta_path.insert(0, self)
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        loader = spec.loader
+        def exec_module(module, _exec=loader.exec_module):
+            held = {getattr(signal, n) for n in _HELD if hasattr(signal, n)}
+            previous = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+            try:
+                _exec(module)
+            finally:
+                signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+        loader.exec_module = exec_module
+        return spec
+
+
+def hold_signals_while_guarded_modules_load() -> None:
+    """Install :class:`_HoldSignalsWhileLoading` (POSIX only; once)."""
+    if hasattr(signal, "pthread_sigmask") and not any(isinstance(f, _HoldSignalsWhileLoading) for f in sys.meta_path):
+        sys.meta_path.insert(0, _HoldSignalsWhileLoading())
+
+
 def install_signal_handlers() -> None:
     """SIGTERM/SIGHUP raise :class:`Terminated`; SIGINT raises KeyboardInterrupt (Python's default)."""
     for name in ("SIGTERM", "SIGHUP"):
@@ -73,6 +116,7 @@ def say_interrupted(exc: KeyboardInterrupt) -> None:
 def run() -> None:
     """Install the handlers, then run :func:`idinspect.cli.run` (imported here, not before)."""
     install_signal_handlers()
+    hold_signals_while_guarded_modules_load()
     try:
         if signal.getsignal(signal.SIGINT) is _interrupted_while_starting:
             # from here on Ctrl-C unwinds as KeyboardInterrupt, so every cleanup runs

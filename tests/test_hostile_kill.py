@@ -145,3 +145,46 @@ def test_ctrl_c_while_modules_load_prints_one_line_and_exits_130(tiny_dir, delay
         pytest.skip("the run finished before Ctrl-C")
     assert code == 130, said
     assert len(said) == 1 and said[0].startswith("idinspect: interrupted (Ctrl-C)"), said
+
+
+SIGNAL_INSIDE_IMPORT = textwrap.dedent("""
+    import os, sys
+    sys.path.insert(0, sys.argv[1])
+    import idinspect.entry as entry
+    entry.GUARDED_IMPORTS.add("signals_itself")
+    entry.install_signal_handlers()
+    entry.hold_signals_while_guarded_modules_load()
+    try:
+        import signals_itself        # sends SIGTERM to this process half-way through its own import
+        import time
+        time.sleep(5)
+        print("not terminated", flush=True)
+    except KeyboardInterrupt as exc:
+        entry.say_interrupted(exc)
+        os._exit(entry.interrupted_code(exc))
+""")
+
+
+def test_a_signal_while_a_guarded_module_loads_is_delivered_when_it_has(tmp_path):
+    """torch's initialisation (pybind11) can abort the process (exit -6) if a signal handler raises
+    inside it; SIGTERM is held while such a module loads and delivered right after: the module's
+    code runs to its end, then the run unwinds with one line and 143."""
+    (tmp_path / "signals_itself.py").write_text(
+        "import os, pathlib, signal, time\nos.kill(os.getpid(), signal.SIGTERM)\ntime.sleep(0.3)\n"
+        f"pathlib.Path({str(tmp_path / 'body-finished')!r}).touch()\n")
+    child = subprocess.run([sys.executable, "-c", SIGNAL_INSIDE_IMPORT, str(tmp_path)], capture_output=True,
+                           text=True, timeout=120)
+    assert (tmp_path / "body-finished").exists(), child
+    assert "not terminated" not in child.stdout, child
+    assert child.returncode == 128 + signal.SIGTERM, child
+    assert child.stderr.strip().startswith("idinspect: interrupted (SIGTERM)"), child.stderr
+
+
+def test_torch_loads_under_the_signal_guard():
+    """The guard wraps torch's real loader: torch imports and works through it."""
+    code = ("import sys, idinspect.entry as e\n"
+            "e.hold_signals_while_guarded_modules_load()\n"
+            "import torch\n"
+            "print(float(torch.ones(2).sum()), type(sys.meta_path[0]).__name__)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.stdout.split() == ["2.0", "_HoldSignalsWhileLoading"], out
