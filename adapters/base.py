@@ -24,7 +24,7 @@ from typing import Any, ClassVar
 import torch
 
 from ..errors import IdinspectError, one_line
-from ..layer.attention_layer import AttentionLayer, Positional
+from ..layer.attention_layer import AttentionLayer, Positional, QKNorm
 from ..sources.checkpoint import TensorReader
 from ..sources.config import setting_optional
 from .layout import (Block, Projection, fused_rows, heads_from_linear_cols, heads_from_linear_rows,
@@ -173,6 +173,29 @@ class Adapter:
         "tensors", "parameters", "reason"}`` (SigLIP's attention-pooling head); every report lists
         them. None by default."""
         return []
+    def qk_norm(self, site: Site) -> QKNorm | None:
+        """The block's q/k norm as data (:meth:`read_qk_norm` reads the usual layouts); None by default."""
+        return None
+
+    def read_qk_norm(self, site: Site, kind: str, scope: str, eps: float, gains: tuple[str, str] | None,
+                     gain_offset: float = 0.0) -> QKNorm:
+        """A :class:`QKNorm` whose gains are stored as ``{gains[0]}.weight`` / ``{gains[1]}.weight``
+        (module names relative to the layer; None: no gains). Shapes checked against the config:
+        [d_k] (one vector all heads share), [H, d_k] / [G, d_k] (per head) for ``scope="head"``,
+        [H d_k] / [G d_k] for ``scope="projection"``."""
+        if gains is None:
+            return QKNorm(kind, scope, float(eps))
+        hd, counts = self.head_dim, self._counts()
+        found, names = {}, {}
+        for role, module in zip("qk", gains):
+            key = self.key(site, f"{module}.weight")
+            stored = tuple(self.reader.shape(key)) if key in self.reader else None
+            heads = counts[role]
+            allowed = [(heads * hd,)] if scope == "projection" else [(hd,), (heads, hd)]
+            shape = stored if stored in allowed else allowed[0]
+            found[f"{role}_gain"], names[f"{role}_gain"] = self._load(key, shape), key
+        return QKNorm(kind, scope, float(eps), gain_offset=float(gain_offset), tensor_names=names, **found)
+
 
     def is_buffer(self, key: str) -> bool:
         return any(key.endswith(s) for s in self.buffer_suffixes)
@@ -275,7 +298,7 @@ class Adapter:
                               causal=self.causal(site) and site.block.kind != "cross",
                               positional=self.positional(site), sliding_window=self.sliding_window(site),
                               flags=self.flags(site), kind=site.block.kind, stack=site.stack, layer=site.layer,
-                              tensor_names=names)
+                              tensor_names=names, qk_norm=self.qk_norm(site))
 
     def _load(self, name: str, shape: tuple[int, ...]) -> torch.Tensor:
         """Read ``name``, checking its shape against what the config implies."""

@@ -7,21 +7,19 @@ Layer i (prefix '' for PhiModel saves, 'model.' for PhiForCausalLM):
     layers.i.self_attn.v_proj.weight [G*hd, d]   bias [G*hd]
     layers.i.self_attn.dense.weight  [d, H*hd]   bias [d]
 partial_rotary_factor: config.json's rope_parameters, else its top-level key, else PhiConfig's 0.5.
-``qk_layernorm=True`` puts a LayerNorm on queries and keys (refused: it breaks the GL(d_k) gauge).
+``qk_layernorm=True`` puts one nn.LayerNorm (gain and bias, shared by all heads) on each head's
+query and key before RoPE (eps: layer_norm_eps):
+    layers.i.self_attn.q_layernorm.weight [hd]  bias [hd]      k_layernorm.weight [hd]  bias [hd]
+(docs/mathematics.md, "Normalised queries and keys").
 """
 
 from __future__ import annotations
 
-from ..errors import IdinspectError
+import dataclasses
+
+from ..layer.attention_layer import QKNorm
+from .base import Site
 from .llama import LlamaAdapter, qkvo_block
-
-
-def refuse_qk_layernorm(adapter) -> None:
-    """Phi and StableLM's ``qk_layernorm``: a norm between projection and score, not modelled."""
-    if adapter.optional("qk_layernorm", False):
-        raise IdinspectError(f"config.json: qk_layernorm is true ({adapter.config.model_type} normalises queries and keys "
-                             "per head before the score, which breaks the GL(d_k) gauge); idinspect refuses rather "
-                             "than miscount")
 
 
 class PhiAdapter(LlamaAdapter):
@@ -30,9 +28,16 @@ class PhiAdapter(LlamaAdapter):
     partial_rotary = True
     block = qkvo_block(True, True, o="dense")
 
-    def __init__(self, config, reader):
-        super().__init__(config, reader)
-        refuse_qk_layernorm(self)
+    def qk_norm(self, site: Site) -> QKNorm | None:
+        if not self.optional("qk_layernorm", False):
+            return None
+        norm = self.read_qk_norm(site, "layer", "head", self.config.layer_norm_eps,
+                                 ("self_attn.q_layernorm", "self_attn.k_layernorm"))
+        biases, names = {}, dict(norm.tensor_names)
+        for role, module in (("q", "q_layernorm"), ("k", "k_layernorm")):
+            key = self.key(site, f"self_attn.{module}.bias")
+            biases[f"{role}_bias"], names[f"{role}_bias"] = self._load(key, (self.head_dim,)), key
+        return dataclasses.replace(norm, tensor_names=names, **biases)
 
     def sliding_window(self, site):
         return None
@@ -40,7 +45,7 @@ class PhiAdapter(LlamaAdapter):
     def twin_settings(self, hf_config, shape: dict) -> dict:
         return {"hidden_size": shape["hidden_size"], "num_attention_heads": shape["heads"],
                 "num_key_value_heads": shape["kv_heads"], "head_dim": shape["head_dim"], "intermediate_size": 16,
-                "qk_layernorm": False,
+                "qk_layernorm": hf_config.qk_layernorm, "layer_norm_eps": min(hf_config.layer_norm_eps, 1e-7),
                 "max_position_embeddings": hf_config.max_position_embeddings,
                 "rope_parameters": self.twin_rope(hf_config.rope_parameters, shape)}
 

@@ -5,16 +5,22 @@ partial_rotary_factor) dims (StableLmConfig's default factor 0.25).
 Layer i (prefix 'model.' for StableLmForCausalLM):
     layers.i.self_attn.{q,k,v}_proj.weight [H*hd | G*hd, d]   bias with use_qkv_bias
     layers.i.self_attn.o_proj.weight       [d, H*hd]          no bias
-``qk_layernorm=True`` (StableLM-2-12B) puts a per-head LayerNorm on queries and keys: refused by name.
+``qk_layernorm=True`` (StableLM-2-12B) puts a per-head LayerNorm without bias on queries and keys
+before RoPE, one per query head and one per key head (eps: layer_norm_eps):
+    layers.i.self_attn.q_layernorm.norms.h.weight [hd]  (h < H)     k_layernorm.norms.g.weight [hd]  (g < G)
+read as per-head gains [H, hd] / [G, hd] (docs/mathematics.md, "Normalised queries and keys").
 """
 
 from __future__ import annotations
 
 from functools import cached_property
 
+import torch
+
+from ..layer.attention_layer import QKNorm
+from .base import Site
 from .layout import Block
 from .llama import LlamaAdapter, qkvo_block
-from .phi import refuse_qk_layernorm
 
 
 class StableLmAdapter(LlamaAdapter):
@@ -22,9 +28,15 @@ class StableLmAdapter(LlamaAdapter):
     model_types = ("stablelm",)
     partial_rotary = True
 
-    def __init__(self, config, reader):
-        super().__init__(config, reader)
-        refuse_qk_layernorm(self)
+    def qk_norm(self, site: Site) -> QKNorm | None:
+        if not self.optional("qk_layernorm", False):
+            return None
+        gains, names = {}, {}
+        for role, module, heads in (("q", "q_layernorm", self.n_heads), ("k", "k_layernorm", self.n_kv_heads)):
+            keys = [self.key(site, f"self_attn.{module}.norms.{h}.weight") for h in range(heads)]
+            gains[f"{role}_gain"] = torch.stack([self._load(k, (self.head_dim,)) for k in keys])
+            names[f"{role}_gain"] = self.key(site, f"self_attn.{module}.norms.*.weight")
+        return QKNorm("layer", "head", float(self.config.layer_norm_eps), tensor_names=names, **gains)
 
     @property
     def head_dim(self) -> int:
@@ -39,7 +51,8 @@ class StableLmAdapter(LlamaAdapter):
 
     def twin_settings(self, hf_config, shape: dict) -> dict:
         return {"hidden_size": shape["hidden_size"], "num_attention_heads": shape["heads"],
-                "num_key_value_heads": shape["kv_heads"], "intermediate_size": 16, "qk_layernorm": False,
+                "num_key_value_heads": shape["kv_heads"], "intermediate_size": 16, "qk_layernorm": hf_config.qk_layernorm,
+                "layer_norm_eps": min(hf_config.layer_norm_eps, 1e-7),   # any eps > 0: keeps the nearly-null band low
                 "use_qkv_bias": hf_config.use_qkv_bias, "max_position_embeddings": hf_config.max_position_embeddings,
                 "rope_parameters": self.twin_rope(hf_config.rope_parameters, shape)}
 

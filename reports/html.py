@@ -163,12 +163,14 @@ _LAYER_COLS = (("attention_parameters", "Parameters"), ("qk_gauge", "QK gauge"),
 
 
 def _layer_table(groups, caption: str) -> str:
-    head = ('<tr><th scope="col">Layers</th>' + "".join(f'<th scope="col" class="num">{esc(n)}</th>' for _, n in _LAYER_COLS)
+    near = any(g.row.get("near_unidentified") for g in groups)
+    cols = _LAYER_COLS + ((("near_unidentified", "Nearly unidentified"),) if near else ())
+    head = ('<tr><th scope="col">Layers</th>' + "".join(f'<th scope="col" class="num">{esc(n)}</th>' for _, n in cols)
             + '<th scope="col" class="num">Ratio</th><th scope="col" class="num">Closed form</th></tr>')
     body = []
     for g in groups:
         row = g.row
-        cells = "".join(f'<td class="num">{esc(fmt_int(row.get(k)))}</td>' for k, _ in _LAYER_COLS)
+        cells = "".join(f'<td class="num">{esc(fmt_int(row.get(k)))}</td>' for k, _ in cols)
         body.append(f'<tr><th scope="row">{esc(g.label)}</th>{cells}'
                     f'<td class="num">{esc(fmt_ratio(row.get("identification_ratio")))}</td>'
                     f'<td class="num">{esc(fmt_ratio(row.get("closed_form_ratio")))}</td></tr>')

@@ -16,9 +16,21 @@ from ..audit.rules import WORST_FIRST, severity_rank
 #: The per-layer columns that decide whether consecutive layers are "identical" in the table.
 LAYER_KEYS = ("attention_parameters", "qk_gauge", "vo_gauge", "noop_bias", "absorbable_bias",
               "unidentified_parameters", "identification_ratio", "closed_form_ratio", "heads", "kv_heads",
-              "d_k", "d_v", "positional", "rotary_dim", "kind", "stack", "not_analysed",
+              "d_k", "d_v", "positional", "rotary_dim", "kind", "stack", "not_analysed", "near_unidentified",
               # what the actual weights add: a layer with a dead head is never "identical" to the rest
               "extra_unidentified", "unidentified_with_weights", "dead_heads")
+
+
+def near_unidentified_text(totals: dict) -> str | None:
+    """``"6 directions, not in the unidentified count: ..."``, or None where there are none (no q/k
+    norm): reported beside U, never in it."""
+    near = totals.get("near_unidentified")
+    if not near:
+        return None
+    brk = totals.get("near_unidentified_break")
+    size = f" (eps is at most {fmt_float(brk)} of the normalised mean square)" if brk is not None else ""
+    return (f"{fmt_int(near)} directions, not in the unidentified count: a q/k norm removes the scales of W_Q "
+            f"and W_K only up to its eps{size}")
 
 
 def fmt_int(value) -> str:

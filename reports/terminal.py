@@ -71,6 +71,10 @@ def proof_panel(proof: dict) -> Panel:
                                   f"{proof.get('tokens')} tokens, cut at rtol {fmt_float(proof.get('rtol'))}"))
     grid.add_row("Result", Text.assemble(f"nullity {proof.get('jacobian_nullity')} vs structural count "
                                          f"{proof.get('structural_unidentified')}: ", verdict))
+    if proof.get("jacobian_near_nullity") is not None:
+        grid.add_row("Nearly null", Text(f"{proof['jacobian_near_nullity']} singular values between the exact cut and "
+                                         f"{fmt_float(proof.get('near_rtol'))} vs {proof.get('structural_near_unidentified')} "
+                                         "nearly-unidentified scales (q/k norm)"))
     grid.add_row("Gap", Text(f"smallest kept σ {fmt_float(proof.get('smallest_kept_singular_value'))}, largest "
                              f"dropped σ {fmt_float(proof.get('largest_dropped_singular_value'))}"))
     return Panel(grid, title=Text("Proof (--prove)", style="bold"), title_align="left", box=box.ROUNDED, expand=False)
@@ -152,13 +156,17 @@ _ROW_KEYS = ("attention_parameters", "qk_gauge", "vo_gauge", "noop_bias", "absor
              "unidentified_parameters")
 
 
-def _row_cells(row: dict, weights: bool) -> list[str]:
+_NEAR_COLUMN = ("nearly unidentified", "near")
+
+
+def _row_cells(row: dict, weights: bool, near: bool = False) -> list[str]:
     cells = [fmt_int(row.get(k)) for k in _ROW_KEYS]
     if weights:
         extra = row.get("extra_unidentified") or 0
         total = row.get("unidentified_with_weights") or (row.get("unidentified_parameters") or 0) + extra
         cells += [f"+{extra:,}" if extra else "0", fmt_int(total)]
-    return cells + [fmt_ratio(row.get("identification_ratio"))]
+    cells += [fmt_ratio(row.get("identification_ratio"))]
+    return cells + [fmt_int(row.get("near_unidentified"))] if near else cells
 
 
 def layer_table(result: dict, collapse: bool = True, width: int = 120) -> Table | Group:
@@ -172,8 +180,10 @@ def layer_table(result: dict, collapse: bool = True, width: int = 120) -> Table 
     """
     groups = layer_groups(result.get("layers") or [], collapse=collapse)
     weights = any(g.row.get("extra_unidentified") for g in groups)
-    columns = _LAYER_COLUMNS[:-1] + (_WEIGHT_COLUMNS if weights else ()) + _LAYER_COLUMNS[-1:]
-    cells = [_row_cells(g.row, weights) for g in groups]
+    near = any(g.row.get("near_unidentified") for g in groups)
+    columns = (_LAYER_COLUMNS[:-1] + (_WEIGHT_COLUMNS if weights else ()) + _LAYER_COLUMNS[-1:]
+               + ((_NEAR_COLUMN,) if near else ()))
+    cells = [_row_cells(g.row, weights, near) for g in groups]
     label_width = max((len(g.label) for g in groups), default=8)
 
     def numbers_width(short: bool, pad: int) -> int:
@@ -200,6 +210,8 @@ def layer_table(result: dict, collapse: bool = True, width: int = 120) -> Table 
     if any(g.row.get("attention") == "latent" for g in groups):
         caption += ("; latent-attention layers: QK = H n^2 + e, and U adds each normalised latent's rotations "
                     "and gain trades, r(r+1)/2")
+    if near:
+        caption += "; nearly unidentified (q/k norm scales, broken only by eps) are not in U"
     table = Table(title="Attention layers", title_justify="left", box=box.SIMPLE_HEAD, header_style="bold",
                   caption=caption, caption_justify="left", pad_edge=True, padding=(0, pad))
     room = width - 2 - 2 * pad - numbers_width(short, pad)
@@ -218,7 +230,9 @@ def _layer_blocks(groups: list) -> Group:
         parts.append(Text(group.label, style="bold"))
         parts.append(Padding(Text(f"params {fmt_int(row.get('attention_parameters'))}, unidentified "
                                   f"{fmt_int(row.get('unidentified_parameters'))} = "
-                                  f"{fmt_ratio(row.get('identification_ratio'))}"), (0, 0, 0, 2)))
+                                  f"{fmt_ratio(row.get('identification_ratio'))}"
+                                  + (f", nearly unidentified {fmt_int(row['near_unidentified'])}"
+                                     if row.get("near_unidentified") else "")), (0, 0, 0, 2)))
         if row.get("extra_unidentified"):
             parts.append(Padding(Text(f"+ weights {fmt_int(row['extra_unidentified'])} (dead or rank-deficient heads), "
                                       f"with weights {fmt_int(row.get('unidentified_with_weights'))}"), (0, 0, 0, 2)))

@@ -24,10 +24,13 @@ def random_generator(k: int, algebra, gen: torch.Generator, eps: float) -> torch
 
 
 def gauge_move(layer: AttentionLayer, gen: torch.Generator, eps: float) -> AttentionLayer:
-    """layer (float64) moved by A = exp(X_QK), B = exp(X_VO) per group: the same function."""
+    """layer (float64) moved by A = exp(X_QK), B = exp(X_VO) per group: the same function. Under a
+    q/k norm no GL move of W_Q, W_K is a gauge (its gain trades move the norm gains): A = I."""
     L = layer.to(torch.float64)
     G, r = L.n_kv_heads, L.group_size
     A = torch.stack([torch.linalg.matrix_exp(random_generator(L.d_k, qk_algebra(L), gen, eps)) for _ in range(G)])
+    if L.qk_norm is not None:
+        A = torch.eye(L.d_k, dtype=torch.float64).expand(G, -1, -1).clone()
     B = torch.stack([torch.linalg.matrix_exp(random_generator(L.d_v, qk_algebra(L).__class__(L.d_v), gen, eps))
                      for _ in range(G)])
     Ah, Bh = A.repeat_interleave(r, 0), B.repeat_interleave(r, 0)

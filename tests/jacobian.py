@@ -24,6 +24,10 @@ RTOL = 1e-9
 #: variants: exact <= 1.6e-16, nearly null 6.7e-10 .. 3.6e-9, kept >= 3.0e-6 (docs/mathematics.md).
 EXACT_BAND = 1e-13
 NEAR_BAND = 1e-7
+#: Layers with a q/k norm have nearly-null directions (the normalised scales, about eps / mean
+#: square, 1e-10 .. 1e-7): exact null below NEAR_EXACT_RTOL, nearly null up to NEAR_RTOL (see :func:`bands`).
+NEAR_EXACT_RTOL = 1e-12
+NEAR_RTOL = 1e-6
 
 
 @dataclass
@@ -33,6 +37,28 @@ class Nullity:
     smallest_kept: float          # s_rank-1 / s_max: must sit far above RTOL
     largest_dropped: float        # s_rank / s_max: must sit far below RTOL
     rows: int
+    singular: torch.Tensor | None = None   # s / s_max, descending, padded with zeros to P
+
+
+@dataclass
+class Bands:
+    exact: int                    # s <= NEAR_EXACT_RTOL
+    near: int                     # NEAR_EXACT_RTOL < s <= NEAR_RTOL
+    largest_exact: float
+    smallest_near: float
+    largest_near: float
+    smallest_kept: float          # s > NEAR_RTOL
+
+
+def bands(n: Nullity) -> Bands:
+    """The three bands of a Jacobian's singular values (exact null, nearly null, identified)."""
+    s = n.singular
+    exact = s <= NEAR_EXACT_RTOL
+    near = (s > NEAR_EXACT_RTOL) & (s <= NEAR_RTOL)
+    kept = s > NEAR_RTOL
+    top = lambda m: float(s[m].max()) if m.any() else 0.0
+    low = lambda m: float(s[m].min()) if m.any() else 1.0
+    return Bands(int(exact.sum()), int(near.sum()), top(exact), low(near), top(near), low(kept))
 
 
 @contextlib.contextmanager
@@ -105,8 +131,9 @@ def attention_nullity(model, src, dst=None, *, batches: int = 4, tokens: int = 8
     s, P, rows = attention_singular_values(model, src, dst, batches=batches, tokens=tokens, seed=seed,
                                            edit_call=edit_call, exact=exact)
     rank = int((s > RTOL * s[0]).sum())
+    rel = torch.cat([s / s[0], s.new_zeros(max(0, P - s.numel()))])
     return Nullity(nullity=P - rank, parameters=P, smallest_kept=float(s[rank - 1] / s[0]),
-                   largest_dropped=float(s[rank] / s[0]) if rank < s.numel() else 0.0, rows=rows)
+                   largest_dropped=float(s[rank] / s[0]) if rank < s.numel() else 0.0, rows=rows, singular=rel)
 
 
 def jacobian_bands(s: torch.Tensor) -> tuple[int, int]:

@@ -57,8 +57,18 @@ ROPE_VARIANTS = tiny.variants("rope")
 def test_rope_frequencies_are_the_models_own(variant, tmp_path):
     hf = tiny.build(variant, dtype=torch.float32)
     tiny.save(hf, tmp_path)
-    rotary = idinspect.load(tmp_path).layer(0).positional.rotary
+    model = idinspect.load(tmp_path)
+    rotary = model.layer(0).positional.rotary
     module = hf.base_model.rotary_emb
+    if hasattr(module, "layer_types"):      # Gemma 3: one set of frequencies per layer type
+        for i, layer_type in enumerate(hf.config.layer_types):
+            rotary = model.layer(i).positional.rotary
+            inv_freq = getattr(module, f"{layer_type}_inv_freq")
+            assert rotary.inv_freq.dtype == inv_freq.dtype == torch.float32
+            assert torch.equal(rotary.inv_freq, inv_freq), layer_type
+            assert rotary.attention_factor == getattr(module, f"{layer_type}_attention_scaling")
+            assert rotary.rope_type == module.rope_type[layer_type]
+        return
     if not hasattr(module, "inv_freq"):   # GPT-J: a sinusoid table [positions, rotary_dim] = [sin | cos], float32
         table = module.embed_positions
         cos, sin = rotary_cos_sin(rotary, torch.arange(table.shape[0]), torch.float32)

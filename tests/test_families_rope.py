@@ -67,14 +67,17 @@ def test_phi3_longrope_frequencies_use_the_short_factors(tiny_dir):
     ("phi", tf.PhiConfig, tf.PhiForCausalLM),
     ("stablelm", tf.StableLmConfig, tf.StableLmForCausalLM),
 ])
-def test_qk_layernorm_is_refused_by_name(variant, config_class, model_class, tmp_path):
+def test_qk_layernorm_is_read_as_a_qk_norm(variant, config_class, model_class, tmp_path):
+    """Phi's shared LayerNorm (gain and bias) and StableLM's per-head ones are counted (docs/mathematics.md,
+    "Normalised queries and keys"); the counts are proven by the qk-layernorm variants' Jacobians."""
     config = tiny.VARIANTS[variant].config()
     config.qk_layernorm = True
     tiny.save(model_class(config), tmp_path)
-    with pytest.raises(idinspect.IdinspectError, match=r"config.json: qk_layernorm is true .*refuses"):
-        idinspect.load(tmp_path)
+    norm = idinspect.load(tmp_path).layer(0).qk_norm
+    assert norm is not None and (norm.kind, norm.scope) == ("layer", "head")
+    assert (norm.q_bias is not None) == (variant == "phi")
     res = run_cli(tmp_path)
-    assert res.code == 2 and "qk_layernorm" in res.stderr and "Traceback" not in res.stderr
+    assert res.code == 0 and "nearly unidentified" in res.stdout.lower(), res.stderr
 
 
 @pytest.mark.parametrize("rotary_dim", [None, 10, 16, 3, 0])
@@ -86,3 +89,12 @@ def test_gptj_rotary_dim_outside_the_head_is_refused(rotary_dim, tiny_dir, tmp_p
     (folder / "config.json").write_text(json.dumps(cfg))
     with pytest.raises(idinspect.IdinspectError, match=r"config.json: rotary_dim is .*GPT-J rotates"):
         idinspect.load(folder).layer(0)
+
+
+def test_llama4_text_is_refused_by_name(tmp_path):
+    cfg = tf.Llama4TextConfig(hidden_size=16, intermediate_size=32, intermediate_size_mlp=32, num_hidden_layers=2,
+                              num_attention_heads=4, num_key_value_heads=2, head_dim=4, vocab_size=64,
+                              max_position_embeddings=64, num_local_experts=1)
+    tiny.save(tf.Llama4ForCausalLM(cfg), tmp_path)
+    res = run_cli(tmp_path)
+    assert res.code == 2 and "llama4_text" in res.stderr and "refused" in res.stderr and "Traceback" not in res.stderr

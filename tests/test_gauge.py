@@ -31,8 +31,11 @@ def _well_conditioned(n: int, g: torch.Generator) -> torch.Tensor:
 
 def qk_gauge_matrix(layer: AttentionLayer, g: torch.Generator) -> torch.Tensor:
     """A random element of the QK gauge group of one kv group: GL(d_k) without RoPE; with RoPE a
-    complex scalar (scale times rotation) on each plane plus GL on the unrotated dims."""
+    complex scalar (scale times rotation) on each plane plus GL on the unrotated dims. Under a q/k
+    norm W_Q and W_K carry no GL gauge (the gain trades move the norm gains): the identity."""
     dk = layer.d_k
+    if layer.qk_norm is not None:
+        return torch.eye(dk, dtype=torch.float64)
     A = torch.zeros(dk, dk, dtype=torch.float64)
     cols = list(unrotated_columns(layer))
     if cols:
@@ -74,7 +77,7 @@ def random_gauge(layer: AttentionLayer, seed: int = 0, generic_qk: bool = False)
             b_K[k] = b_K[k] @ A_inv_T
         if b_V is not None:
             b_V[k] = b_V[k] @ B
-    cols = list(noop_key_bias_columns(L))
+    cols = list(noop_key_bias_columns(L))                  # none under a q/k norm, soft-capping or sinks
     if b_K is not None and cols and not generic_qk:
         b_K[:, cols] += torch.randn(G, len(cols), generator=g, dtype=torch.float64)
     if value_bias_absorbable(L):

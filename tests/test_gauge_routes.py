@@ -30,7 +30,10 @@ def _qr_errors(a, b) -> dict[str, float]:
     """Every invariant kind through thin-QR cores (the reference comparison)."""
     A, B = a.to(torch.float64), b.to(torch.float64)
     kv = torch.arange(A.n_heads) // A.group_size
-    out = {k: float(e.max()) for k, e in inv._qk_errors_by_qr(A, B, kv, list(unrotated_columns(A))).items()}
+    if A.qk_norm is not None:     # the factors themselves, head by head
+        out = {"qk_factors": _factor_error(A, B)}
+    else:
+        out = {k: float(e.max()) for k, e in inv._qk_errors_by_qr(A, B, kv, list(unrotated_columns(A))).items()}
     Va, Vb = A.W_V, B.W_V
     if A.sinks is not None:               # each head's b_V^g W_O^h is an invariant of its own
         Va, Vb = inv.augment(A.W_V, A.b_V), inv.augment(B.W_V, B.b_V)
@@ -38,11 +41,22 @@ def _qr_errors(a, b) -> dict[str, float]:
     return out
 
 
+def _factor_error(A, B) -> float:
+    """max over heads of ||[W; b]_A - [W; b]_B||_F / max norm, queries and keys (q/k-norm layers)."""
+    worst = 0.0
+    for W, b in (("W_Q", "b_Q"), ("W_K", "b_K")):
+        for h in range(getattr(A, W).shape[0]):
+            xa, xb = [torch.cat([getattr(L, W)[h].flatten()] + ([getattr(L, b)[h]] if getattr(L, b) is not None else []))
+                      for L in (A, B)]
+            worst = max(worst, float((xa - xb).norm()) / max(float(xa.norm()), float(xb.norm())))
+    return worst
+
+
 @pytest.mark.parametrize("name,layer", LAYERS, ids=IDS)
 def test_gram_route_equals_qr_route(name, layer):
     gram, qr = _routes(layer)
     assert gram is not None, "well-conditioned random weights take the Gram route"
-    for f in FIELDS:
+    for f in FIELDS if layer.qk_norm is None else ("W_V", "b_V", "W_O", "s_vo"):   # q/k norm: QK is kept as stored
         a, b = getattr(gram, f), getattr(qr, f)
         assert (a is None) == (b is None), f
         if b is not None:

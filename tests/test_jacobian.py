@@ -10,15 +10,30 @@ import transformers as tf
 import idinspect
 import idinspect.analysis
 from idinspect.layer import structure
-from idinspect.layer.attention_layer import AttentionLayer, Positional, RotarySpec
+from idinspect.layer.attention_layer import AttentionLayer, Positional, QKNorm, RotarySpec
 from tests import tiny
-from tests.jacobian import RTOL, attention_nullity, attention_singular_values, jacobian_bands
+from tests.jacobian import (NEAR_EXACT_RTOL, NEAR_RTOL, RTOL, attention_nullity, attention_singular_values, bands,
+                            jacobian_bands)
 
 
 def _clean_gap(n) -> None:
     """The cut sits in a wide gap, so the count does not depend on RTOL."""
     assert n.smallest_kept > 1e3 * RTOL, n
     assert n.largest_dropped < 1e-3 * RTOL, n
+
+
+def _check_counts(n, layer: dict, where) -> None:
+    """Exact nullity = unidentified; with a q/k norm, also nearly null = near_unidentified, each cut
+    (NEAR_EXACT_RTOL, NEAR_RTOL) in a gap of at least 10x on both sides."""
+    assert n.parameters == layer["attention_parameters"], where
+    if not layer.get("near_unidentified"):
+        _clean_gap(n)
+        assert n.nullity == layer["unidentified_parameters"], (where, n.nullity)
+        return
+    b = bands(n)
+    assert (b.exact, b.near) == (layer["unidentified_parameters"], layer["near_unidentified"]), (where, b)
+    assert b.largest_exact < 0.1 * NEAR_EXACT_RTOL < 0.01 * b.smallest_near, (where, b)
+    assert b.largest_near < 0.1 * NEAR_RTOL < 0.01 * b.smallest_kept, (where, b)
 
 
 def _attention_blocks(hf) -> int:
@@ -44,9 +59,7 @@ def test_reported_unidentified_equals_jacobian_nullity(variant, tiny_dir):
             assert jacobian_bands(s) == (layer["unidentified_parameters"], layer["near_unidentified"]), (variant, i)
             continue
         n = attention_nullity(hf, src, dst, seed=i, exact=exact)
-        _clean_gap(n)
-        assert n.parameters == layer["attention_parameters"], (variant, i)
-        assert n.nullity == layer["unidentified_parameters"], (variant, i, n)
+        _check_counts(n, layer, (variant, i))
     assert result["totals"]["unidentified_parameters"] == sum(x["unidentified_parameters"] for x in result["layers"])
 
 
@@ -278,3 +291,70 @@ def test_structural_redundant_value_bias_equals_jacobian_nullity():
     n = attention_nullity(hf, attn)
     _clean_gap(n)
     assert n.nullity == structure.unidentified_dims(layer) == 4 * (4 + 16) + 8
+
+
+# --- q/k norms: the issue's numbers at d=16, H=4, G=2, d_k=4, on the tiny checkpoints themselves ------
+
+QK_NORM_TABLE = {  # variant: (params, exact unidentified, nearly unidentified)
+    "qwen3": (776, 34, 6),        # G d_v^2 = 32 + d_k/2 = 2 gain trades; H + G per-head scales
+    "gemma3-text": (776, 34, 6),  # the same with (1 + w) gains, a sliding and a full layer
+    "olmo2": (792, 36, 2),        # 32 + G d_k/2 = 4; one scale per projection
+}
+
+
+@pytest.mark.parametrize("variant", sorted(QK_NORM_TABLE))
+def test_qk_norm_table(variant, tiny_dir):
+    params, unidentified, near = QK_NORM_TABLE[variant]
+    hf = tiny.build(variant)
+    exact = idinspect.load(hf).adapter.exact_float64
+    for i, layer in enumerate(idinspect.inspect(tiny_dir(variant), spectra=False)["layers"]):
+        assert (layer["attention_parameters"], layer["unidentified_parameters"], layer["near_unidentified"]) == (
+            params, unidentified, near)
+        n = attention_nullity(hf, *tiny.attention_modules(hf, i), seed=i, exact=exact)
+        _check_counts(n, layer, (variant, i))
+
+
+def test_qk_norm_float32_casts_would_fake_broken_symmetries():
+    """Negative control: without the family's float64 patch (Gemma 3's RMSNorm forms 1 + w in float32)
+    the two exact gain trades look broken at ~1e-8: they fall into the nearly-null band."""
+    hf = tiny.build("gemma3-text")
+    b = bands(attention_nullity(hf, *tiny.attention_modules(hf, 0)))
+    assert (b.exact, b.near) == (32, 8)
+
+
+def test_llama4_attention_counts():
+    """Llama 4 (refused by name, no adapter): the derived counts against its real module, with its
+    float32 casts (the weightless RMSNorm's x.float(), RoPE's complex64 view) patched to float64.
+    RoPE layer, L2 norm after RoPE: G rd/2 + G d_v^2 exact, H + G nearly null; NoPE layer (no norm,
+    temperature-tuned queries): the plain G d_k^2 + G d_v^2."""
+    from transformers.models.llama4 import modeling_llama4 as m
+
+    def rotate(xq, xk, freqs):
+        freqs = freqs.to(torch.complex128)
+        q, k = (torch.view_as_complex(x.reshape(*x.shape[:-1], -1, 2).contiguous()) for x in (xq, xk))
+        return (torch.view_as_real(q * freqs[:, :, None, :]).flatten(3),
+                torch.view_as_real(k * freqs[:, :, None, :]).flatten(3))
+
+    cfg = tf.Llama4TextConfig(hidden_size=16, intermediate_size=32, intermediate_size_mlp=32, num_hidden_layers=2,
+                              num_attention_heads=4, num_key_value_heads=2, head_dim=4, vocab_size=64,
+                              max_position_embeddings=64, use_qk_norm=True, no_rope_layers=[1, 0], num_local_experts=1,
+                              attention_chunk_size=64, rms_norm_eps=1e-6)
+    hf = _randomised(tf.Llama4ForCausalLM(cfg))
+    rope = _canonical(4, 2, 16, 4, rotary_dim=4).replace(qk_norm=QKNorm("l2", "head", 1e-6))
+    nope = _canonical(4, 2, 16, 4)
+    original = (m.apply_rotary_emb, m.Llama4TextWeightlessRMSNorm.forward)
+    m.apply_rotary_emb = rotate
+    m.Llama4TextWeightlessRMSNorm.forward = lambda self, x: x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True)
+                                                                            + self.variance_epsilon)
+    try:
+        for i, layer in enumerate((rope, nope)):
+            attn = hf.model.layers[i].self_attn
+            assert bool(attn.use_rope) == (layer is rope) and hasattr(attn, "qk_norm") == (layer is rope)
+            n = attention_nullity(hf, attn, seed=i)
+            summary = {"attention_parameters": layer.parameter_count(),
+                       "unidentified_parameters": structure.unidentified_dims(layer),
+                       "near_unidentified": structure.near_unidentified_dims(layer)}
+            assert (summary["unidentified_parameters"], summary["near_unidentified"]) == ((36, 6) if i == 0 else (64, 0))
+            _check_counts(n, summary, ("llama4", i))
+    finally:
+        m.apply_rotary_emb, m.Llama4TextWeightlessRMSNorm.forward = original

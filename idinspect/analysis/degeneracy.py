@@ -59,7 +59,10 @@ def _nonzero(part: torch.Tensor, whole: torch.Tensor, rtol: float) -> torch.Tens
 
 def extra_unidentified(layer: AttentionLayer, s: HeadSpectra) -> dict | None:
     """``{"qk": [G], "vo": [G], "dead_heads": [...], "total"}`` extra unidentified dims, or None
-    if a factor is non-finite (then nothing about its freedom can be said)."""
+    if a factor is non-finite (then nothing about its freedom can be said) or the layer normalises
+    queries and keys (the bilinear kernel below does not describe a norm's tangent space: not measured)."""
+    if layer.qk_norm is not None:
+        return None
     if s.factors is None or not (bool(s.qk_ok.all()) and bool(s.ov_ok.all())):
         return None
     R_Q, R_K, R_V, R_O = (s.factors[n] for n in ("R_Q", "R_K", "R_V", "R_O"))

@@ -33,6 +33,11 @@ from ..errors import IdinspectError
 
 #: Relative singular-value cut of the Jacobian.
 RTOL = 1e-9
+#: Where a q/k norm leaves nearly-null directions (singular values about eps / mean square, 1e-10
+#: to 1e-7 relative at eps = 1e-6), three bands: exact below NEAR_EXACT_RTOL, nearly null up to
+#: NEAR_RTOL, identified above (docs/mathematics.md, "Normalised queries and keys").
+NEAR_EXACT_RTOL = 1e-12
+NEAR_RTOL = 1e-6
 TOKENS = 8
 
 
@@ -217,6 +222,22 @@ def nullity(J: torch.Tensor, rtol: float = RTOL) -> tuple[int, float, float | No
     return J.shape[1] - rank, kept, dropped
 
 
+def bands(J: torch.Tensor) -> tuple[int, int, float, float | None, float, float | None]:
+    """(exact nullity, nearly-null count, smallest kept s / s_max, largest exact-null s / s_max,
+    smallest nearly-null, largest nearly-null) of a Jacobian [rows, P] with the cuts NEAR_EXACT_RTOL and NEAR_RTOL."""
+    with single_threaded_kernels():
+        s = torch.linalg.svdvals(J)
+    rel = s / s[0]
+    P = J.shape[1]
+    kept = int((rel > NEAR_RTOL).sum())
+    rank = int((rel > NEAR_EXACT_RTOL).sum())
+    full = torch.cat([rel, rel.new_zeros(max(0, P - rel.numel()))])
+    near = full[kept:rank]
+    dropped = float(full[rank]) if rank < P else None
+    return (P - rank, rank - kept, float(full[kept - 1]), dropped,
+            float(near.min()) if near.numel() else None, float(near.max()) if near.numel() else None)
+
+
 def prove(model, seed: int = 0) -> dict:
     """The ``proof`` object: the twin, its Jacobian nullity and its structural count."""
     import idinspect
@@ -231,7 +252,13 @@ def prove(model, seed: int = 0) -> dict:
     layer = twin.layer(0)
     pos = layer.positional
     dropped = [b["largest_dropped_singular_value"] for b in blocks if b["largest_dropped_singular_value"] is not None]
+    near = {}
+    if any("jacobian_near_nullity" in b for b in blocks):
+        near = {"jacobian_near_nullity": sum(b.get("jacobian_near_nullity", 0) for b in blocks),
+                "structural_near_unidentified": sum(b.get("structural_near_unidentified", 0) for b in blocks),
+                "near_rtol": NEAR_RTOL}
     return {
+        **near,
         "twin": {
             "model_type": hf.config.model_type, "family": model.adapter.family, "layers": 1, **shape,
             "biases": [r for r in ("b_Q", "b_K", "b_V", "b_O") if getattr(layer, r) is not None],
@@ -244,7 +271,7 @@ def prove(model, seed: int = 0) -> dict:
         "jacobian_shape": [sum(b["jacobian_shape"][0] for b in blocks), sum(b["jacobian_shape"][1] for b in blocks)],
         "batches": max(b["batches"] for b in blocks),
         "tokens": TOKENS,
-        "rtol": RTOL,
+        "rtol": NEAR_EXACT_RTOL if near else RTOL,
         "smallest_kept_singular_value": min(b["smallest_kept_singular_value"] for b in blocks),
         "largest_dropped_singular_value": max(dropped) if dropped else None,
         "jacobian_nullity": sum(b["jacobian_nullity"] for b in blocks),
@@ -264,9 +291,17 @@ def _prove_block(hf, twin, n: int, seed: int) -> dict:
     if J.shape[1] != P:
         raise IdinspectError(f"--prove: the twin's attention module of block {n} ({layer.kind}) has {J.shape[1]} "
                              f"parameters, idinspect reads {P}; the adapter misses a tensor")
-    null, kept, dropped = nullity(J)
     structural = structure.unidentified_dims(layer)
-    return {"index": n, "kind": layer.kind, "stack": layer.stack, "layer": layer.layer, "attention_parameters": P,
-            "jacobian_shape": list(J.shape), "batches": batch, "smallest_kept_singular_value": kept,
-            "largest_dropped_singular_value": dropped, "jacobian_nullity": null,
-            "structural_unidentified": structural, "agree": null == structural}
+    near_structural = structure.near_unidentified_dims(layer)
+    out = {"index": n, "kind": layer.kind, "stack": layer.stack, "layer": layer.layer, "attention_parameters": P,
+           "jacobian_shape": list(J.shape), "batches": batch}
+    if not near_structural:
+        null, kept, dropped = nullity(J)
+        return {**out, "smallest_kept_singular_value": kept, "largest_dropped_singular_value": dropped,
+                "jacobian_nullity": null, "structural_unidentified": structural, "agree": null == structural}
+    null, near, kept, dropped, near_lo, near_hi = bands(J)
+    return {**out, "smallest_kept_singular_value": kept, "largest_dropped_singular_value": dropped,
+            "jacobian_nullity": null, "structural_unidentified": structural,
+            "jacobian_near_nullity": near, "structural_near_unidentified": near_structural,
+            "near_singular_values": [near_lo, near_hi], "rtol": NEAR_EXACT_RTOL, "near_rtol": NEAR_RTOL,
+            "agree": null == structural and near == near_structural}

@@ -158,10 +158,12 @@ def stored_dtype(model: Model) -> torch.dtype:
 
 
 def rounding_baseline(layer: AttentionLayer, dtype: torch.dtype) -> AttentionLayer:
-    """``layer`` moved by the exact scalar gauge c = 8/7 and rounded to ``dtype`` (back in float64)."""
+    """``layer`` moved by the exact scalar gauge c = 8/7 and rounded to ``dtype`` (back in float64).
+    Under a q/k norm a scalar on W_Q, W_K is no gauge: the query and key side is only rounded."""
     c = BASELINE_SCALE
     L = layer.to(torch.float64)
-    factors = {"W_Q": c, "b_Q": c, "W_K": 1 / c, "b_K": 1 / c, "W_V": c, "b_V": c, "W_O": 1 / c, "b_O": 1.0}
+    q = 1.0 if L.qk_norm is not None else c
+    factors = {"W_Q": q, "b_Q": q, "W_K": 1 / q, "b_K": 1 / q, "W_V": c, "b_V": c, "W_O": 1 / c, "b_O": 1.0}
     return L.replace(**{r: (t * factors[r]).to(dtype).to(torch.float64) for r, t in L.tensors().items()})
 
 
@@ -232,7 +234,8 @@ CONDITION_FACTOR = 8.0
 def factor_amplification(layer: AttentionLayer) -> dict[str, torch.Tensor]:
     """How much a relative rounding of the stored factors can move each invariant, shaped as
     :func:`~idinspect.gauge.invariants.invariant_error_tensors`: ``W_QK``, ``W_OV`` [H],
-    ``plane_QK``, ``plane_QJK`` [H, P], ``output_bias`` [] (the worst head's).
+    ``plane_QK``, ``plane_QJK`` [H, P], ``output_bias`` [] (the worst head's); ``qk_factors`` [H] = 1
+    under a q/k norm (the factors are compared themselves: a relative rounding moves them by as much).
 
     amp = ||X||_F ||Y||_F / ||X Y^T||_F for the factors X, Y of that head's (or plane's) invariant:
     1 for a balanced rank-1 head, about sqrt(k) for balanced well-conditioned ones, and the square
@@ -250,6 +253,8 @@ def factor_amplification(layer: AttentionLayer) -> dict[str, torch.Tensor]:
     K = augment(L.W_K, key_bias) if key_bias is not None else L.W_K
     gq, gk = Q.transpose(1, 2) @ Q, (K.transpose(1, 2) @ K)[kv]                # [H, d_k, d_k]
     out: dict[str, torch.Tensor] = {}
+    if L.qk_norm is not None:
+        out["qk_factors"] = torch.ones(L.n_heads, dtype=torch.float64)
     if cols:
         U = torch.tensor(cols)
         out["W_QK"] = _amplification(gq[:, U][:, :, U], gk[:, U][:, :, U])

@@ -3,6 +3,8 @@
 - Key bias on unrotated dims is a no-op: <q_i, b_K> is constant over keys j and cancels in the
   softmax. Those entries of b_K [G, d_k] are set to zero (all of them without RoPE). Not under
   soft-capping or sinks, where the softmax is not shift-invariant: there b_K is live and kept.
+  softmax. Those entries of b_K [G, d_k] are set to zero (all of them without RoPE).
+  Under a q/k norm no key bias is a no-op (the norm is not shift-invariant): nothing is zeroed.
 - Value bias is absorbable when an output bias exists (softmax rows sum to one):
   b_O += sum_h b_V^{g(h)} W_O^h and b_V = 0. Not with sinks (rows sum to less than one).
 """

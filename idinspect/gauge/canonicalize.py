@@ -1,7 +1,9 @@
 """The gauge-fixed form "balanced", version 1 (docs/mathematics.md), of one canonical layer.
 
 Order: biases (step 1), unrotated QK dims (2), rotary planes (3), VO (4); signs and half-turns (5)
-inside each. Float64 throughout; the caller casts once at the end (the adapter writer). Cost per
+inside each. A layer with a q/k norm keeps its query and key side exactly as stored (W_Q, b_Q, W_K,
+b_K and the norm gains): the norm leaves no GL gauge there, and the gain trade per plane that
+remains is left unfixed (docs/mathematics.md, "Normalised queries and keys"); only VO is balanced. Float64 throughout; the caller casts once at the end (the adapter writer). Cost per
 kv group O(d d_k^2), never a d x d product: the fast route (:mod:`.fast_route`: k x k Gram
 matrices, Cholesky and small SVDs, one batched matmul per factor) where every Gram matrix is
 well-conditioned, else the reference route (:mod:`.reference_route`: thin QR of the tall factors,
@@ -46,9 +48,10 @@ def canonicalize(layer: AttentionLayer, *, rtol: float = NONUNIQUE_RTOL,
     report = GaugeReport(layer.index, zeroed_key_bias_dims=zeroed, folded_value_bias=folded, head_grams=b.head_grams)
 
     r = L.group_size
-    if b.s_qk is not None:
+    qk_kept = L.qk_norm is not None
+    if b.s_qk is not None and not qk_kept:
         _note(report, "qk", close_pairs(b.s_qk, rtol), r)
-    if b.principal is not None:
+    if b.principal is not None and not qk_kept:
         report.dead_planes.extend((g, p) for g, p in b.dead.nonzero().tolist())
         P = b.principal.shape[1]
         _note(report, "plane", [(row // P, row % P, gap) for row, _, gap in close_pairs(b.principal.reshape(-1, 2), rtol)],
@@ -56,8 +59,15 @@ def canonicalize(layer: AttentionLayer, *, rtol: float = NONUNIQUE_RTOL,
     _note(report, "vo", close_pairs(b.s_vo, rtol), r)
 
     kept = {role: None if t is None else t.clone() for role, t in (("b_V", L.b_V), ("b_O", L.b_O))}
-    fixed = L.replace(W_Q=b.W_Q, W_K=b.W_K, W_V=b.W_V, W_O=b.W_O, b_Q=b.b_Q, b_K=b.b_K,
-                      b_V=b.b_V if v_live else kept["b_V"], b_O=kept["b_O"])
+    if qk_kept:
+        qk = {role: None if t is None else t.clone() for role, t in (("W_Q", L.W_Q), ("W_K", L.W_K), ("b_Q", L.b_Q),
+                                                                       ("b_K", L.b_K))}
+        if workspace is not None:            # the contract: W_Q lives in the workspace's buffer
+            b.W_Q.copy_(L.W_Q)
+            qk["W_Q"] = b.W_Q
+    else:
+        qk = {"W_Q": b.W_Q, "W_K": b.W_K, "b_Q": b.b_Q, "b_K": b.b_K}
+    fixed = L.replace(**qk, W_V=b.W_V, W_O=b.W_O, b_V=b.b_V if v_live else kept["b_V"], b_O=kept["b_O"])
     return fixed, report
 
 

@@ -12,7 +12,8 @@ defining conditions are instead stable under rounding; each gives a relative res
 - planes: | ||Q_p||^2 - ||K_p||^2 | / (||Q_p||^2 + ||K_p||^2), |M_01| / tr M, (M_11 - M_00)^+ / tr M, and
           the sign of K_p's first column.
 
-All are k x k Gram products: O(d d_k^2) per group.
+All are k x k Gram products: O(d d_k^2) per group. Under a q/k norm the query and key side is kept as
+stored (no QK conditions, no no-op key bias); only the bias folding and VO conditions apply.
 """
 
 from __future__ import annotations
@@ -49,7 +50,8 @@ def gauge_residuals(layer: AttentionLayer) -> list[tuple[float, str]]:
     out: list[tuple[float, str]] = []
     at = f"layer {L.index}"
     G, d = L.n_kv_heads, L.d_model
-    cols = list(unrotated_columns(L))
+    qk_kept = L.qk_norm is not None                     # under a q/k norm the QK side is kept as stored
+    cols = list(unrotated_columns(L)) if not qk_kept else []
     key_row = d if noop_key_bias_columns(L) else None   # the key bias row takes part where it is live
     if L.b_K is not None and cols and key_row is not None:
         out.append((_ratio(L.b_K[:, cols].norm(), L.b_K.norm()), f"{at} b_K: no-op (unrotated) part not zero"))
@@ -62,7 +64,7 @@ def gauge_residuals(layer: AttentionLayer) -> list[tuple[float, str]]:
     for g in range(G):
         if cols:
             out += _pair_residuals(Q[g][:, cols], K[g][:key_row, cols], f"{at} group {g} QK")
-        if L.positional.kind == "rope":
+        if L.positional.kind == "rope" and not qk_kept:
             for p, (i, j) in enumerate(L.positional.rotary.plane_columns()):
                 out += _plane_residuals(Q[g][:, [i, j]], K[g][:, [i, j]], f"{at} group {g} plane {p}")
         v_live = L.b_V is not None and not value_bias_absorbable(L)

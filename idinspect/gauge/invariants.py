@@ -11,6 +11,12 @@ For each query head h (kv group g = g(h)), with Q~^h = [W_Q^h; b_Q^h] the bias-a
   acts on its own);
 - ``output_bias``: b_O + sum_h b_V^{g(h)} W_O^h (with sinks: b_O);
 - ``sinks``: the sink logits [H] as one vector, where the layers have them.
+- ``W_OV``: W_V^g W_O^h;
+- ``output_bias``: b_O + sum_h b_V^{g(h)} W_O^h;
+- ``qk_factors`` (instead of the three QK kinds, for a layer with a q/k norm): Q~^h and
+  K~^g = [W_K^g; b_K^g] themselves, per query head the worse of its own and its kv head's. The
+  norm leaves no GL gauge on them, and the kept gauge (the gain trade per plane) moves the norm
+  gains, which are compared as stored tensors.
 
 Each is compared as ||X_a - X_b||_F / max(||X_a||_F, ||X_b||_F) through k x k Gram matrices of
 the factors after aligning b's gauge to a's (:mod:`.aligned`: exact for any alignment, and free of
@@ -31,7 +37,7 @@ from .biases import effective_output_bias
 from .factors import augment
 from .linalg import product_norms, relative
 
-INVARIANTS = ("W_QK", "plane_QK", "plane_QJK", "W_OV", "output_bias", "sinks")
+INVARIANTS = ("W_QK", "plane_QK", "plane_QJK", "W_OV", "output_bias", "sinks", "qk_factors")
 _J = torch.tensor([[0.0, 1.0], [-1.0, 0.0]], dtype=torch.float64)
 
 
@@ -65,7 +71,8 @@ def invariant_error_tensors(a: AttentionLayer, b: AttentionLayer, *, overwrite_a
                             grams_a: tuple[torch.Tensor, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
     """Relative change of every invariant between layers ``a`` and ``b`` (float64), per head:
     ``W_QK`` and ``W_OV`` [H], ``plane_QK`` and ``plane_QJK`` [H, P], ``output_bias`` [] (one per layer),
-    ``sinks`` [] (one per layer, where the layers have sinks).
+    ``sinks`` [] (one per layer, where the layers have sinks); ``qk_factors`` [H] instead of the QK
+    kinds for a layer with a q/k norm.
 
     Kinds that do not apply (planes without RoPE, W_QK under full RoPE) are absent. Raises
     ValueError if the layers do not have the same shapes and positional scheme. Layers already
@@ -91,6 +98,28 @@ def invariant_error_tensors(a: AttentionLayer, b: AttentionLayer, *, overwrite_a
         ea, eb = effective_output_bias(A), effective_output_bias(B)     # first: W_O may be overwritten below
     bias_err = relative((ea - eb).norm(), ea.norm(), eb.norm())
 
+    if A.qk_norm is not None:
+        out["qk_factors"] = _qk_factor_errors(A, B, kv)
+    else:
+        _qk_error_tensors(A, B, kv, own, grams_a, out)
+
+    full = torch.arange(A.d_v)[None]
+    Va = augment(A.W_V, _zero_if_none(A.b_V, B.b_V)) if sinks else A.W_V
+    Vb = augment(B.W_V, _zero_if_none(B.b_V, A.b_V)) if sinks else B.W_V
+    ov = align(A.W_O, None, B.W_O, None, Va, Vb, kv, [full], overwrite=own["W_O"],   # P = W_O^hT, S = W_V^g
+               Ga=None if grams_a is None else grams_a[1])
+    if ov is None:
+        err = _rel(Va[kv], A.W_O.transpose(1, 2), Vb[kv], B.W_O.transpose(1, 2))
+    else:
+        err = ov.errors(full)[:, 0]
+    out["W_OV"] = err
+    out["output_bias"] = torch.as_tensor(bias_err, dtype=torch.float64)
+    return out
+
+
+def _qk_error_tensors(A: AttentionLayer, B: AttentionLayer, kv: torch.Tensor, own: dict, grams_a,
+                      out: dict[str, torch.Tensor]) -> None:
+    """``W_QK`` [H] and ``plane_QK`` / ``plane_QJK`` [H, P] into ``out`` (layers without a q/k norm)."""
     cols = list(unrotated_columns(A))
     rope = A.positional.kind == "rope"
     U = torch.tensor(cols)[None] if cols else None                                    # [1, n_U]
@@ -110,18 +139,17 @@ def invariant_error_tensors(a: AttentionLayer, b: AttentionLayer, *, overwrite_a
             out["plane_QK"] = qk.errors(planes)
             out["plane_QJK"] = qk.errors(planes, *_plane_j(A.d_k, planes))
 
-    full = torch.arange(A.d_v)[None]
-    Va = augment(A.W_V, _zero_if_none(A.b_V, B.b_V)) if sinks else A.W_V
-    Vb = augment(B.W_V, _zero_if_none(B.b_V, A.b_V)) if sinks else B.W_V
-    ov = align(A.W_O, None, B.W_O, None, Va, Vb, kv, [full], overwrite=own["W_O"],   # P = W_O^hT, S = W_V^g
-               Ga=None if grams_a is None else grams_a[1])
-    if ov is None:
-        err = _rel(Va[kv], A.W_O.transpose(1, 2), Vb[kv], B.W_O.transpose(1, 2))
-    else:
-        err = ov.errors(full)[:, 0]
-    out["W_OV"] = err
-    out["output_bias"] = torch.as_tensor(bias_err, dtype=torch.float64)
-    return out
+
+def _qk_factor_errors(A: AttentionLayer, B: AttentionLayer, kv: torch.Tensor) -> torch.Tensor:
+    """[H]: relative change of [W_Q^h; b_Q^h], or of its kv head's [W_K^g; b_K^g] where larger (q/k-norm layers)."""
+    def per_head(W: str, b: str) -> torch.Tensor:
+        Xa = augment(getattr(A, W), _zero_if_none(getattr(A, b), getattr(B, b)))
+        Xb = augment(getattr(B, W), _zero_if_none(getattr(B, b), getattr(A, b)))
+        na, nb = Xa.flatten(1).norm(dim=1), Xb.flatten(1).norm(dim=1)
+        err = (Xa - Xb).flatten(1).norm(dim=1) / torch.maximum(na, nb).clamp_min(torch.finfo(torch.float64).tiny)
+        return torch.where((na == 0) & (nb == 0), torch.zeros_like(err), err)
+
+    return torch.maximum(per_head("W_Q", "b_Q"), per_head("W_K", "b_K")[kv])
 
 
 def largest_invariant_error(a: AttentionLayer, b: AttentionLayer, *, overwrite_a: bool = False,
@@ -223,3 +251,7 @@ def _check_comparable(a: AttentionLayer, b: AttentionLayer) -> None:
         raise ValueError(f"layer {a.index}: score scale, causal mask or sliding window differ")
     if a.logit_softcap != b.logit_softcap or (a.sinks is None) != (b.sinks is None):
         raise ValueError(f"layer {a.index}: logit soft-capping or attention sinks differ")
+    na, nb = a.qk_norm, b.qk_norm
+    if (na is None) != (nb is None) or na is not None and (na.kind, na.scope, na.eps, na.gain_offset) != (
+            nb.kind, nb.scope, nb.eps, nb.gain_offset):
+        raise ValueError(f"layer {a.index}: query/key norms differ")

@@ -11,6 +11,9 @@ Two optional data fields change the score and the softmax (docs/mathematics.md, 
 attention sinks"): ``logit_softcap`` c replaces each score s by c tanh(s / c) before the mask
 (Gemma 2); ``sinks`` [H] adds one learned logit per head to every softmax row and drops its
 probability, so a row's weights over the real keys sum to less than one (gpt-oss).
+With :class:`QKNorm` (Qwen3, OLMo2, Gemma 3, Cohere) q^h and k^g are normalised, before RoPE:
+q^h <- n(q^h) (gain_offset + gain^h), n the RMS / LayerNorm / L2 map over each head or the
+whole projection.
 
 Query head h reads key/value head g(h) = h // (H / G) (Hugging Face ``repeat_kv`` order).
 """
@@ -98,6 +101,65 @@ class Positional:
         return self.rotary.rotary_dim if self.rotary is not None else 0
 
 
+QKNormKind = Literal["rms", "layer", "l2"]
+QKNormScope = Literal["head", "projection"]
+
+
+@dataclass(frozen=True)
+class QKNorm:
+    """A norm on queries and keys between the projection and RoPE (applied to q and k alike).
+
+    ``kind``: ``"rms"``  n(y) = y / sqrt(mean(y^2) + eps)                      (Qwen3, OLMo2, Gemma 3)
+              ``"layer"`` n(y) = (y - mean y) / sqrt(mean((y - mean y)^2) + eps)  (Cohere, no bias)
+              ``"l2"``   ``"rms"`` without gains                                (Llama 4)
+    ``scope``: the mean runs over each head's d_k dims (``"head"``) or over the whole projection's
+    H d_k (G d_k for keys) dims (``"projection"``, OLMo2).
+    ``q_gain`` / ``k_gain`` as stored: [d_k] (one vector every head shares), [H, d_k] / [G, d_k]
+    (per head), [H d_k] / [G d_k] (per projection), or None (``"l2"``); the multiplier is
+    ``gain_offset + gain`` (Gemma: 1 + w). ``q_bias`` / ``k_bias``: a bias added after the gain
+    (Phi's nn.LayerNorm), shaped as the gains, or None. ``tensor_names``: ``{"q_gain": ..., ...}``.
+    """
+
+    kind: QKNormKind
+    scope: QKNormScope
+    eps: float
+    q_gain: torch.Tensor | None = None
+    k_gain: torch.Tensor | None = None
+    gain_offset: float = 0.0
+    tensor_names: dict[str, str] = field(default_factory=dict)
+    q_bias: torch.Tensor | None = None
+    k_bias: torch.Tensor | None = None
+
+    @property
+    def shared_gain(self) -> bool:
+        """One gain vector for every head (stored [d_k])."""
+        return self.q_gain is not None and self.q_gain.dim() == 1 and self.scope == "head"
+
+    def gains(self, heads: int, d_k: int, which: str) -> torch.Tensor | None:
+        """The multiplier gain_offset + gain per head, [heads, d_k] (``which``: "q" or "k"), or None."""
+        g = self.q_gain if which == "q" else self.k_gain
+        if g is None:
+            return None
+        return _per_head(g, heads, d_k) + self.gain_offset
+
+    def biases(self, heads: int, d_k: int, which: str) -> torch.Tensor | None:
+        """The bias added after the gain, per head [heads, d_k], or None."""
+        b = self.q_bias if which == "q" else self.k_bias
+        return None if b is None else _per_head(b, heads, d_k)
+
+    def parameter_count(self) -> int:
+        return sum(t.numel() for t in (self.q_gain, self.k_gain, self.q_bias, self.k_bias) if t is not None)
+
+    def to(self, dtype: torch.dtype) -> "QKNorm":
+        return dataclasses.replace(self, **{n: getattr(self, n).to(dtype) for n in ("q_gain", "k_gain", "q_bias", "k_bias")
+                                            if getattr(self, n) is not None})
+
+
+def _per_head(t: torch.Tensor, heads: int, d_k: int) -> torch.Tensor:
+    """A stored norm parameter ([d_k] shared, [heads, d_k] or [heads d_k]) as [heads, d_k]."""
+    return t.reshape(-1, d_k).expand(heads, d_k) if t.numel() == d_k else t.reshape(heads, d_k)
+
+
 @dataclass
 class AttentionLayer:
     """One attention layer in canonical per-head form.
@@ -133,6 +195,8 @@ class AttentionLayer:
     #: Attention sinks [H]: head h's softmax row gains the logit sinks[h], whose probability is dropped
     #: (gpt-oss); None: none. Its checkpoint name is ``tensor_names["sinks"]``.
     sinks: torch.Tensor | None = None
+    #: Normalised queries and keys (:class:`QKNorm`), or None.
+    qk_norm: QKNorm | None = None
 
     def __post_init__(self) -> None:
         unknown = set(self.flags) - KNOWN_FLAGS
@@ -185,19 +249,24 @@ class AttentionLayer:
 
     def to(self, dtype: torch.dtype) -> "AttentionLayer":
         """A copy with every tensor converted to ``dtype`` (metadata shared)."""
-        sinks = {} if self.sinks is None else {"sinks": self.sinks.to(dtype)}
-        return dataclasses.replace(self, **{r: t.to(dtype) for r, t in self.tensors().items()}, **sinks)
+        moved = {r: t.to(dtype) for r, t in self.tensors().items()}
+        if self.sinks is not None:
+            moved["sinks"] = self.sinks.to(dtype)
+        if self.qk_norm is not None:
+            moved["qk_norm"] = self.qk_norm.to(dtype)
+        return dataclasses.replace(self, **moved)
 
     def replace(self, **changes) -> "AttentionLayer":
         return dataclasses.replace(self, **changes)
 
     def parameter_count(self) -> int:
         """P = H d d_k + G d d_k + G d d_v + H d_v d + bias sizes (+ the relative-position bias table
-        where this block holds it, + H sinks)."""
+        where this block holds it, + H sinks, + the q/k norm gains as stored)."""
         rel = self.positional.relative
         table = rel.table.numel() if rel is not None and rel.owned else 0
         sinks = self.sinks.numel() if self.sinks is not None else 0
-        return sum(t.numel() for t in self.tensors().values()) + table + sinks
+        gains = self.qk_norm.parameter_count() if self.qk_norm is not None else 0
+        return sum(t.numel() for t in self.tensors().values()) + table + sinks + gains
 
     def validate(self) -> None:
         """Raise ValueError if the shapes are not a consistent canonical layer."""

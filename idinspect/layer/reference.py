@@ -8,6 +8,8 @@ the visible scores and the extra logit sinks[h], whose probability is dropped (g
 
     p_ij = exp(s_ij) / (exp(sinks[h]) + sum_{j' visible} exp(s_ij'))
 
+A q/k norm (:class:`QKNorm`) normalises q and k (biases included) before RoPE: :func:`normalise`.
+
 Queries come from ``x``; keys and values from ``x_kv`` (the encoder's output for a cross-attention
 block, ``x`` itself otherwise). A cross-attention block sees every key: no causal mask, no window.
 """
@@ -16,7 +18,7 @@ from __future__ import annotations
 
 import torch
 
-from .attention_layer import AttentionLayer
+from .attention_layer import AttentionLayer, QKNorm
 from .latent_layer import is_latent
 from .latent_reference import latent_reference_attention
 from ..errors import UnsupportedLayerError
@@ -39,6 +41,7 @@ def reference_attention(layer: AttentionLayer, x: torch.Tensor, positions: torch
             raise ValueError(f"layer {layer.index}: multi-head latent attention has no cross-attention blocks")
         return latent_reference_attention(layer, x, positions, causal)
     if layer.flags:
+    if layer.flags:   # the qk_norm flag without QKNorm data: a norm the adapter could not describe
         raise UnsupportedLayerError(f"layer {layer.index}: the reference attention does not model {sorted(layer.flags)}")
     cross = layer.kind == "cross"
     if cross and x_kv is None:
@@ -61,6 +64,10 @@ def reference_attention(layer: AttentionLayer, x: torch.Tensor, positions: torch
         k = k + L.b_K[None, :, None, :]
     if L.b_V is not None:
         v = v + L.b_V[None, :, None, :]
+
+    if L.qk_norm is not None:
+        q = normalise(q, L.qk_norm, "q")
+        k = normalise(k, L.qk_norm, "k")
 
     pos = L.positional
     if pos.kind == "rope":
@@ -97,4 +104,22 @@ def reference_attention(layer: AttentionLayer, x: torch.Tensor, positions: torch
     out = torch.einsum("bhtv,hvd->btd", z, L.W_O)
     if L.b_O is not None:
         out = out + L.b_O
+    return out
+
+
+def normalise(y: torch.Tensor, norm: QKNorm, which: str) -> torch.Tensor:
+    """q [B, H, T, d_k] or k [B, G, S, d_k] through the q/k norm ``which`` ("q" or "k"), float64:
+    y -> n(y) (gain_offset + gain) + bias, n over each head's dims or over all heads' dims at once."""
+    B, n, T, dk = y.shape
+    flat = y.transpose(1, 2).reshape(B, T, n * dk) if norm.scope == "projection" else y
+    if norm.kind == "layer":
+        flat = flat - flat.mean(-1, keepdim=True)
+    flat = flat * torch.rsqrt(flat.pow(2).mean(-1, keepdim=True) + norm.eps)
+    out = flat.reshape(B, T, n, dk).transpose(1, 2) if norm.scope == "projection" else flat
+    gains = norm.gains(n, dk, which)
+    if gains is not None:
+        out = out * gains.to(torch.float64)[None, :, None, :]
+    bias = norm.biases(n, dk, which)
+    if bias is not None:
+        out = out + bias.to(torch.float64)[None, :, None, :]
     return out

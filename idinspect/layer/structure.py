@@ -14,6 +14,17 @@ never on weight values (weight-level facts are findings, in the analyzer).
                             bias table: adding a constant to all of head h's buckets adds it to every
                             logit of a row, which the softmax cancels; a bucket no position pair uses
                             (bidirectional bucketing has one) never reaches the output
+
+With a q/k norm (:class:`QKNorm`, docs/mathematics.md "Normalised queries and keys") the QK gauge
+shrinks to what commutes with the norm and RoPE, c gain classes (1 for one gain vector all heads
+share, G for gains per head or per projection):
+
+    QK gauge, gains:        c (rd/2 + (d_k - rd))        one gain trade per plane / unrotated dim
+    QK gauge, no gains (L2): G (rd/2 + (d_k - rd)(d_k - rd - 1)/2)   SO(2) per plane x O(d_k - rd)
+    LayerNorm's centring:   H (d + [b_Q]) + G (d + [b_K]) a column shift w 1^T of each head's W
+    key bias:               live (the norm is not shift-invariant): no no-op dims
+    nearly unidentified:    H + G per-head (2 per-projection) scales of W_Q, W_K: the norm removes
+                            them only up to eps (exact, and counted as unidentified, when eps = 0)
 """
 
 from __future__ import annotations
@@ -34,6 +45,44 @@ UNMODELLED_FLAGS = {
 }
 
 
+def qk_norm_gain_classes(layer: AttentionLayer) -> int:
+    """c: 1 where one gain vector serves every head, G where gains are per head or per projection."""
+    norm = layer.qk_norm
+    return 1 if norm is not None and norm.shared_gain else layer.n_kv_heads
+
+
+def qk_norm_scales(layer: AttentionLayer) -> int:
+    """Independent scales of W_Q / W_K that the q/k norm divides out: H + G per head, 2 per projection."""
+    norm = layer.qk_norm
+    if norm is None:
+        return 0
+    return 2 if norm.scope == "projection" else layer.n_heads + layer.n_kv_heads
+
+
+def qk_norm_centring_dims(layer: AttentionLayer) -> int:
+    """LayerNorm subtracts each head's mean: W^h -> W^h + w 1^T (and b^h -> b^h + c 1) is exact."""
+    norm = layer.qk_norm
+    if norm is None or norm.kind != "layer":
+        return 0
+    d = layer.d_model
+    return layer.n_heads * (d + (layer.b_Q is not None)) + layer.n_kv_heads * (d + (layer.b_K is not None))
+
+
+def qk_norm_bias_shifts(layer: AttentionLayer) -> int:
+    """The part of :func:`qk_norm_centring_dims` carried by biases (H [b_Q] + G [b_K])."""
+    norm = layer.qk_norm
+    if norm is None or norm.kind != "layer":
+        return 0
+    return layer.n_heads * (layer.b_Q is not None) + layer.n_kv_heads * (layer.b_K is not None)
+
+
+def near_unidentified_dims(layer: AttentionLayer) -> int:
+    """Directions the q/k norm removes only up to its eps (each normalised scale of W_Q, W_K); 0
+    where eps = 0 (they are exact then and counted in :func:`qk_gauge_dim`)."""
+    norm = layer.qk_norm
+    return qk_norm_scales(layer) if norm is not None and norm.eps > 0 else 0
+
+
 def require_modelled(layer: AttentionLayer) -> None:
     """Refuse a layer carrying a flag the mathematics does not model, naming the flag."""
     for flag in sorted(layer.flags):
@@ -44,6 +93,16 @@ def require_modelled(layer: AttentionLayer) -> None:
     if capped and layer.positional.kind in ("alibi", "relative"):
         raise UnsupportedLayerError(f"layer {layer.index} combines {' and '.join(capped)} with {layer.positional.kind} "
                                     "position biases, which no supported family does; the counts are not derived for it")
+    norm = layer.qk_norm
+    if norm is not None and (layer.logit_softcap is not None or layer.sinks is not None):
+        raise UnsupportedLayerError(f"layer {layer.index}: a q/k norm together with soft-capping or sinks is not "
+                                    "derived; idinspect refuses rather than miscount")
+    if norm is not None and (norm.kind == "layer" and norm.scope != "head" or norm.kind not in ("rms", "layer", "l2")):
+        raise UnsupportedLayerError(f"layer {layer.index}: a {norm.kind} q/k norm over each {norm.scope} is not modelled; "
+                                    "idinspect refuses rather than miscount")
+    if norm is not None and layer.positional.kind in ("alibi", "relative"):
+        raise UnsupportedLayerError(f"layer {layer.index}: a q/k norm with {layer.positional.kind} positions is not "
+                                    "modelled; idinspect refuses rather than miscount")
     if layer.positional.kind == "rope":
         check_rotary_frequencies(layer.positional.rotary, layer.index)
     if layer.sliding_window is not None and layer.sliding_window < 2:
@@ -88,8 +147,19 @@ def qk_gauge_dim_per_group(layer: AttentionLayer) -> int:
 
 
 def qk_gauge_dim(layer: AttentionLayer) -> int:
-    """Dimension of the QK gauge group of the layer (summed over kv groups)."""
-    return layer.n_kv_heads * qk_gauge_dim_per_group(layer)
+    """Dimension of the QK gauge group of the layer (summed over kv groups); with a q/k norm, the
+    gain trades (or rotations, without gains), the centring shifts and, where eps = 0, the scales."""
+    norm = layer.qk_norm
+    if norm is None:
+        return layer.n_kv_heads * qk_gauge_dim_per_group(layer)
+    rd = rotary_dim(layer)
+    ku = layer.d_k - rd
+    if norm.q_gain is None:
+        core = layer.n_kv_heads * (rd // 2 + ku * (ku - 1) // 2)
+    else:
+        core = qk_norm_gain_classes(layer) * (rd // 2 + ku)
+    exact_scales = qk_norm_scales(layer) if norm.eps == 0 else 0
+    return core + qk_norm_centring_dims(layer) + exact_scales
 
 
 def vo_gauge_dim(layer: AttentionLayer) -> int:
@@ -119,12 +189,19 @@ def rows_sum_to_one(layer: AttentionLayer) -> bool:
 def noop_key_bias_columns(layer: AttentionLayer) -> range:
     """Head columns of b_K that cancel in the softmax: the unrotated ones where the softmax is
     shift-invariant (:func:`shift_invariant`), none otherwise."""
-    return unrotated_columns(layer) if shift_invariant(layer) else range(0)
+    return unrotated_columns(layer) if shift_invariant(layer) and layer.qk_norm is None else range(0)
 
 
 def noop_key_bias_dims(layer: AttentionLayer) -> int:
     """Dims of b_K that cancel in the softmax: the unrotated part per kv head, under a shift-invariant
-    softmax (live under soft-capping or sinks)."""
+    softmax (live under soft-capping or sinks). Under a q/k norm b_K is live (the norm is not
+    shift-invariant); a bias the norm adds after its gain (Phi) is the key bias then, and its
+    unrotated part cancels the same way (per stored vector: once if shared)."""
+    norm = layer.qk_norm
+    if norm is not None:
+        if norm.k_bias is None or not shift_invariant(layer):
+            return 0
+        return (norm.k_bias.numel() // layer.d_k) * len(unrotated_columns(layer))
     if layer.b_K is None:
         return 0
     return layer.n_kv_heads * len(noop_key_bias_columns(layer))

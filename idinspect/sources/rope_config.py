@@ -221,3 +221,19 @@ def rope_settings(config: CheckpointConfig):
     settings.rope_parameters = config.stored("rope_parameters")
     settings.convert_rope_params_to_dict(**{k: config.stored(k) for k in _ROPE_LEGACY if k in config})
     return settings
+
+
+def rotary_spec_for_layer_type(config, layer_type: str, pairing: RotaryPairing) -> RotarySpec:
+    """RoPE of the layers of ``layer_type`` in a config whose ``rope_parameters`` are keyed by layer
+    type (Gemma 3: "sliding_attention" and "full_attention"), as the family's rotary module computes
+    it: the default type from that type's ``rope_theta`` over head_dim, any other type by transformers'
+    own init function with ``layer_type``. ``config``: transformers' config class (already standardised)."""
+    params = config.rope_parameters[layer_type]
+    rope_type = params.get("rope_type", "default")
+    if rope_type == "default":
+        return _default_spec(params["rope_theta"], _head_dim(config), pairing)
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    inv_freq, factor = ROPE_INIT_FUNCTIONS[rope_type](config, layer_type=layer_type)
+    return RotarySpec(pairing=pairing, rotary_dim=2 * inv_freq.numel(), inv_freq=inv_freq.to("cpu"),
+                      attention_factor=float(factor), rope_type=rope_type)

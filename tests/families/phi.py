@@ -23,4 +23,7 @@ VARIANTS = {
     "phi-full-rotary": Variant(lambda: _phi(num_attention_heads=4, rope_parameters={
         "rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 1.0}), tf.PhiForCausalLM, ROPE_LM,
         export_bound=1e-12),
+    # one LayerNorm (gain and bias) shared by all heads on queries and keys, before the partial RoPE
+    "phi-qk-layernorm": Variant(lambda: _phi(qk_layernorm=True, layer_norm_eps=1e-7), tf.PhiForCausalLM, ROPE_LM,
+                                export_bound=1e-12),
 }

@@ -23,3 +23,9 @@ VARIANTS = {
                                                                         "partial_rotary_factor": 0.5}),
                                      tf.StableLmForCausalLM, ROPE_LM, export_bound=1e-12),
 }
+# StableLM-2-12B style: per-head LayerNorm (no bias) on queries and keys, GQA, partial RoPE
+VARIANTS["stablelm-qk-layernorm"] = Variant(lambda: _stablelm(num_attention_heads=4, num_key_value_heads=2,
+                                                              qk_layernorm=True, layer_norm_eps=1e-7,
+                                                              rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
+                                                                               "partial_rotary_factor": 0.5}),
+                                            tf.StableLmForCausalLM, ROPE_LM, export_bound=1e-12)

@@ -1,0 +1,57 @@
+"""Contexts in which transformers' norm modules compute float64 inputs in float64.
+
+Several families' norms cast to float32 inside (``hidden_states.to(torch.float32)``, Gemma's
+``x.float()``), so a float64 model is not float64 end to end: a 1e-7 error that looks like a broken
+symmetry at a 1e-9 cut. Within :func:`exact_norms` the named classes compute a float64 input in
+float64 by the same formula (any other dtype takes the original path). Nothing here is used outside
+the proofs (``--prove``) and the tests.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+
+import torch
+
+
+def rms(x: torch.Tensor, eps: float) -> torch.Tensor:
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+
+
+def centred(x: torch.Tensor, eps: float) -> torch.Tensor:
+    x = x - x.mean(-1, keepdim=True)
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+
+
+@contextlib.contextmanager
+def exact_norms(classes: dict[type, Callable[[torch.nn.Module, torch.Tensor], torch.Tensor]]) -> Iterator[None]:
+    """Within the context, ``cls.forward(x)`` of each class computes ``formula(module, x)`` for float64 ``x``."""
+    originals = {cls: cls.forward for cls in classes}
+
+    def patched(cls, formula):
+        original = originals[cls]
+
+        def forward(self, x, *args, **kwargs):
+            if x.dtype != torch.float64:
+                return original(self, x, *args, **kwargs)
+            return formula(self, x)
+        return forward
+
+    for cls, formula in classes.items():
+        cls.forward = patched(cls, formula)
+    try:
+        yield
+    finally:
+        for cls, original in originals.items():
+            cls.forward = original
+
+
+def eps_of(module: torch.nn.Module) -> float:
+    """The epsilon a transformers norm module stores (``variance_epsilon`` or ``eps``)."""
+    return float(getattr(module, "variance_epsilon", getattr(module, "eps", 1e-6)))
+
+
+def weighted_rms(module: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """Llama-style RMSNorm: weight * x / rms(x)."""
+    return module.weight * rms(x, eps_of(module))

@@ -1,0 +1,77 @@
+"""OLMo 2 and OLMoE: unfused q/k/v/o_proj (GQA, rotate_half RoPE) with an RMSNorm over the whole
+query projection and one over the whole key projection, before RoPE (gains of width H hd / G hd).
+
+Layer i (prefix 'model.' for *ForCausalLM):
+    layers.i.self_attn.{q,k,v}_proj.weight [H*hd | G*hd, d]   bias with attention_bias
+    layers.i.self_attn.o_proj.weight       [d, H*hd]          bias with attention_bias
+    layers.i.self_attn.q_norm.weight       [H*hd]             one RMS over all query heads
+    layers.i.self_attn.k_norm.weight       [G*hd]             one RMS over all key heads
+eps: rms_norm_eps. OLMo 2 has no norm before attention (its norms follow attention and the MLP);
+OLMoE is pre-norm (input_layernorm) and its experts are MLPs, not read. OLMoE's ``clip_qkv``
+(clamping q, k, v) is a nonlinearity between the weights and the score: refused by name.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from functools import cached_property
+
+from ..errors import IdinspectError
+from ..layer.attention_layer import QKNorm
+from .base import Site
+from .float64 import exact_norms, weighted_rms
+from .layout import Block
+from .llama import LlamaAdapter, qkvo_block
+
+
+class Olmo2Adapter(LlamaAdapter):
+    family = "olmo2"
+    model_types = ("olmo2", "olmoe")
+
+    def __init__(self, config, reader):
+        super().__init__(config, reader)
+        if self.optional("clip_qkv") is not None:
+            raise IdinspectError(f"config.json: clip_qkv is {self.optional('clip_qkv')} ({config.model_type} clamps q, k "
+                                 "and v, a nonlinearity between the weights and the score that idinspect does not "
+                                 "model); idinspect refuses rather than miscount")
+
+    @property
+    def pre_norm(self) -> tuple[str, ...]:
+        return ("input_layernorm.weight",) if self.config.model_type == "olmoe" else ()
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.n_heads
+
+    @cached_property
+    def block(self) -> Block:
+        bias = bool(self.optional("attention_bias", False))
+        return qkvo_block(bias, bias)
+
+    def qk_norm(self, site: Site) -> QKNorm:
+        return self.read_qk_norm(site, "rms", "projection", self.config.rms_norm_eps,
+                                 ("self_attn.q_norm", "self_attn.k_norm"))
+
+    def sliding_window(self, site: Site) -> int | None:
+        return None
+
+    def exact_float64(self) -> contextlib.AbstractContextManager:
+        """OLMo 2's / OLMoE's RMSNorm computes in float32; within this context a float64 input stays float64."""
+        if self.config.model_type == "olmoe":
+            from transformers.models.olmoe import modeling_olmoe as m
+            return exact_norms({m.OlmoeRMSNorm: weighted_rms})
+        from transformers.models.olmo2 import modeling_olmo2 as m
+        return exact_norms({m.Olmo2RMSNorm: weighted_rms})
+
+    def twin_settings(self, hf_config, shape: dict) -> dict:
+        kw = {"hidden_size": shape["hidden_size"], "num_attention_heads": shape["heads"],
+              "num_key_value_heads": shape["kv_heads"], "intermediate_size": 16,
+              "attention_bias": hf_config.attention_bias, "rms_norm_eps": hf_config.rms_norm_eps,
+              "max_position_embeddings": hf_config.max_position_embeddings,
+              "rope_parameters": dict(hf_config.rope_parameters)}
+        if self.config.model_type == "olmoe":
+            kw.update(num_experts=2, num_experts_per_tok=1)
+        return kw
+
+
+ADAPTERS = (Olmo2Adapter,)
