@@ -40,7 +40,6 @@ def reference_attention(layer: AttentionLayer, x: torch.Tensor, positions: torch
         if x_kv is not None and x_kv is not x:
             raise ValueError(f"layer {layer.index}: multi-head latent attention has no cross-attention blocks")
         return latent_reference_attention(layer, x, positions, causal)
-    if layer.flags:
     if layer.flags:   # the qk_norm flag without QKNorm data: a norm the adapter could not describe
         raise UnsupportedLayerError(f"layer {layer.index}: the reference attention does not model {sorted(layer.flags)}")
     cross = layer.kind == "cross"
