@@ -53,7 +53,7 @@ def test_reported_unidentified_equals_jacobian_nullity(variant, tiny_dir):
     exact = idinspect.load(hf).adapter.exact_float64
     for i, layer in enumerate(result["layers"]):
         src, dst = tiny.attention_modules(hf, i)
-        if layer.get("near_unidentified"):
+        if layer.get("near_unidentified") and not layer.get("qk_norm"):   # MLA's bands; q/k norms: _check_counts
             s, P, _ = attention_singular_values(hf, src, dst, seed=i, exact=exact)
             assert P == layer["attention_parameters"], (variant, i)
             assert jacobian_bands(s) == (layer["unidentified_parameters"], layer["near_unidentified"]), (variant, i)

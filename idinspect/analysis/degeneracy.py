@@ -61,7 +61,7 @@ def extra_unidentified(layer: AttentionLayer, s: HeadSpectra) -> dict | None:
     """``{"qk": [G], "vo": [G], "dead_heads": [...], "total"}`` extra unidentified dims, or None
     if a factor is non-finite (then nothing about its freedom can be said) or the layer normalises
     queries and keys (the bilinear kernel below does not describe a norm's tangent space: not measured)."""
-    if layer.qk_norm is not None:
+    if getattr(layer, "qk_norm", None) is not None:
         return None
     if s.factors is None or not (bool(s.qk_ok.all()) and bool(s.ov_ok.all())):
         return None

@@ -122,7 +122,7 @@ def overflow_findings(layer: AttentionLayer) -> list[dict]:
 def noop_bias_findings(layer: AttentionLayer) -> list[dict]:
     """``noop-bias`` for a key bias whose unrotated dims cancel in the softmax."""
     dims = structure.noop_key_bias_dims(layer)
-    if not dims or layer.qk_norm is not None:   # a q/k norm's own bias: counted, not a stored b_K finding
+    if not dims or getattr(layer, "qk_norm", None) is not None:   # a q/k norm's own bias: counted, not a stored b_K finding
         return []
     cols = structure.unrotated_columns(layer)
     part = layer.b_K[:, cols.start:cols.stop]

@@ -162,7 +162,7 @@ def rounding_baseline(layer: AttentionLayer, dtype: torch.dtype) -> AttentionLay
     Under a q/k norm a scalar on W_Q, W_K is no gauge: the query and key side is only rounded."""
     c = BASELINE_SCALE
     L = layer.to(torch.float64)
-    q = 1.0 if L.qk_norm is not None else c
+    q = 1.0 if getattr(L, "qk_norm", None) is not None else c
     factors = {"W_Q": q, "b_Q": q, "W_K": 1 / q, "b_K": 1 / q, "W_V": c, "b_V": c, "W_O": 1 / c, "b_O": 1.0}
     return L.replace(**{r: (t * factors[r]).to(dtype).to(torch.float64) for r, t in L.tensors().items()})
 
@@ -253,7 +253,7 @@ def factor_amplification(layer: AttentionLayer) -> dict[str, torch.Tensor]:
     K = augment(L.W_K, key_bias) if key_bias is not None else L.W_K
     gq, gk = Q.transpose(1, 2) @ Q, (K.transpose(1, 2) @ K)[kv]                # [H, d_k, d_k]
     out: dict[str, torch.Tensor] = {}
-    if L.qk_norm is not None:
+    if getattr(L, "qk_norm", None) is not None:
         out["qk_factors"] = torch.ones(L.n_heads, dtype=torch.float64)
     if cols:
         U = torch.tensor(cols)

@@ -48,7 +48,7 @@ def canonicalize(layer: AttentionLayer, *, rtol: float = NONUNIQUE_RTOL,
     report = GaugeReport(layer.index, zeroed_key_bias_dims=zeroed, folded_value_bias=folded, head_grams=b.head_grams)
 
     r = L.group_size
-    qk_kept = L.qk_norm is not None
+    qk_kept = getattr(L, "qk_norm", None) is not None
     if b.s_qk is not None and not qk_kept:
         _note(report, "qk", close_pairs(b.s_qk, rtol), r)
     if b.principal is not None and not qk_kept:

@@ -50,7 +50,7 @@ def gauge_residuals(layer: AttentionLayer) -> list[tuple[float, str]]:
     out: list[tuple[float, str]] = []
     at = f"layer {L.index}"
     G, d = L.n_kv_heads, L.d_model
-    qk_kept = L.qk_norm is not None                     # under a q/k norm the QK side is kept as stored
+    qk_kept = getattr(L, "qk_norm", None) is not None                     # under a q/k norm the QK side is kept as stored
     cols = list(unrotated_columns(L)) if not qk_kept else []
     key_row = d if noop_key_bias_columns(L) else None   # the key bias row takes part where it is live
     if L.b_K is not None and cols and key_row is not None:

@@ -98,7 +98,7 @@ def invariant_error_tensors(a: AttentionLayer, b: AttentionLayer, *, overwrite_a
         ea, eb = effective_output_bias(A), effective_output_bias(B)     # first: W_O may be overwritten below
     bias_err = relative((ea - eb).norm(), ea.norm(), eb.norm())
 
-    if A.qk_norm is not None:
+    if getattr(A, "qk_norm", None) is not None:
         out["qk_factors"] = _qk_factor_errors(A, B, kv)
     else:
         _qk_error_tensors(A, B, kv, own, grams_a, out)
@@ -251,7 +251,7 @@ def _check_comparable(a: AttentionLayer, b: AttentionLayer) -> None:
         raise ValueError(f"layer {a.index}: score scale, causal mask or sliding window differ")
     if a.logit_softcap != b.logit_softcap or (a.sinks is None) != (b.sinks is None):
         raise ValueError(f"layer {a.index}: logit soft-capping or attention sinks differ")
-    na, nb = a.qk_norm, b.qk_norm
+    na, nb = getattr(a, "qk_norm", None), getattr(b, "qk_norm", None)
     if (na is None) != (nb is None) or na is not None and (na.kind, na.scope, na.eps, na.gain_offset) != (
             nb.kind, nb.scope, nb.eps, nb.gain_offset):
         raise ValueError(f"layer {a.index}: query/key norms differ")
