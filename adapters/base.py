@@ -185,7 +185,7 @@ class Adapter:
         [H d_k] / [G d_k] for ``scope="projection"``."""
         if gains is None:
             return QKNorm(kind, scope, float(eps))
-        hd, counts = self.head_dim, self._counts()
+        hd, counts = self.head_dim, {"q": self.n_heads, "k": self.n_kv_heads}
         found, names = {}, {}
         for role, module in zip("qk", gains):
             key = self.key(site, f"{module}.weight")
