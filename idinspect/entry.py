@@ -49,10 +49,11 @@ def _raise_terminated(signum, frame) -> None:
     raise Terminated(signum)
 
 
-#: Modules whose initialisation runs native code that calls back into Python (torch's pybind11):
-#: an exception raised there by a signal handler can abort the process (exit -6) instead of
-#: unwinding, so the signals are held while they load and delivered as soon as they have.
-GUARDED_IMPORTS = {"torch"}
+#: Packages whose initialisation runs native extension code (torch's pybind11, numpy's C core,
+#: safetensors' Rust): an exception raised there by a signal handler can abort the process (exit -6)
+#: or leave a half-initialised extension that a retried import refuses ("cannot load module more
+#: than once per process"), so the signals are held while they load and delivered as soon as they have.
+GUARDED_IMPORTS = {"torch", "numpy", "safetensors"}
 _HELD = ("SIGINT", "SIGTERM", "SIGHUP")
 
 

@@ -33,8 +33,10 @@ SIGNALS = [signal.SIGKILL, signal.SIGTERM, signal.SIGINT, signal.SIGHUP]
 
 SLOW_CHILD = textwrap.dedent("""
     import os, sys, time
-    from idinspect.entry import install_signal_handlers, interrupted_code, say_interrupted
+    from idinspect.entry import (hold_signals_while_guarded_modules_load, install_signal_handlers,
+                                 interrupted_code, say_interrupted)
     install_signal_handlers()
+    hold_signals_while_guarded_modules_load()       # as idinspect.entry.run does
 
 
     def slowed(method):
