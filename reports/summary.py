@@ -315,6 +315,25 @@ def positional_text(model: dict) -> str:
     return kind
 
 
+def softmax_text(result: dict) -> str | None:
+    """What changes the softmax beyond the scale: logit soft-capping and attention sinks (which make
+    the key bias live, and with sinks the value bias too), with the layers that have them; None
+    when every layer has a plain softmax."""
+    layers = result.get("layers") or []
+    parts = []
+    capped = sorted({float(layer["logit_softcap"]) for layer in layers if layer.get("logit_softcap")})
+    if capped:
+        n = sum(1 for layer in layers if layer.get("logit_softcap"))
+        caps = ", ".join(f"{c:g}" for c in capped)
+        parts.append(f"logits soft-capped at {caps} (c tanh(s / c)) in {plural(n, 'layer')}: key biases are live")
+    sinks = [layer for layer in layers if layer.get("sinks")]
+    if sinks:
+        parts.append(f"attention sinks ({plural(int(sinks[0]['sinks']), 'learned logit')} per layer) in "
+                     f"{plural(len(sinks), 'layer')}: rows over real keys sum to less than one, so key and value "
+                     "biases are live")
+    return "; ".join(parts) or None
+
+
 def closed_form_name(result: dict) -> str | None:
     """The closed form's plain-text name (``1/(2H)``) when the model has one form, else None."""
     forms = {layer.get("closed_form") for layer in result.get("layers") or [] if layer.get("closed_form")}
