@@ -52,12 +52,7 @@ class GemmaAdapter(LlamaAdapter):
 
     def sliding_window(self, site: Site) -> int | None:
         """Gemma2Attention: config.sliding_window where layer_types[i] == "sliding_attention"."""
-        if not self.gemma2:
-            return None
-        layer_types = self.config.layer_types
-        if layer_types and layer_types[site.layer] == "sliding_attention":
-            return self.config.sliding_window
-        return None
+        return self.window_by_layer_type(site) if self.gemma2 else None
 
     def twin_settings(self, hf_config, shape: dict) -> dict:
         kw = super().twin_settings(hf_config, shape)

@@ -27,10 +27,7 @@ class GptOssAdapter(LlamaAdapter):
 
     def sliding_window(self, site: Site) -> int | None:
         """GptOssAttention: config.sliding_window where layer_types[i] == "sliding_attention"."""
-        layer_types = self.config.layer_types
-        if layer_types and layer_types[site.layer] == "sliding_attention":
-            return self.config.sliding_window
-        return None
+        return self.window_by_layer_type(site)
 
     def twin_settings(self, hf_config, shape: dict) -> dict:
         kw = super().twin_settings(hf_config, shape)

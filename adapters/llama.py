@@ -75,6 +75,13 @@ class LlamaAdapter(Adapter):
             return window if window is not None and i >= cfg.max_window_layers else None
         return window if window is not None and cfg.layer_types[i] == "sliding_attention" else None
 
+    def window_by_layer_type(self, site: Site) -> int | None:
+        """config.sliding_window where layer_types[i] == "sliding_attention" (Gemma 2, gpt-oss)."""
+        layer_types = self.config.layer_types
+        if layer_types and layer_types[site.layer] == "sliding_attention":
+            return self.config.sliding_window
+        return None
+
     def twin_settings(self, hf_config, shape: dict) -> dict:
         cfg = hf_config
         kw = {"hidden_size": shape["hidden_size"], "num_attention_heads": shape["heads"],
