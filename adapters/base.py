@@ -27,7 +27,7 @@ from ..errors import IdinspectError, one_line
 from ..layer.attention_layer import AttentionLayer, Positional, QKNorm
 from ..sources.checkpoint import TensorReader
 from ..sources.config import setting_optional
-from .layout import (Block, Projection, fused_rows, heads_from_linear_cols, heads_from_linear_rows,
+from .layout import (Block, Projection, fused_rows, head_rows, heads_from_linear_cols, heads_from_linear_rows,
                      linear_cols_from_heads, linear_rows_from_heads)
 
 ROLE_COUNT = {"q": "H", "k": "G", "v": "G"}
@@ -282,15 +282,17 @@ class Adapter:
                     names[f"W_{R}"] = wkey
                     if bkey:
                         names[f"b_{R}"] = bkey
+                    t[f"W_{R}"] = heads_from_linear_rows(wr, n_heads, hd)
+                    if br is not None:
+                        t[f"b_{R}"] = br.reshape(n_heads, hd)
                 else:
                     idx = index[role]
-                    wr, br = w[idx], (b[idx] if b is not None else None)
+                    t[f"W_{R}"] = head_rows(w, idx, hd).transpose(1, 2)     # views where the layout allows
+                    if b is not None:
+                        t[f"b_{R}"] = head_rows(b, idx, hd)
                     names[f"W_{R}"] = f"{wkey}[:, {_describe(idx)}]" if p.conv1d else f"{wkey}[{_describe(idx)}]"
                     if bkey:
                         names[f"b_{R}"] = f"{bkey}[{_describe(idx)}]"
-                t[f"W_{R}"] = heads_from_linear_rows(wr, n_heads, hd)
-                if br is not None:
-                    t[f"b_{R}"] = br.reshape(n_heads, hd)
         sinks_key = self._sinks_key(site)
         if sinks_key:
             t["sinks"], names["sinks"] = self._load(sinks_key, (H,)), sinks_key

@@ -97,6 +97,25 @@ def fused_rows(layout: FusedLayout, roles: str, counts: dict[str, int], head_dim
     raise ValueError(f"unknown fused layout {layout!r}")
 
 
+def head_rows(t: torch.Tensor, index: torch.Tensor, head_dim: int) -> torch.Tensor:
+    """``t[index]`` split into heads: [n, head_dim, *rest] for a fused weight [rows, d] or bias [rows].
+
+    A strided view where the rows are n evenly spaced runs of ``head_dim`` (every "blocks" and
+    "per_head" role, "grouped" keys and values), a gathered copy otherwise ("grouped" queries). A
+    view costs no copy and, on the shape-only (meta) reader, no indexing kernel.
+    """
+    n = index.numel() // head_dim
+    rest = tuple(t.shape[1:])
+    if n > 0 and n * head_dim == index.numel():
+        runs = index.reshape(n, head_dim)
+        start = int(runs[0, 0])
+        step = int(runs[1, 0]) - start if n > 1 else head_dim
+        if step >= head_dim and torch.equal(runs, start + step * torch.arange(n)[:, None] + torch.arange(head_dim)):
+            s0, *s_rest = t.stride()
+            return t.as_strided((n, head_dim, *rest), (step * s0, s0, *s_rest), t.storage_offset() + start * s0)
+    return t[index].reshape(-1, head_dim, *rest)
+
+
 # nn.Linear layouts: weight [out, in], y = x W^T + b. ------------------------------------------------
 
 def heads_from_linear_rows(weight: torch.Tensor, n: int, head_dim: int) -> torch.Tensor:

@@ -210,14 +210,14 @@ def _handler(hub: LocalHub, role: str):
             if keep is not None:
                 body = body[:int(len(body) * keep)]
                 self.close_connection = True
+            with hub._lock:           # counted before the write: a client that has the body sees the count
+                hub.bytes_served[role] += len(body)
             try:
                 self.wfile.write(body)
                 self.wfile.flush()
-                sent = len(body)
             except (BrokenPipeError, ConnectionResetError):
-                sent = 0
-            with hub._lock:
-                hub.bytes_served[role] += sent
+                with hub._lock:
+                    hub.bytes_served[role] -= len(body)
 
         def _error(self, status: int, code: str | None, head: bool) -> None:
             body = json.dumps({"error": code or "error"}).encode()

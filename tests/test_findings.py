@@ -214,7 +214,7 @@ def test_gram_route_only_for_certainly_well_conditioned_factors(monkeypatch):
     calls = []
     real_qr = torch.linalg.qr
     monkeypatch.setattr(torch.linalg, "qr", lambda A, mode="reduced": calls.append(A.shape[0]) or real_qr(A, mode=mode))
-    R, finite = spectra._r_factor(W)
+    R, finite, _ = spectra._r_factor(W)
     assert finite.all()
     assert calls == [calls[0]] and 2 <= calls[0] <= 3               # one batched fallback for heads 1, 2 (and 3)
     for h in range(12):
@@ -235,7 +235,7 @@ def test_finiteness_comes_out_of_the_gram_matrices():
     W[1, 7, 2] = float("nan")
     W[2, 0, 0] = float("inf")
     W[3] *= 1e160                                                   # finite, but W^T W overflows
-    R, finite = spectra._r_factor(W)
+    R, finite, _ = spectra._r_factor(W)
     assert finite.tolist() == [True, False, False, True, True]
     assert torch.equal(R[1], torch.eye(4, dtype=torch.float64))
     assert torch.allclose(torch.linalg.svdvals(R[3]), torch.linalg.svdvals(W[3]), rtol=1e-12)

@@ -80,7 +80,7 @@ def test_heads_over_the_float32_limit_take_the_float64_routes(monkeypatch):
     monkeypatch.setattr(spectra, "gram_float64",
                         lambda t, *a, **k: grams.append((t.shape[0], k.get("accumulate", torch.float64)))
                         or real(t, *a, **k))
-    R, finite = spectra._r_factor(stored)
+    R, finite, _ = spectra._r_factor(stored)
     assert finite.all()
     assert grams[0] == (6, torch.float32) and all(acc == torch.float64 for _, acc in grams[1:])
     assert sum(n for n, _ in grams[1:]) == 2                       # heads 2 and 3 (3 fails Cholesky)

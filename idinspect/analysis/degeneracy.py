@@ -52,6 +52,17 @@ def _rank(stack: torch.Tensor, rtol: float) -> torch.Tensor:
     return (s > rtol * s[..., :1]).sum(dim=-1)
 
 
+def _full_or_rank(stack: torch.Tensor, full: torch.Tensor, rtol: float) -> torch.Tensor:
+    """:func:`_rank` of each matrix of ``stack`` [n, m, k], taking k without an SVD where ``full``
+    [n] says the matrix has full column rank (it holds a factor whose condition was certified)."""
+    full = full.to(stack.device)
+    out = torch.full(full.shape, stack.shape[-1], dtype=torch.long, device=stack.device)
+    if not bool(full.all()):
+        rest = (~full).nonzero().flatten()
+        out[rest] = _rank(stack[rest], rtol)
+    return out
+
+
 def _nonzero(part: torch.Tensor, whole: torch.Tensor, rtol: float) -> torch.Tensor:
     """1 where ||part|| > rtol ||whole|| over the last two dims, else 0 (complex rank of one column)."""
     return (part.flatten(-2).norm(dim=-1) > rtol * whole.flatten(-2).norm(dim=-1)).long()
@@ -70,6 +81,9 @@ def extra_unidentified(layer: AttentionLayer, s: HeadSpectra) -> dict | None:
     dev, rtol = R_Q.device, s.rtol
 
     dead = (s.ov_rank == 0).to(dev)                                   # [H]
+    cert = {name: (c if c is not None else torch.zeros(len(s.factors[name]), dtype=torch.bool)).to(dev)
+            for name, c in ((n, (s.certified or {}).get(n)) for n in ("R_Q", "R_K", "R_V", "R_O"))}
+    q_full = (cert["R_Q"] & ~dead).reshape(G, r).any(dim=1)          # a certified live head: stack rank k
     r_live = (~dead).reshape(G, r).sum(dim=1)                         # [G]
     Qt = R_Q if layer.b_Q is None else torch.cat([R_Q, layer.b_Q[:, None, :]], dim=1)   # [H, m_q, dk]
     m_q = Qt.shape[1] - dk + d                                        # d or d + 1 rows in W space
@@ -83,7 +97,8 @@ def extra_unidentified(layer: AttentionLayer, s: HeadSpectra) -> dict | None:
         U = slice(rd, dk)
         key_live = layer.b_K is not None and not structure.shift_invariant(layer)
         Ku = torch.cat([R_K, layer.b_K[:, None, :]], dim=1) if key_live else R_K
-        qk_kernel += _bilinear_kernel(r_live, m_q, d + key_live, ku, _rank(Qg[:, :, U], rtol), _rank(Ku[:, :, U], rtol))
+        qk_kernel += _bilinear_kernel(r_live, m_q, d + key_live, ku, _full_or_rank(Qg[:, :, U], q_full, rtol),
+                                      _full_or_rank(Ku[:, :, U], cert["R_K"], rtol))
     if rd:
         Kt = R_K if layer.b_K is None else torch.cat([R_K, layer.b_K[:, None, :]], dim=1)
         m_k = d + (layer.b_K is not None)
@@ -98,9 +113,11 @@ def extra_unidentified(layer: AttentionLayer, s: HeadSpectra) -> dict | None:
     r_full = torch.full((G,), r, device=dev)
     per_head_bias = layer.b_V is not None and not structure.rows_sum_to_one(layer)
     Vt = torch.cat([R_V, layer.b_V[:, None, :]], dim=1) if per_head_bias else R_V
-    vo_kernel = _bilinear_kernel(r_full, d, d + per_head_bias, dv, _rank(Og, rtol), _rank(Vt, rtol))
+    o_full = cert["R_O"].reshape(G, r).any(dim=1)
+    vo_kernel = _bilinear_kernel(r_full, d, d + per_head_bias, dv, _full_or_rank(Og, o_full, rtol),
+                                 _full_or_rank(Vt, cert["R_V"], rtol))
     vo_extra = vo_kernel - dv ** 2
-    bias_extra = _live_value_bias_extra(layer, R_V, rtol) if _value_bias_live(layer) else 0
+    bias_extra = _live_value_bias_extra(layer, R_V, cert["R_V"], rtol) if _value_bias_live(layer) else 0
 
     qk_list, vo_list = qk_extra.cpu().tolist(), vo_extra.cpu().tolist()
     return {"qk": qk_list, "vo": vo_list, "value_bias": bias_extra,
@@ -113,7 +130,7 @@ def _value_bias_live(layer: AttentionLayer) -> bool:
     return layer.b_V is not None and layer.b_O is None and structure.rows_sum_to_one(layer)
 
 
-def _live_value_bias_extra(layer: AttentionLayer, R_V: torch.Tensor, rtol: float) -> int:
+def _live_value_bias_extra(layer: AttentionLayer, R_V: torch.Tensor, v_full: torch.Tensor, rtol: float) -> int:
     """Extra null dims from a live b_V beyond ``structure.redundant_value_bias_dims``.
 
     b_V reaches the output only through c = sum_g b_V^g S_g, S_g = sum_{h in g} W_O^h; let
@@ -125,5 +142,6 @@ def _live_value_bias_extra(layer: AttentionLayer, R_V: torch.Tensor, rtol: float
     G, r, dv, d = layer.n_kv_heads, layer.group_size, layer.d_v, layer.d_model
     S = layer.W_O.to(torch.float64).reshape(G, r, dv, d).sum(dim=1).reshape(G * dv, d)
     t = int(_rank(S, rtol))
-    escapes = _rank(torch.cat([R_V, layer.b_V[:, None, :]], dim=1), rtol) > _rank(R_V, rtol)
+    V = torch.cat([R_V, layer.b_V[:, None, :]], dim=1)
+    escapes = _full_or_rank(V, v_full, rtol) > _full_or_rank(R_V, v_full, rtol)
     return (min(G * dv, d) - t) - (d - t) * int(bool(escapes.any()))

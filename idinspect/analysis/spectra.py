@@ -56,6 +56,9 @@ class HeadSpectra:
     factors: dict | None = None
     #: Role -> [n] bool, slice i of that tensor free of NaN/Inf (as :func:`layer_finite` gives).
     finite: dict | None = None
+    #: Factor name ("R_Q", ...) -> [n] bool (CPU): cond(W) certified below the fast route's limit, so
+    #: that factor has full column rank (see :func:`_r_factor`).
+    certified: dict | None = None
 
     def ranks(self, values: torch.Tensor) -> torch.Tensor:
         """Numerical rank per head of a [H, k] block of singular values."""
@@ -139,9 +142,11 @@ def _cholesky_route(gram: torch.Tensor, limit: float) -> tuple[torch.Tensor, tor
 
 
 def _r_factor(tall: torch.Tensor, scratch: Float64Buffers | None = None,
-              row_scale: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """(R [..., k, k] float64, finite [...]): W = Q R with Q orthonormal for a batch W [n, m, k],
-    m >= k, of any float dtype, and whether each W is free of NaN/Inf (R is the identity where not).
+              row_scale: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(R [..., k, k] float64, finite [...], certified [...]): W = Q R with Q orthonormal for a batch
+    W [n, m, k], m >= k, of any float dtype, whether each W is free of NaN/Inf (R is the identity
+    where not), and whether cond(W) was certified below the fast route's limit (then W has full
+    column rank k, far from the rank cut, so any stack holding it has rank k without an SVD).
 
     Fast route, for well-conditioned factors: R = chol(W^T W) (:func:`gram_float64`, O(m k^2));
     reference route, for the others: R of a thin QR in float64, so small singular values
@@ -178,7 +183,7 @@ def _r_factor(tall: torch.Tensor, scratch: Float64Buffers | None = None,
     if bool(redo.any()):
         wide = tall[redo].to(torch.float64)
         R[redo] = torch.linalg.qr(wide if row_scale is None else wide * row_scale[:, None], mode="r").R
-    return R, finite
+    return R, finite, ok & finite
 
 
 def _qr_r(tall: torch.Tensor) -> torch.Tensor:
@@ -219,11 +224,12 @@ def head_spectra(layer: AttentionLayer, scratch: Float64Buffers | None = None,
     H, d, dk = layer.W_Q.shape
     kv = torch.arange(H, device=layer.W_Q.device) // layer.group_size   # g(h)
 
-    R_Q, fin_Q = _r_factor(layer.W_Q, scratch, input_gain)           # [H, k, dk]
-    R_K, fin_K = _r_factor(layer.W_K, scratch, input_gain)           # [G, k, dk]
-    R_V, fin_V = _r_factor(layer.W_V, scratch, input_gain)           # [G, k, dv]
-    R_O, fin_O = _r_factor(layer.W_O.transpose(-1, -2), scratch)     # [H, k, dv]   (W_O^hT = Q R)
+    R_Q, fin_Q, cert_Q = _r_factor(layer.W_Q, scratch, input_gain)           # [H, k, dk]
+    R_K, fin_K, cert_K = _r_factor(layer.W_K, scratch, input_gain)           # [G, k, dk]
+    R_V, fin_V, cert_V = _r_factor(layer.W_V, scratch, input_gain)           # [G, k, dv]
+    R_O, fin_O, cert_O = _r_factor(layer.W_O.transpose(-1, -2), scratch)     # [H, k, dv]   (W_O^hT = Q R)
     finite = {"W_Q": fin_Q, "W_K": fin_K, "W_V": fin_V, "W_O": fin_O}
+    certified = {"R_Q": cert_Q.cpu(), "R_K": cert_K.cpu(), "R_V": cert_V.cpu(), "R_O": cert_O.cpu()}
     qk_ok = finite["W_Q"] & finite["W_K"][kv]
     ov_ok = finite["W_V"][kv] & finite["W_O"]
     qk = torch.linalg.svdvals(R_Q @ R_K[kv].transpose(-1, -2))
@@ -243,7 +249,7 @@ def head_spectra(layer: AttentionLayer, scratch: Float64Buffers | None = None,
     finite.update({role: finite_slices(t) for role, t in layer.tensors().items() if role not in finite})
     return HeadSpectra(qk=qk.cpu(), ov=ov.cpu(), qk_planes=planes, qk_ok=qk_ok.cpu(), ov_ok=ov_ok.cpu(),
                        rtol=rank_rtol(d, dk), factors={"R_Q": R_Q, "R_K": R_K, "R_V": R_V, "R_O": R_O},
-                       finite=finite)
+                       finite=finite, certified=certified)
 
 
 def _condition(values: torch.Tensor) -> list[float | None]:
