@@ -151,8 +151,8 @@ def test_read_sources(tmp_path):
 
 def test_estimate_is_the_layers_in_flight(tiny_dir):
     est = estimate_model_bytes(str(tiny_dir("llama-gqa")), threads=1)
-    # one layer in flight: q, k, v, o weights (16x16, 16x8, 16x8, 16x16 float64) + a float64 copy of
-    # the largest, plus the result's singular values (2 layers x 4 heads x 2 x 4 values x 32 bytes)
+    # one layer in flight: q, k, v, o weights (16x16, 16x8, 16x8, 16x16 float64) + the float64 cast
+    # chunk (here the whole largest weight, below spectra.CAST_CHUNK_BYTES), plus the result's singular values (2 layers x 4 heads x 2 x 4 values x 32 bytes)
     layer = (256 + 128 + 128 + 256) * 8 + 256 * 8
     assert est == Estimate(layer + 2 * 4 * 2 * 4 * 32, True)
     assert estimate_model_bytes(str(tiny_dir("llama-gqa")), threads=2).bytes == 2 * layer + 2 * 4 * 2 * 4 * 32

@@ -23,7 +23,7 @@ from .findings import layer_findings
 from .latent import analyze_latent_layer
 from .parallel import layer_workers, ordered_map
 from ..layer.buffers import Float64Buffers
-from .spectra import head_spectra, layer_finite, spectra_dict
+from .spectra import CAST_CHUNK_BYTES, head_spectra, layer_finite, spectra_dict
 
 #: ``on_layer(i, n)`` is called after layer ``i`` (0-based) of ``n`` has been analysed.
 LayerCallback = Callable[[int, int], None]
@@ -83,7 +83,7 @@ def analyze(model, *, device: str | torch.device | None = "cpu", spectra: bool =
     layers: list[dict] = []
     findings: list[dict] = []
     n = model.num_layers
-    k = layer_workers(_layer_bytes_in_flight(model), n, dev) if workers is None else max(1, int(workers))
+    k = layer_workers(layer_bytes_in_flight(model), n, dev) if workers is None else max(1, int(workers))
 
     def one(i: int, scratch: Float64Buffers) -> tuple[dict, list[dict]]:
         return analyze_layer(model.layer(i), device=dev, spectra=spectra, scratch=scratch)
@@ -115,10 +115,12 @@ def stack_totals(layers: list[dict]) -> dict:
     return out
 
 
-def _layer_bytes_in_flight(model) -> int:
-    """Bound on the memory one layer holds while analysed (layer 0's shapes, from the headers): its
-    tensors as read, in the stored dtype, plus a float64 copy of the largest (a GPU's cast, or
-    the QR fallback when every head of it needs one)."""
+def layer_bytes_in_flight(model) -> int:
+    """Bound on the memory one layer holds while analysed on the CPU (layer 0's shapes, from the
+    headers): its tensors as read, in the stored dtype, plus the float64 chunk of a few heads that
+    the Gram and QR steps cast at a time (at most :data:`spectra.CAST_CHUNK_BYTES`, at most the
+    largest tensor)."""
     sizes = [(math.prod(model.reader.shape(key)), model.reader.dtype(key).itemsize)
              for key in model.adapter.attention_keys(0)]
-    return sum(n * size for n, size in sizes) + 8 * max((n for n, _ in sizes), default=0)
+    largest = max((n for n, _ in sizes), default=0)
+    return sum(n * size for n, size in sizes) + min(CAST_CHUNK_BYTES, 8 * largest)

@@ -26,8 +26,8 @@ import torch
 T = TypeVar("T")
 S = TypeVar("S")
 
-#: Budget for the tensors of the layers analysed at once (see analyzer._layer_bytes_in_flight).
-IN_FLIGHT_BYTES = 512 * 2**20
+#: Budget for the tensors of the layers analysed at once (see analyzer.layer_bytes_in_flight).
+IN_FLIGHT_BYTES = 2**30
 
 
 def usable_cpus() -> int:

@@ -179,10 +179,12 @@ def _r_factor(tall: torch.Tensor, scratch: Float64Buffers | None = None,
     if not bool(usable.all()):
         suspect = ~usable
         finite[suspect] = torch.isfinite(tall[suspect]).flatten(1).all(dim=1)
-    redo = finite & ~ok
-    if bool(redo.any()):
-        wide = tall[redo].to(torch.float64)
-        R[redo] = torch.linalg.qr(wide if row_scale is None else wide * row_scale[:, None], mode="r").R
+    redo = (finite & ~ok).nonzero().flatten().tolist()
+    per = max(1, CAST_CHUNK_BYTES // max(1, 8 * m * tall.shape[-1]))
+    for start in range(0, len(redo), per):          # a few heads' float64 copies at a time
+        idx = redo[start:start + per]
+        wide = tall[idx].to(torch.float64)
+        R[idx] = torch.linalg.qr(wide if row_scale is None else wide * row_scale[:, None], mode="r").R
     return R, finite, ok & finite
 
 

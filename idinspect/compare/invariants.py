@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..analysis.analyzer import _layer_bytes_in_flight, for_analysis
+from ..analysis.analyzer import layer_bytes_in_flight, for_analysis
 from ..analysis.spectra import head_spectra
 from ..layer.buffers import Float64Buffers
 from ..layer.attention_layer import AttentionLayer
@@ -176,7 +176,7 @@ def model_invariants(model, *, device: str | torch.device = "cpu", workers: int 
     model.require_per_head("compare/fingerprint")
     dev = torch.device(device)
     n = model.num_layers
-    k = max(1, int(workers)) if workers is not None else layer_workers(_layer_bytes_in_flight(model), n, dev)
+    k = max(1, int(workers)) if workers is not None else layer_workers(layer_bytes_in_flight(model), n, dev)
     gains_found: list[bool] = []
 
     def one(i: int, scratch: Float64Buffers) -> LayerInvariants:

@@ -9,7 +9,6 @@ worker process holds, besides, Python with torch and idinspect imported: :data:`
 
 from __future__ import annotations
 
-import math
 import os
 from dataclasses import dataclass
 
@@ -35,6 +34,7 @@ def estimate_model_bytes(source: str, *, token: str | None = None, cache_dir: st
 
     ``threads``: CPUs the inspecting process may use (the analyzer runs up to one layer per CPU).
     """
+    from ..analysis.analyzer import layer_bytes_in_flight
     from ..analysis.parallel import IN_FLIGHT_BYTES
     from ..sources.model import load
 
@@ -44,7 +44,7 @@ def estimate_model_bytes(source: str, *, token: str | None = None, cache_dir: st
         return Estimate(0, False)
     with model:
         try:
-            per_layer = layer_bytes(model)
+            per_layer = layer_bytes_in_flight(model)
             a = model.adapter
             values = a.num_layers * a.n_heads * 2 * a.head_dim
         except Exception:  # noqa: BLE001 - the worker will say why
@@ -52,13 +52,6 @@ def estimate_model_bytes(source: str, *, token: str | None = None, cache_dir: st
         cpus = max(1, threads or os.cpu_count() or 1)
         in_flight = max(1, min(cpus, model.num_layers, IN_FLIGHT_BYTES // max(1, per_layer)))
     return Estimate(in_flight * per_layer + values * _BYTES_PER_VALUE, True)
-
-
-def layer_bytes(model) -> int:
-    """One layer's attention tensors as stored plus a float64 copy of the largest (layer 0's shapes)."""
-    sizes = [(math.prod(model.reader.shape(key)), model.reader.dtype(key).itemsize)
-             for key in model.adapter.attention_keys(0)]
-    return sum(n * size for n, size in sizes) + 8 * max((n for n, _ in sizes), default=0)
 
 
 def available_memory() -> int:
