@@ -55,3 +55,10 @@ def float32_gram_allowed(t: torch.Tensor) -> bool:
     if t.dtype not in LOW_PRECISION:
         return False
     return t.device.type == "cpu" or not torch.backends.cuda.matmul.allow_tf32
+
+
+def comparison_precision(*dtypes: torch.dtype) -> torch.dtype:
+    """float32 where every layer compared is stored in bfloat16/float16 (a difference of two such
+    weights is exact in float32 but for exponent gaps past 2^16, and the changes they can show are
+    ~u_s, far above float32's rounding), else float64."""
+    return torch.float32 if dtypes and all(d in LOW_PRECISION for d in dtypes) else torch.float64

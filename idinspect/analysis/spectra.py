@@ -208,6 +208,12 @@ def finite_slices(t: torch.Tensor) -> torch.Tensor:
     return ok
 
 
+def all_finite(t: torch.Tensor) -> bool:
+    """Every entry of ``t`` is finite: one summing pass (no boolean tensor of t's size), the
+    elementwise test only where the sum is not finite (NaN/Inf, or finite values overflowing it)."""
+    return bool(torch.isfinite(t.sum())) or bool(torch.isfinite(t).all())
+
+
 def layer_finite(layer: AttentionLayer) -> dict[str, torch.Tensor]:
     """Role -> [n] bool (slice i of that tensor is finite), for every present tensor."""
     return {role: finite_slices(t) for role, t in layer.tensors().items()}

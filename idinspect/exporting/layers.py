@@ -21,6 +21,8 @@ from dataclasses import dataclass
 import torch
 
 from ..analysis.findings import overflow_limit
+from ..analysis.precision import comparison_precision
+from ..analysis.spectra import all_finite
 from ..errors import IdinspectError
 from ..layer.attention_layer import AttentionLayer
 from ..gauge import Degeneracy, InvariantError, canonicalize, largest_invariant_error
@@ -57,15 +59,19 @@ def fix_layer(layer: AttentionLayer, target: torch.dtype | None, workspace: Floa
     fixed, report = canonicalize(original, workspace=ws)
     cast = fixed.replace(**{role: t.to(target or getattr(layer, role).dtype, copy=True)   # never a workspace buffer
                             for role, t in fixed.tensors().items()})
-    for role, t in fixed.tensors().items():                 # the cast values in float64, written into
-        t.copy_(getattr(cast, role))                        # canonicalize's own buffers (no new ones)
     for role, t in cast.tensors().items():
-        if not bool(torch.isfinite(t).all()):
+        if not all_finite(t):
             raise IdinspectError(f"layer {layer.index}: the gauge-fixed {layer.tensor_names.get(role, role)} is not "
                                  f"finite in {str(t.dtype).removeprefix('torch.')} (the balanced form overflows it); "
                                  "export with --dtype float32 or float64, or keep the checkpoint as it is")
-    error = largest_invariant_error(original, fixed, overwrite_a=True,   # original is ours and done with;
-                                    grams_a=report.head_grams)           # its Grams from canonicalize
+    if comparison_precision(layer.W_Q.dtype, cast.W_Q.dtype) == torch.float32:   # bf16/fp16 in and out:
+        error = largest_invariant_error(layer, cast, grams_a=report.head_grams,   # the same values, half the
+                                        precision=torch.float32)                   # bytes to widen
+    else:
+        for role, t in fixed.tensors().items():             # the cast values in float64, written into
+            t.copy_(getattr(cast, role))                    # canonicalize's own buffers (no new ones)
+        error = largest_invariant_error(original, fixed, overwrite_a=True,   # original is ours and done with;
+                                        grams_a=report.head_grams)           # its Grams from canonicalize
     return FixedLayer(cast, error, report.degeneracies)
 
 
@@ -78,7 +84,7 @@ def fix_latent_layer(layer: LatentAttentionLayer, target: torch.dtype | None) ->
     cast = fixed.replace(**{role: t.to(target or getattr(layer, role).dtype, copy=True)
                             for role, t in fixed.tensors().items()})
     for role, t in cast.tensors().items():
-        if not bool(torch.isfinite(t).all()):
+        if not all_finite(t):
             raise IdinspectError(f"layer {layer.index}: the gauge-fixed {layer.tensor_names.get(role, role)} is not "
                                  f"finite in {str(t.dtype).removeprefix('torch.')}; export with --dtype float32 or "
                                  "float64, or keep the checkpoint as it is")
@@ -91,7 +97,7 @@ def refuse_unfixable(layer: AttentionLayer) -> None:
     limit = overflow_limit(max(layer.d_model, layer.d_k))
     for role, t in layer.tensors().items():
         name = layer.tensor_names.get(role, role)
-        if not bool(torch.isfinite(t).all()):
+        if not all_finite(t):
             raise IdinspectError(f"tensor {name} holds non-finite values (NaN or Inf); export refuses to gauge-fix "
                                  f"it and wrote nothing: run 'idinspect MODEL' to see where, and repair or "
                                  "re-download the checkpoint")

@@ -34,6 +34,10 @@ from .linalg import block_traces, blocks, gram, put_blocks, relative
 #: not trusted (the identity would still hold, but rounding in Y^-1 would show): the caller then
 #: compares through thin QR instead.
 ALIGN_MAX_CONDITION = 1e10
+#: The same limit for an alignment computed in float32 (:func:`align` on float32 factors): rounding
+#: in Y^-1 stays below ~cond(Y) sqrt(m) u_32 <= 1e-3 of the invariant there, the scale of a
+#: bfloat16 rounding; worse blocks are redone in float64 by the caller.
+ALIGN_MAX_CONDITION_32 = 1e2
 
 
 @dataclass
@@ -75,7 +79,7 @@ class Alignment:
             SaSa, SbSb, dSSa, dSdS = self.SaSa, self.SbSb, self.dSSa, self.dSdS
         else:
             M = torch.zeros(perm.numel(), perm.numel(), dtype=self.Y.dtype)
-            M[perm, torch.arange(perm.numel())] = sign                          # S M: column j = sign_j S[:, perm_j]
+            M[perm, torch.arange(perm.numel())] = sign.to(M.dtype)              # S M: column j = sign_j S[:, perm_j]
             C = self.Y @ M - M @ self.Y
             Mt, Ct = M.T, C.transpose(1, 2)
             SaSa, SbSb = Mt @ self.SaSa @ M, Mt @ self.SbSb @ M
@@ -104,11 +108,12 @@ def align(Pa_t: torch.Tensor, pa_row: torch.Tensor | None, Pb_t: torch.Tensor, p
     G3 = P~^T P~ = Ga - G1 - G2 - G2^T and P_b^T P_b = Y G3 Y^T.
     """
     G, _, k = Sa.shape
+    limit = ALIGN_MAX_CONDITION_32 if Sa.dtype == torch.float32 else ALIGN_MAX_CONDITION
     Y = Sa.new_zeros(G, k, k)
     Yi = Sa.new_zeros(G, k, k)
     SaSa, SbSb, SbSa = Sa.transpose(1, 2) @ Sa, Sb.transpose(1, 2) @ Sb, Sb.transpose(1, 2) @ Sa
     for idx in index:
-        fit = _fit(blocks(SbSb, idx), blocks(SbSa, idx), blocks(SaSa, idx))
+        fit = _fit(blocks(SbSb, idx), blocks(SbSa, idx), blocks(SaSa, idx), limit)
         if fit is None:
             return None
         put_blocks(Y, idx, fit[0])
@@ -133,7 +138,8 @@ def align(Pa_t: torch.Tensor, pa_row: torch.Tensor | None, Pb_t: torch.Tensor, p
                      dSSb=dSt @ Sb, dSdS=dSt @ dS, kv=kv)
 
 
-def _fit(SbSb: torch.Tensor, SbSa: torch.Tensor, SaSa: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+def _fit(SbSb: torch.Tensor, SbSa: torch.Tensor, SaSa: torch.Tensor, limit: float = ALIGN_MAX_CONDITION
+         ) -> tuple[torch.Tensor, torch.Tensor] | None:
     """(Y, Y^-1) [..., bs, bs] solving min ||S_b Y - S_a|| per block from its Gram matrices.
 
     Blocks where either factor is exactly zero take Y = I (one side's invariant is zero, nothing
@@ -145,7 +151,7 @@ def _fit(SbSb: torch.Tensor, SbSa: torch.Tensor, SaSa: torch.Tensor) -> tuple[to
     L, info = torch.linalg.cholesky_ex(torch.where(zero[..., None, None], eye, SbSb))
     Y = torch.where(zero[..., None, None], eye, torch.cholesky_solve(SbSa, L))
     sv = torch.linalg.svdvals(Y)
-    ok = zero | ((info == 0) & torch.isfinite(sv).all(-1) & (sv[..., -1] * ALIGN_MAX_CONDITION > sv[..., 0]))
+    ok = zero | ((info == 0) & torch.isfinite(sv).all(-1) & (sv[..., -1] * limit > sv[..., 0]))
     if not bool(ok.all()):
         return None
     return Y, torch.linalg.inv(Y)

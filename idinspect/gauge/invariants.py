@@ -60,15 +60,41 @@ class InvariantError:
 
 
 def invariant_errors(a: AttentionLayer, b: AttentionLayer, *, overwrite_a: bool = False,
-                     grams_a: tuple[torch.Tensor, torch.Tensor] | None = None) -> dict[str, InvariantError]:
+                     grams_a: tuple[torch.Tensor, torch.Tensor] | None = None,
+                     precision: torch.dtype = torch.float64) -> dict[str, InvariantError]:
     """Largest relative change of every invariant between layers ``a`` and ``b``, with its head and
     plane: :func:`invariant_error_tensors` reduced to its worst entry per kind."""
     return {kind: _worst(kind, err) for kind, err in
-            invariant_error_tensors(a, b, overwrite_a=overwrite_a, grams_a=grams_a).items()}
+            invariant_error_tensors(a, b, overwrite_a=overwrite_a, grams_a=grams_a, precision=precision).items()}
+
+
+class _NotAligned(Exception):
+    """A float32 attempt met a block it cannot align; the caller redoes the layer in float64."""
 
 
 def invariant_error_tensors(a: AttentionLayer, b: AttentionLayer, *, overwrite_a: bool = False,
-                            grams_a: tuple[torch.Tensor, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
+                            grams_a: tuple[torch.Tensor, torch.Tensor] | None = None,
+                            precision: torch.dtype = torch.float64) -> dict[str, torch.Tensor]:
+    """:func:`_error_tensors` computed in ``precision``: float64 (the default, and what every proof
+    uses), or float32 for a comparison whose layers are stored in bfloat16/float16, where errors of
+    interest are ~1e-3 and float32's alignment resolves ~1e-5 (:data:`aligned.ALIGN_MAX_CONDITION_32`);
+    a float32 attempt that meets a block it cannot align redoes the layer in float64. The results
+    are float64 tensors either way."""
+    if precision == torch.float32:
+        try:
+            out = _error_tensors(a, b, overwrite_a=False, grams_a=None if grams_a is None else
+                                 tuple(g.to(torch.float32) for g in grams_a), dtype=torch.float32, strict=True)
+            return {kind: err.to(torch.float64) for kind, err in out.items()}
+        except _NotAligned:
+            pass
+    elif precision != torch.float64:
+        raise ValueError(f"precision must be torch.float64 or torch.float32, not {precision}")
+    return _error_tensors(a, b, overwrite_a=overwrite_a, grams_a=grams_a, dtype=torch.float64, strict=False)
+
+
+def _error_tensors(a: AttentionLayer, b: AttentionLayer, *, overwrite_a: bool,
+                   grams_a: tuple[torch.Tensor, torch.Tensor] | None, dtype: torch.dtype,
+                   strict: bool) -> dict[str, torch.Tensor]:
     """Relative change of every invariant between layers ``a`` and ``b`` (float64), per head:
     ``W_QK`` and ``W_OV`` [H], ``plane_QK`` and ``plane_QJK`` [H, P], ``output_bias`` [] (one per layer),
     ``sinks`` [] (one per layer, where the layers have sinks); ``qk_factors`` [H] instead of the QK
@@ -83,8 +109,8 @@ def invariant_error_tensors(a: AttentionLayer, b: AttentionLayer, *, overwrite_a
     ``canonicalize(a)``), which save two passes over ``b``'s factors.
     """
     _check_comparable(a, b)
-    A, B = a.to(torch.float64), b.to(torch.float64)
-    own = {role: overwrite_a or getattr(a, role).dtype != torch.float64 for role in ("W_Q", "W_O")}
+    A, B = a.to(dtype), b.to(dtype)
+    own = {role: overwrite_a or getattr(a, role).dtype != dtype for role in ("W_Q", "W_O")}
     kv = torch.arange(A.n_heads) // A.group_size
     out: dict[str, torch.Tensor] = {}
     sinks = A.sinks is not None
@@ -101,13 +127,15 @@ def invariant_error_tensors(a: AttentionLayer, b: AttentionLayer, *, overwrite_a
     if getattr(A, "qk_norm", None) is not None:
         out["qk_factors"] = _qk_factor_errors(A, B, kv)
     else:
-        _qk_error_tensors(A, B, kv, own, grams_a, out)
+        _qk_error_tensors(A, B, kv, own, grams_a, out, strict)
 
     full = torch.arange(A.d_v)[None]
     Va = augment(A.W_V, _zero_if_none(A.b_V, B.b_V)) if sinks else A.W_V
     Vb = augment(B.W_V, _zero_if_none(B.b_V, A.b_V)) if sinks else B.W_V
     ov = align(A.W_O, None, B.W_O, None, Va, Vb, kv, [full], overwrite=own["W_O"],   # P = W_O^hT, S = W_V^g
                Ga=None if grams_a is None else grams_a[1])
+    if ov is None and strict:
+        raise _NotAligned
     if ov is None:
         err = _rel(Va[kv], A.W_O.transpose(1, 2), Vb[kv], B.W_O.transpose(1, 2))
     else:
@@ -118,7 +146,7 @@ def invariant_error_tensors(a: AttentionLayer, b: AttentionLayer, *, overwrite_a
 
 
 def _qk_error_tensors(A: AttentionLayer, B: AttentionLayer, kv: torch.Tensor, own: dict, grams_a,
-                      out: dict[str, torch.Tensor]) -> None:
+                      out: dict[str, torch.Tensor], strict: bool = False) -> None:
     """``W_QK`` [H] and ``plane_QK`` / ``plane_QJK`` [H, P] into ``out`` (layers without a q/k norm)."""
     cols = list(unrotated_columns(A))
     rope = A.positional.kind == "rope"
@@ -130,6 +158,8 @@ def _qk_error_tensors(A: AttentionLayer, B: AttentionLayer, kv: torch.Tensor, ow
     qk = align(A.W_Q.transpose(1, 2), qa, B.W_Q.transpose(1, 2), qb, Ka, Kb, kv,
                [i for i in (U, planes) if i is not None], overwrite=own["W_Q"],
                Ga=None if grams_a is None else grams_a[0])
+    if qk is None and strict:
+        raise _NotAligned
     if qk is None:                                                  # a block too ill-conditioned to align
         out.update(_qk_errors_by_qr(A, B, kv, cols, Ka, Kb))
     else:
@@ -153,9 +183,11 @@ def _qk_factor_errors(A: AttentionLayer, B: AttentionLayer, kv: torch.Tensor) ->
 
 
 def largest_invariant_error(a: AttentionLayer, b: AttentionLayer, *, overwrite_a: bool = False,
-                            grams_a: tuple[torch.Tensor, torch.Tensor] | None = None) -> InvariantError:
-    """The worst of :func:`invariant_errors` (``overwrite_a``, ``grams_a`` as there)."""
-    return max(invariant_errors(a, b, overwrite_a=overwrite_a, grams_a=grams_a).values(), key=lambda e: e.error)
+                            grams_a: tuple[torch.Tensor, torch.Tensor] | None = None,
+                            precision: torch.dtype = torch.float64) -> InvariantError:
+    """The worst of :func:`invariant_errors` (``overwrite_a``, ``grams_a``, ``precision`` as there)."""
+    return max(invariant_errors(a, b, overwrite_a=overwrite_a, grams_a=grams_a, precision=precision).values(),
+               key=lambda e: e.error)
 
 
 def _query_bias(L: AttentionLayer, other: AttentionLayer) -> torch.Tensor | None:

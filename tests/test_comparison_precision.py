@@ -1,0 +1,70 @@
+"""Comparisons of bfloat16/float16 layers in float32 (issue 20): the invariant check of ``diff`` and
+of a bf16 -> bf16 export aligns in float32 where that resolves far below the stored precision, and
+falls back to float64 where a block cannot be aligned in float32."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import idinspect
+from idinspect.analysis.precision import comparison_precision
+from idinspect.exporting.layers import fix_layer
+from idinspect.gauge import invariant_error_tensors
+from tests import tiny
+
+
+def _pair(variant: str, dtype: torch.dtype, tmp_path, step: float = 1e-2):
+    model = tiny.build(variant, dtype=torch.float32)
+    path = tiny.save(model, tmp_path / "m", dtype=dtype)
+    with idinspect.load(path) as m:
+        a = m.layer(0)
+    g = torch.Generator().manual_seed(1)
+    b = a.replace(**{r: (t.float() * (1 + step * torch.randn(t.shape, generator=g))).to(dtype)
+                     for r, t in a.tensors().items()})
+    return a, b
+
+
+def test_precision_follows_the_stored_dtypes():
+    assert comparison_precision(torch.bfloat16, torch.float16) == torch.float32
+    assert comparison_precision(torch.bfloat16, torch.float32) == torch.float64
+    assert comparison_precision(torch.float64) == torch.float64
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("variant", ["llama-gqa", "gpt2", "qwen2"])
+def test_float32_alignment_matches_float64(variant, dtype, tmp_path):
+    """Every invariant's change, per head, within 1e-4 of the float64 value (relative), and a layer
+    against itself within 1e-6 (the float32 floor), on RoPE, GQA, biased and fused layouts."""
+    a, b = _pair(variant, dtype, tmp_path)
+    e64 = invariant_error_tensors(a, b)
+    e32 = invariant_error_tensors(a, b, precision=torch.float32)
+    assert e64.keys() == e32.keys()
+    for kind in e64:
+        assert e32[kind].dtype == torch.float64
+        assert torch.allclose(e32[kind], e64[kind], rtol=1e-4, atol=1e-7), kind
+    assert max(float(v.max()) for v in invariant_error_tensors(a, a, precision=torch.float32).values()) < 1e-6
+
+
+def test_float32_falls_back_to_float64_for_an_ill_conditioned_block(tmp_path):
+    """B's key column 0 scaled by 1000: aligning B to A needs a transform of condition ~1000, past
+    the float32 limit (100): the float32 request gives the float64 answer exactly."""
+    a, b = _pair("llama-gqa", torch.bfloat16, tmp_path)
+    W_K = b.W_K.clone()
+    W_K[..., 0] *= 1000
+    b = b.replace(W_K=W_K)
+    e64 = invariant_error_tensors(a, b)
+    e32 = invariant_error_tensors(a, b, precision=torch.float32)
+    assert all(torch.equal(e32[k], e64[k]) for k in e64)
+
+
+def test_bf16_export_check_agrees_with_the_float64_check(tmp_path):
+    """fix_layer's check on a bf16 -> bf16 layer (float32) reports the float64 check's error."""
+    model = tiny.build("llama-gqa", dtype=torch.float32)
+    path = tiny.save(model, tmp_path / "m", dtype=torch.bfloat16)
+    with idinspect.load(path) as m:
+        layer = m.layer(0)
+    fixed = fix_layer(layer, None)
+    expected = max(invariant_error_tensors(layer, fixed.cast)[fixed.error.invariant].max().item(), 0.0)
+    assert fixed.error.error > 1e-4                     # bf16 rounding of the balanced form
+    assert fixed.error.error == pytest.approx(expected, rel=1e-4)
