@@ -68,3 +68,27 @@ def test_bf16_export_check_agrees_with_the_float64_check(tmp_path):
     expected = max(invariant_error_tensors(layer, fixed.cast)[fixed.error.invariant].max().item(), 0.0)
     assert fixed.error.error > 1e-4                     # bf16 rounding of the balanced form
     assert fixed.error.error == pytest.approx(expected, rel=1e-4)
+
+
+def test_bf16_diff_matches_the_float64_diff_of_the_same_values(tmp_path):
+    """``idinspect diff`` of two bf16 checkpoints (float32 products) against the same values stored
+    in float32 (float64 route): rho, beta, tau and the invariant change agree to 1e-4."""
+    from idinspect.training.diff import diff
+
+    model = tiny.build("llama-gqa", dtype=torch.float32).to(torch.bfloat16)
+    a16 = tiny.save(model, tmp_path / "a16")
+    a32 = tiny.save(model.to(torch.float32), tmp_path / "a32")
+    torch.manual_seed(2)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.05 * torch.randn_like(p.float()).to(p.dtype) * p.abs().mean())
+    b16 = tiny.save(model.to(torch.bfloat16), tmp_path / "b16")
+    b32 = tiny.save(model.to(torch.float32), tmp_path / "b32")
+    low, wide = diff(str(a16), str(b16)), diff(str(a32), str(b32))
+    for la, lw in zip(low["layers"], wide["layers"]):
+        assert la["rho"] == pytest.approx(lw["rho"], rel=1e-4)
+        for side in ("qk", "vo"):
+            for key in ("rho", "beta_a", "beta_b", "tau_a", "tau_b"):
+                assert la[side][key] == pytest.approx(lw[side][key], rel=1e-4, abs=1e-9), (side, key)
+        assert la["invariant_change_max"] == pytest.approx(lw["invariant_change_max"], rel=1e-4)
+        assert la["raw_change"]["absolute"] == pytest.approx(lw["raw_change"]["absolute"], rel=1e-5)

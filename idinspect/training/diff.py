@@ -12,6 +12,7 @@ import math
 import torch
 
 from ..analysis.parallel import layer_workers, ordered_map
+from ..analysis.precision import comparison_precision
 from ..errors import IdinspectError
 from ..gauge.invariants import invariant_errors
 from ..layer.attention_layer import AttentionLayer
@@ -22,19 +23,22 @@ SCHEMA_VERSION = "1"
 
 
 def _norm_sq(layer: AttentionLayer) -> float:
-    return sum(float(torch.linalg.vector_norm(t.to(torch.float64)) ** 2) for t in layer.tensors().values())
+    return sum(float(torch.linalg.vector_norm(t)) ** 2 for t in layer.tensors().values())
 
 
 def _diff_norm_sq(a: AttentionLayer, b: AttentionLayer) -> float:
     ta = a.tensors()
-    return sum(float(torch.linalg.vector_norm(tb.to(torch.float64) - ta[r].to(torch.float64)) ** 2)
-               for r, tb in b.tensors().items())
+    return sum(float(torch.linalg.vector_norm(tb - ta[r])) ** 2 for r, tb in b.tensors().items())
 
 
 def diff_layer(a: AttentionLayer, b: AttentionLayer) -> dict:
-    """The diff record of one layer (see the schema). Both layers are cast to float64 once."""
-    a, b = a.to(torch.float64), b.to(torch.float64)
-    groups = layer_metrics(a, b)
+    """The diff record of one layer (see the schema). Both layers are cast once, to float64, or to
+    float32 where both are stored in bfloat16/float16 (:func:`~idinspect.analysis.precision.comparison_precision`:
+    their difference is exact there and float32's rounding is far below what they can show); k x k
+    work is float64 either way."""
+    dtype = comparison_precision(*(t.dtype for t in (*a.tensors().values(), *b.tensors().values())))
+    a, b = a.to(dtype), b.to(dtype)
+    groups = layer_metrics(a, b, dtype)
     r = a.group_size
     out_groups = []
     for g, m in enumerate(groups):
@@ -42,7 +46,7 @@ def diff_layer(a: AttentionLayer, b: AttentionLayer) -> dict:
                            **{side: m[side].to_dict() for side in SIDES}})
     raw_a = math.sqrt(_norm_sq(a))
     raw = math.sqrt(_diff_norm_sq(a, b))
-    inv = invariant_errors(a, b)
+    inv = invariant_errors(a, b, precision=dtype)
     summary = {}
     for side in SIDES:
         sides = [m[side] for m in groups]

@@ -37,15 +37,16 @@ def check_modelled(layer: AttentionLayer) -> None:
                              "(rho and beta would be wrong), so it is refused")
 
 
-def group_factors(layer: AttentionLayer, g: int, side: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """(L, R) of kv group ``g`` in float64 (see :mod:`.orbit`).
+def group_factors(layer: AttentionLayer, g: int, side: str, dtype: torch.dtype = torch.float64
+                  ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(L, R) of kv group ``g`` in ``dtype`` (float64 by default; see :mod:`.orbit`).
 
     qk: L = [W_Q^h; b_Q^h] of the group's r heads stacked [r (d+1), d_k], R = [W_K^g; b_K^g] [d (+1), d_k];
     vo: L = [W_V^g; b_V^g] [d (+1), d_v], R = [W_O^h1, ..., W_O^hr]^T [r d, d_v].
     """
     r = layer.group_size
     heads = slice(g * r, (g + 1) * r)
-    f64 = torch.float64
+    f64 = dtype
     if side == "qk":
         bq = layer.b_Q[heads].to(f64) if layer.b_Q is not None else None
         L = augment(layer.W_Q[heads].to(f64), bq).reshape(-1, layer.d_k)
@@ -109,11 +110,17 @@ class SideMetrics:
         return asdict(self)
 
 
-def side_metrics(a: AttentionLayer, g: int, side: str, b: AttentionLayer | None = None) -> SideMetrics:
-    """Metrics of group ``g``'s ``side`` at ``a`` and, with ``b``, of the step b - a."""
+def side_metrics(a: AttentionLayer, g: int, side: str, b: AttentionLayer | None = None,
+                 dtype: torch.dtype = torch.float64) -> SideMetrics:
+    """Metrics of group ``g``'s ``side`` at ``a`` and, with ``b``, of the step b - a.
+
+    The factor-sized products (Gram matrices, L^T dL) are formed in ``dtype`` (float32 only for
+    bfloat16/float16 layers, :func:`~idinspect.analysis.precision.comparison_precision`), everything
+    from the k x k matrices on in float64."""
     algebra = side_algebra(a, side)
-    L, R = group_factors(a, g, side)
-    GL, GR = L.T @ L, R.T @ R
+    L, R = group_factors(a, g, side, dtype)
+    wide = torch.float64
+    GL, GR = (L.T @ L).to(wide), (R.T @ R).to(wide)
     beta, tau, full = imbalance_of(GL - GR, algebra)
     k = L.shape[1]
     reference = algebra.dimension / ((L.shape[0] + R.shape[0]) * k)
@@ -121,11 +128,11 @@ def side_metrics(a: AttentionLayer, g: int, side: str, b: AttentionLayer | None 
         zero = torch.zeros_like(GL)
         proj = project_from_grams(GL, GR, zero, zero, 0.0, algebra)
         return SideMetrics(beta, tau, full, proj.mu, proj.ill_posed, reference)
-    Lb, Rb = group_factors(b, g, side)
-    beta_b, tau_b, full_b = imbalance(Lb, Rb, algebra)
+    Lb, Rb = group_factors(b, g, side, dtype)
+    beta_b, tau_b, full_b = imbalance_of((Lb.T @ Lb).to(wide) - (Rb.T @ Rb).to(wide), algebra)
     dL, dR = Lb - L, Rb - R
-    step_sq = float(torch.linalg.vector_norm(dL) ** 2 + torch.linalg.vector_norm(dR) ** 2)
-    proj = project_from_grams(GL, GR, L.T @ dL, R.T @ dR, step_sq, algebra)
+    step_sq = float(torch.linalg.vector_norm(dL)) ** 2 + float(torch.linalg.vector_norm(dR)) ** 2
+    proj = project_from_grams(GL, GR, (L.T @ dL).to(wide), (R.T @ dR).to(wide), step_sq, algebra)
     return SideMetrics(beta, tau, full, proj.mu, proj.ill_posed, reference, beta_b, tau_b, full_b,
                        proj.rho, proj.step_sq, proj.along_sq)
 
@@ -143,12 +150,14 @@ def check_same_shape(a: AttentionLayer, b: AttentionLayer) -> None:
                              f"({a.positional.kind} vs {b.positional.kind}); diff needs the same model")
 
 
-def layer_metrics(a: AttentionLayer, b: AttentionLayer | None = None) -> list[dict[str, SideMetrics]]:
-    """Per kv group, {"qk": SideMetrics, "vo": SideMetrics} of layer ``a`` (and the step to ``b``)."""
+def layer_metrics(a: AttentionLayer, b: AttentionLayer | None = None,
+                  dtype: torch.dtype = torch.float64) -> list[dict[str, SideMetrics]]:
+    """Per kv group, {"qk": SideMetrics, "vo": SideMetrics} of layer ``a`` (and the step to ``b``);
+    ``dtype`` as in :func:`side_metrics`."""
     check_modelled(a)
     if b is not None:
         check_same_shape(a, b)
-    return [{side: side_metrics(a, g, side, b) for side in SIDES} for g in range(a.n_kv_heads)]
+    return [{side: side_metrics(a, g, side, b, dtype) for side in SIDES} for g in range(a.n_kv_heads)]
 
 
 def pooled_rho(groups: list[dict[str, SideMetrics]], sides: tuple[str, ...] = SIDES) -> float | None:
