@@ -24,7 +24,7 @@ from typing import Any, ClassVar
 import torch
 
 from ..errors import IdinspectError, one_line
-from ..layer.attention_layer import AttentionLayer, Positional, QKNorm
+from ..layer.attention_layer import AttentionLayer, Positional, QKNorm, QueryTemperature
 from ..sources.checkpoint import TensorReader
 from ..sources.config import setting_optional
 from .layout import (Block, Projection, fused_rows, head_rows, heads_from_linear_cols, heads_from_linear_rows,
@@ -159,6 +159,14 @@ class Adapter:
         return Positional("absolute")
 
     def sliding_window(self, site: Site) -> int | None:
+        return None
+
+    def attention_chunk(self, site: Site) -> int | None:
+        """Chunked attention's chunk size c (query i sees key j only where i // c == j // c); None: none."""
+        return None
+
+    def query_temperature(self, site: Site) -> QueryTemperature | None:
+        """A position-dependent scale of the queries (Llama 4's temperature tuning); None: none."""
         return None
 
     def flags(self, site: Site) -> frozenset[str]:
@@ -300,7 +308,8 @@ class Adapter:
                               causal=self.causal(site) and site.block.kind != "cross",
                               positional=self.positional(site), sliding_window=self.sliding_window(site),
                               flags=self.flags(site), kind=site.block.kind, stack=site.stack, layer=site.layer,
-                              tensor_names=names, qk_norm=self.qk_norm(site))
+                              tensor_names=names, qk_norm=self.qk_norm(site),
+                              attention_chunk=self.attention_chunk(site), query_temperature=self.query_temperature(site))
 
     def _load(self, name: str, shape: tuple[int, ...]) -> torch.Tensor:
         """Read ``name``, checking its shape against what the config implies."""

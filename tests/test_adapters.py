@@ -59,7 +59,9 @@ def test_rope_frequencies_are_the_models_own(variant, tmp_path):
     tiny.save(hf, tmp_path)
     model = idinspect.load(tmp_path)
     rotary = model.layer(0).positional.rotary
-    module = hf.base_model.rotary_emb
+    base = hf.base_model
+    module = base.rotary_emb if hasattr(base, "rotary_emb") else hf.model.rotary_emb   # Llama4ForCausalLM's
+    # base_model_prefix ("language_model") names no attribute, so base_model is the model itself
     if hasattr(module, "layer_types"):      # Gemma 3: one set of frequencies per layer type
         for i, layer_type in enumerate(hf.config.layer_types):
             rotary = model.layer(i).positional.rotary

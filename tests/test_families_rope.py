@@ -91,10 +91,85 @@ def test_gptj_rotary_dim_outside_the_head_is_refused(rotary_dim, tiny_dir, tmp_p
         idinspect.load(folder).layer(0)
 
 
-def test_llama4_text_is_refused_by_name(tmp_path):
-    cfg = tf.Llama4TextConfig(hidden_size=16, intermediate_size=32, intermediate_size_mlp=32, num_hidden_layers=2,
-                              num_attention_heads=4, num_key_value_heads=2, head_dim=4, vocab_size=64,
-                              max_position_embeddings=64, num_local_experts=1)
-    tiny.save(tf.Llama4ForCausalLM(cfg), tmp_path)
+def test_llama4_multimodal_is_refused_by_name(tmp_path):
+    """Llama4ForConditionalGeneration: its vision tower's 2-D RoPE is not modelled; the refusal says so
+    and names the text model that is supported."""
+    import torch
+    from safetensors.torch import save_file
+
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "llama4"}))
+    save_file({"x": torch.zeros(1)}, tmp_path / "model.safetensors")
     res = run_cli(tmp_path)
-    assert res.code == 2 and "llama4_text" in res.stderr and "refused" in res.stderr and "Traceback" not in res.stderr
+    assert res.code == 2 and "Traceback" not in res.stderr, res.stderr
+    assert "'llama4' is refused" in res.stderr and "2-D RoPE" in res.stderr and "llama4_text" in res.stderr
+
+
+def _llama4(tmp_path, **settings):
+    """A saved random float64 Llama 4 text model: the tiny variant's config with ``settings``."""
+    import torch
+
+    config = tiny.VARIANTS["llama4-text"].config()
+    for k, v in settings.items():
+        setattr(config, k, v)
+    config._attn_implementation, config._experts_implementation = "sdpa", "eager"
+    torch.manual_seed(0)
+    hf = tf.Llama4ForCausalLM(config).to(torch.float64).eval()
+    with torch.no_grad():
+        for p in hf.parameters():
+            p.normal_(0.0, 0.5)
+    tiny.save(hf, tmp_path)
+    return hf
+
+
+def test_llama4_text_layers_carry_their_kinds(tiny_dir):
+    """Layer 0 (RoPE): interleaved complex RoPE, the weightless norm after it, chunks of 4; layer 1 (NoPE):
+    no position, no norm, temperature-tuned queries, no chunks."""
+    model = idinspect.load(tiny_dir("llama4-text"))
+    rope, nope = model.layer(0), model.layer(1)
+    assert rope.positional.kind == "rope" and rope.positional.rotary.pairing == "interleaved"
+    assert rope.positional.rotary.polar
+    assert (rope.qk_norm.kind, rope.qk_norm.scope, rope.qk_norm.after_rope, rope.qk_norm.q_gain) == ("l2", "head", True, None)
+    assert rope.attention_chunk == 4 and rope.query_temperature is None
+    assert nope.positional.kind == "none" and nope.qk_norm is None and nope.attention_chunk is None
+    assert (nope.query_temperature.floor_scale, nope.query_temperature.attn_scale) == (2.0, 0.5)
+
+
+def test_llama4_text_with_biases_matches_its_module_and_jacobian(tmp_path):
+    """attention_bias on both layer kinds (the generic variant has none, as Llama 4's checkpoints): the
+    reference equals the module (1e-10) and the Jacobian bands equal the counts. RoPE layer: 36 + 8
+    (b_V folds into b_O) exact, H + G = 6 nearly null, b_K live under the norm; NoPE layer: 64 + 8
+    no-op b_K (the temperature multiplies a row's shift, still a shift) + 8."""
+    import torch
+
+    from idinspect.layer.reference import reference_attention
+    from tests.jacobian import attention_nullity
+    from tests.test_jacobian import _check_counts
+
+    hf = _llama4(tmp_path, attention_bias=True)
+    layers = idinspect.inspect(tmp_path, spectra=False)["layers"]
+    assert [(x["unidentified_parameters"], x["near_unidentified"], x["noop_bias"]) for x in layers] == [(44, 6, 0), (80, 0, 8)]
+    model = idinspect.load(tmp_path)
+    ids = torch.randint(0, 64, (2, 9), generator=torch.Generator().manual_seed(1))
+    for i, (x, y, _) in enumerate(tiny.capture_attention(hf, ids)):
+        out = reference_attention(model.layer(i), x)
+        assert ((out - y).norm() / y.norm()).item() <= 1e-10, i
+        n = attention_nullity(hf, *tiny.attention_modules(hf, i), seed=i, exact=model.adapter.exact_float64)
+        _check_counts(n, layers[i], ("llama4 bias", i))
+
+
+def test_llama4_chunk_and_temperature_reach_the_reference(tiny_dir):
+    """Negative controls: the tiny variant's reference without its chunk mask or without its query
+    temperature no longer equals the module."""
+    import torch
+
+    from idinspect.layer.reference import reference_attention
+
+    hf = tiny.build("llama4-text")
+    model = idinspect.load(tiny_dir("llama4-text"))
+    ids = torch.randint(0, 64, (2, 9), generator=torch.Generator().manual_seed(1))
+    (x0, y0, _), (x1, y1, _) = tiny.capture_attention(hf, ids)
+    rel = lambda a, b: ((a - b).norm() / b.norm()).item()
+    assert rel(reference_attention(model.layer(0), x0), y0) <= 1e-10
+    assert rel(reference_attention(model.layer(0).replace(attention_chunk=None), x0), y0) > 1e-3
+    assert rel(reference_attention(model.layer(1), x1), y1) <= 1e-10
+    assert rel(reference_attention(model.layer(1).replace(query_temperature=None), x1), y1) > 1e-3

@@ -13,7 +13,9 @@ twin's structural unidentified count (:func:`structure.unidentified_dims`).
 
 Every attention block of the one-layer twin is proven on its own: a decoder with cross-attention
 has a self and a cross block, an encoder-decoder an encoder self block and decoder self and cross
-blocks, so each block kind and stack is checked. A cross block's encoder states are drawn from
+blocks, so each block kind and stack is checked. A family whose layers come in kinds with different
+attention (Llama 4: RoPE layers with a q/k norm and chunks, NoPE layers with temperature-tuned
+queries) gets one twin layer of each kind (``twin.layers``). A cross block's encoder states are drawn from
 N(0, 1) as well. The top-level numbers sum over the blocks (their Jacobians side by side, block
 diagonal: the nullity of the whole is the sum); ``blocks`` lists each one.
 """
@@ -260,7 +262,8 @@ def prove(model, seed: int = 0) -> dict:
     return {
         **near,
         "twin": {
-            "model_type": hf.config.model_type, "family": model.adapter.family, "layers": 1, **shape,
+            "model_type": hf.config.model_type, "family": model.adapter.family,
+            "layers": 1 + max(s.layer for s in twin.adapter.sites), **shape,
             "biases": [r for r in ("b_Q", "b_K", "b_V", "b_O") if getattr(layer, r) is not None],
             "positional": pos.kind, "rotary_dim": structure.rotary_dim(layer),
             "rope_type": pos.rotary.rope_type if pos.kind == "rope" else None,

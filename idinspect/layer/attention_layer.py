@@ -13,7 +13,11 @@ attention sinks"): ``logit_softcap`` c replaces each score s by c tanh(s / c) be
 probability, so a row's weights over the real keys sum to less than one (gpt-oss).
 With :class:`QKNorm` (Qwen3, OLMo2, Gemma 3, Cohere) q^h and k^g are normalised, before RoPE:
 q^h <- n(q^h) (gain_offset + gain^h), n the RMS / LayerNorm / L2 map over each head or the
-whole projection.
+whole projection; Llama 4 normalises after RoPE (``QKNorm.after_rope``).
+Two more fields change only what a query sees (docs/mathematics.md, "Normalised queries and keys"):
+``query_temperature`` (:class:`QueryTemperature`) multiplies query i by a scalar of its position
+(Llama 4's layers without RoPE), and ``attention_chunk`` c lets query i see key j only when
+i // c == j // c (Llama 4's chunked attention), a mask like ``sliding_window``.
 
 Query head h reads key/value head g(h) = h // (H / G) (Hugging Face ``repeat_kv`` order).
 """
@@ -47,7 +51,8 @@ class RotarySpec:
     :mod:`idinspect.sources.rope_config` (pinned bit for bit by tests), every other type by transformers itself.
     Plane p rotates dims (p, p + rotary_dim/2) for ``pairing="half"`` (rotate_half) or
     (2p, 2p + 1) for ``"interleaved"`` (GPT-J), by the angle ``t * inv_freq[p]``; cos and sin are
-    multiplied by ``attention_factor``.
+    multiplied by ``attention_factor``. ``polar``: cos and sin come from ``torch.polar`` (Llama 4's
+    complex RoPE), whose float32 cos differs from ``torch.cos`` by up to one ulp.
     """
 
     pairing: RotaryPairing
@@ -55,6 +60,7 @@ class RotarySpec:
     inv_freq: torch.Tensor
     attention_factor: float = 1.0
     rope_type: str = "default"
+    polar: bool = False
 
     def plane_columns(self) -> list[tuple[int, int]]:
         """Column pairs (i, j) of each rotary plane within a head, in plane order."""
@@ -107,13 +113,14 @@ QKNormScope = Literal["head", "projection"]
 
 @dataclass(frozen=True)
 class QKNorm:
-    """A norm on queries and keys between the projection and RoPE (applied to q and k alike).
+    """A norm on queries and keys between the projection and RoPE, or after RoPE (applied to q and k alike).
 
     ``kind``: ``"rms"``  n(y) = y / sqrt(mean(y^2) + eps)                      (Qwen3, OLMo2, Gemma 3)
               ``"layer"`` n(y) = (y - mean y) / sqrt(mean((y - mean y)^2) + eps)  (Cohere, no bias)
               ``"l2"``   ``"rms"`` without gains                                (Llama 4)
     ``scope``: the mean runs over each head's d_k dims (``"head"``) or over the whole projection's
     H d_k (G d_k for keys) dims (``"projection"``, OLMo2).
+    ``after_rope``: the norm acts on the rotated q and k (Llama 4), not between projection and RoPE.
     ``q_gain`` / ``k_gain`` as stored: [d_k] (one vector every head shares), [H, d_k] / [G, d_k]
     (per head), [H d_k] / [G d_k] (per projection), or None (``"l2"``); the multiplier is
     ``gain_offset + gain`` (Gemma: 1 + w). ``q_bias`` / ``k_bias``: a bias added after the gain
@@ -129,6 +136,7 @@ class QKNorm:
     tensor_names: dict[str, str] = field(default_factory=dict)
     q_bias: torch.Tensor | None = None
     k_bias: torch.Tensor | None = None
+    after_rope: bool = False
 
     @property
     def shared_gain(self) -> bool:
@@ -153,6 +161,25 @@ class QKNorm:
     def to(self, dtype: torch.dtype) -> "QKNorm":
         return dataclasses.replace(self, **{n: getattr(self, n).to(dtype) for n in ("q_gain", "k_gain", "q_bias", "k_bias")
                                             if getattr(self, n) is not None})
+
+
+@dataclass(frozen=True)
+class QueryTemperature:
+    """Attention temperature tuning (Llama 4's layers without RoPE): the query at position t is
+    multiplied by
+
+        tau(t) = 1 + attn_scale * log(1 + floor((t + 1) / floor_scale))
+
+    after the projection (bias included), computed in float32 as transformers does. tau depends on
+    the position only, never on a weight: it rescales each score row and changes no count.
+    """
+
+    floor_scale: float
+    attn_scale: float
+
+    def scales(self, positions: torch.Tensor) -> torch.Tensor:
+        """tau at integer ``positions`` [T], float32 (transformers' arithmetic, op for op)."""
+        return torch.log1p(torch.floor((positions.float() + 1.0) / self.floor_scale)) * self.attn_scale + 1.0
 
 
 def _per_head(t: torch.Tensor, heads: int, d_k: int) -> torch.Tensor:
@@ -197,6 +224,10 @@ class AttentionLayer:
     sinks: torch.Tensor | None = None
     #: Normalised queries and keys (:class:`QKNorm`), or None.
     qk_norm: QKNorm | None = None
+    #: Chunked attention: query i sees key j only where i // c == j // c (Llama 4); None: no chunks.
+    attention_chunk: int | None = None
+    #: A position-dependent scalar on every query (:class:`QueryTemperature`, Llama 4); None: none.
+    query_temperature: QueryTemperature | None = None
 
     def __post_init__(self) -> None:
         unknown = set(self.flags) - KNOWN_FLAGS

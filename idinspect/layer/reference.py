@@ -8,7 +8,9 @@ the visible scores and the extra logit sinks[h], whose probability is dropped (g
 
     p_ij = exp(s_ij) / (exp(sinks[h]) + sum_{j' visible} exp(s_ij'))
 
-A q/k norm (:class:`QKNorm`) normalises q and k (biases included) before RoPE: :func:`normalise`.
+A q/k norm (:class:`QKNorm`) normalises q and k (biases included) before RoPE, or after it where
+``after_rope`` (Llama 4): :func:`normalise`. A :class:`QueryTemperature` then multiplies query i by
+tau(t_i); ``attention_chunk`` c hides key j from query i unless i // c == j // c.
 
 Queries come from ``x``; keys and values from ``x_kv`` (the encoder's output for a cross-attention
 block, ``x`` itself otherwise). A cross-attention block sees every key: no causal mask, no window.
@@ -64,9 +66,9 @@ def reference_attention(layer: AttentionLayer, x: torch.Tensor, positions: torch
     if L.b_V is not None:
         v = v + L.b_V[None, :, None, :]
 
-    if L.qk_norm is not None:
-        q = normalise(q, L.qk_norm, "q")
-        k = normalise(k, L.qk_norm, "k")
+    norm = L.qk_norm
+    if norm is not None and not norm.after_rope:
+        q, k = normalise(q, norm, "q"), normalise(k, norm, "k")
 
     pos = L.positional
     if pos.kind == "rope":
@@ -74,6 +76,10 @@ def reference_attention(layer: AttentionLayer, x: torch.Tensor, positions: torch
         q = apply_rotary(q, pos.rotary, cos, sin)
         cos_k, sin_k = rotary_cos_sin(pos.rotary, key_positions, torch.float64)
         k = apply_rotary(k, pos.rotary, cos_k, sin_k)
+    if norm is not None and norm.after_rope:
+        q, k = normalise(q, norm, "q"), normalise(k, norm, "k")
+    if L.query_temperature is not None:
+        q = q * L.query_temperature.scales(positions).to(torch.float64)[None, None, :, None]
 
     r = L.group_size
     k = k.repeat_interleave(r, dim=1)
@@ -93,6 +99,9 @@ def reference_attention(layer: AttentionLayer, x: torch.Tensor, positions: torch
         visible &= j <= i
     if L.sliding_window is not None and not cross:   # |i - j| < w: i - w < j <= i when causal, both sides otherwise
         visible &= (i - j).abs() < L.sliding_window
+    if L.attention_chunk is not None and not cross:
+        visible &= torch.div(i, L.attention_chunk, rounding_mode="floor") == torch.div(j, L.attention_chunk,
+                                                                                      rounding_mode="floor")
     scores = scores.masked_fill(~visible, float("-inf"))
     if L.sinks is None:
         probs = torch.softmax(scores, dim=-1)

@@ -15,10 +15,14 @@ def rotary_cos_sin(spec: RotarySpec, positions: torch.Tensor, dtype: torch.dtype
     """cos, sin [..., rotary_dim/2] per plane at integer ``positions`` [...].
 
     Angles are formed in float32 exactly as transformers does (``position.float() * inv_freq.float()``),
+    turned into cos and sin by ``torch.cos`` / ``torch.sin`` (or ``torch.polar`` where ``spec.polar``),
     then scaled by the attention factor and cast to ``dtype``: the reference then agrees with the
     Hugging Face modules to float64 rounding.
     """
     angles = positions[..., None].float() * spec.inv_freq.float()
+    if spec.polar:                      # Llama 4: torch.polar(1, angle) * attention_factor, complex64
+        turn = torch.polar(torch.ones_like(angles), angles) * spec.attention_factor
+        return turn.real.to(dtype), turn.imag.to(dtype)
     cos = angles.cos() * spec.attention_factor
     sin = angles.sin() * spec.attention_factor
     return cos.to(dtype), sin.to(dtype)

@@ -25,6 +25,13 @@ share, G for gains per head or per projection):
     key bias:               live (the norm is not shift-invariant): no no-op dims
     nearly unidentified:    H + G per-head (2 per-projection) scales of W_Q, W_K: the norm removes
                             them only up to eps (exact, and counted as unidentified, when eps = 0)
+
+A norm without gains after RoPE (Llama 4) has the same counts as before it: RoPE is a rotation per
+plane times one attention factor, so the rotated vector's RMS is the unrotated one's times that
+factor, which the norm divides out; the gauge must commute with RoPE and keep each head's norm
+either way. (With gains after RoPE the gains would not commute with the rotation: refused.)
+A position-dependent query scale (Llama 4's temperature tuning) and chunked attention (a mask, like
+a sliding window of at least 2) change no count either.
 """
 
 from __future__ import annotations
@@ -100,6 +107,10 @@ def require_modelled(layer: AttentionLayer) -> None:
     if norm is not None and (norm.kind == "layer" and norm.scope != "head" or norm.kind not in ("rms", "layer", "l2")):
         raise UnsupportedLayerError(f"layer {layer.index}: a {norm.kind} q/k norm over each {norm.scope} is not modelled; "
                                     "idinspect refuses rather than miscount")
+    if norm is not None and norm.after_rope and (norm.q_gain is not None or norm.q_bias is not None
+                                                 or norm.kind != "l2" or norm.scope != "head"):
+        raise UnsupportedLayerError(f"layer {layer.index}: a q/k norm after RoPE is derived only without gains over "
+                                    "each head (Llama 4); idinspect refuses rather than miscount")
     if norm is not None and layer.positional.kind in ("alibi", "relative"):
         raise UnsupportedLayerError(f"layer {layer.index}: a q/k norm with {layer.positional.kind} positions is not "
                                     "modelled; idinspect refuses rather than miscount")
@@ -108,6 +119,10 @@ def require_modelled(layer: AttentionLayer) -> None:
     if layer.sliding_window is not None and layer.sliding_window < 2:
         raise UnsupportedLayerError(f"layer {layer.index} has sliding window {layer.sliding_window}: each query sees at "
                                     "most itself, the softmax is constant and the QK count does not hold; refusing")
+    chunk = getattr(layer, "attention_chunk", None)
+    if chunk is not None and chunk < 2:
+        raise UnsupportedLayerError(f"layer {layer.index} has attention chunks of {chunk}: each query sees at most "
+                                    "itself, the softmax is constant and the QK count does not hold; refusing")
     if max(layer.d_k, layer.d_v) > layer.d_model:
         raise UnsupportedLayerError(f"layer {layer.index}: head width {max(layer.d_k, layer.d_v)} exceeds the model width "
                                     f"{layer.d_model}, so no head can have full rank and the gauge counts do not hold; refusing")
