@@ -22,7 +22,7 @@ from .html_spectra import spectra_section as _spectra_section
 from .mathml import math as formula_math, with_formula
 from .summary import (near_null_text, attention_shape, bias_free_ratio, closed_form_line, closed_form_name, closed_form_text,
                       fmt_float, fmt_int, fmt_ratio, gguf_text, layer_groups, model_has_biases, plural,
-                      not_analysed_lines, positional_text, revision_text, softmax_text, severity_counts,
+                      not_analysed_lines, layer_kinds_text, positional_text, revision_text, softmax_text, severity_counts,
                       stack_lines)
 from .svg_charts import esc
 #: Above this many singular values in total, the embedded data keeps only the top ones per head.
@@ -110,7 +110,9 @@ def _summary(result: dict) -> str:
             ("Revision", f"<code>{esc(revision_text(model))}</code>"),
             ("Family", f"{esc(model.get('model_type', '?'))} ({esc(model.get('architecture', '?'))})"),
             ("Attention shape", esc(attention_shape(model))),
-            ("Positional scheme", esc(positional_text(model)))]
+            ("Positional scheme", esc(positional_text(model, result.get("layers"))))]
+    if layer_kinds_text(result):
+        rows.append(("Layer kinds", esc(layer_kinds_text(result))))
     if softmax_text(result):
         rows.append(("Softmax", esc(softmax_text(result))))
     if gguf_text(model):

@@ -306,13 +306,41 @@ def not_analysed_lines(model: dict) -> list[str]:
             f"not in the totals): {m.get('reason')}" for m in model.get("not_analysed") or []]
 
 
-def positional_text(model: dict) -> str:
+def positional_text(model: dict, layers: list[dict] | None = None) -> str:
+    """The model's positional scheme; where ``layers`` differ in it (Llama 4's NoPE layers), how many
+    layers have each."""
     kind = str(model.get("positional", "?"))
     rd = model.get("rotary_dim") or 0
+    text = kind
     if kind == "rope":
         hd = model.get("head_dim")
-        return f"RoPE (rotary_dim {rd} of {hd})" if hd and rd != hd else f"RoPE (rotary_dim {rd})"
-    return kind
+        text = f"RoPE (rotary_dim {rd} of {hd})" if hd and rd != hd else f"RoPE (rotary_dim {rd})"
+    kinds = [str(layer.get("positional")) for layer in layers or []]
+    if len(set(kinds)) > 1:
+        others = sorted(set(kinds) - {kind})
+        text += f" in {kinds.count(kind)} of {plural(len(kinds), 'layer')}; " + ", ".join(
+            f"{'no positions' if k == 'none' else k} in {kinds.count(k)}" for k in others)
+    return text
+
+
+def layer_kinds_text(result: dict) -> str | None:
+    """Per-layer attention features beyond the positional scheme that Llama 4 mixes: a q/k norm after
+    RoPE, chunked attention, temperature-tuned queries, each with its number of layers; None without."""
+    layers = result.get("layers") or []
+    parts = []
+    after = sum(1 for layer in layers if (layer.get("qk_norm") or {}).get("after_rope"))
+    if after:
+        parts.append(f"q/k norm after RoPE in {plural(after, 'layer')}")
+    chunks = sorted({int(layer["attention_chunk"]) for layer in layers if layer.get("attention_chunk")})
+    if chunks:
+        n = sum(1 for layer in layers if layer.get("attention_chunk"))
+        parts.append(f"attention in chunks of {', '.join(map(str, chunks))} in {plural(n, 'layer')}")
+    tuned = [layer["query_temperature"] for layer in layers if layer.get("query_temperature")]
+    if tuned:
+        t = tuned[0]
+        parts.append(f"queries scaled by 1 + {t['attn_scale']:g} log(1 + floor((t + 1) / {t['floor_scale']:g})) "
+                     f"in {plural(len(tuned), 'layer')}")
+    return "; ".join(parts) or None
 
 
 def softmax_text(result: dict) -> str | None:

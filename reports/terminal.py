@@ -19,7 +19,7 @@ from rich.table import Table
 from rich.text import Text
 
 from .summary import (near_null_text, attention_shape, closed_form_line, finding_details, findings_by_rule, fmt_float, fmt_int,
-                      fmt_ratio, gguf_text, layer_groups, plural, not_analysed_lines, positional_text, revision_text, softmax_text,
+                      fmt_ratio, gguf_text, layer_groups, plural, not_analysed_lines, layer_kinds_text, positional_text, revision_text, softmax_text,
                       severity_counts, stack_lines)
 from .finding_words import finding_phrases, finding_tensors
 from .terminal_spectra import head_tables, spectra_panel
@@ -97,7 +97,9 @@ def summary_panel(result: dict) -> Panel:
     grid.add_row("Revision", Text(revision_text(model)))
     grid.add_row("Family", Text(f"{model.get('model_type', '?')} ({model.get('architecture', '?')})"))
     grid.add_row("Attention", Text(attention_shape(model)))
-    grid.add_row("Positional", Text(positional_text(model)))
+    grid.add_row("Positional", Text(positional_text(model, result.get("layers"))))
+    if layer_kinds_text(result):
+        grid.add_row("Layers", Text(layer_kinds_text(result)))
     if softmax_text(result):
         grid.add_row("Softmax", Text(softmax_text(result)))
     if gguf_text(model):

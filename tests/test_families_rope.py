@@ -173,3 +173,40 @@ def test_llama4_chunk_and_temperature_reach_the_reference(tiny_dir):
     assert rel(reference_attention(model.layer(0).replace(attention_chunk=None), x0), y0) > 1e-3
     assert rel(reference_attention(model.layer(1), x1), y1) <= 1e-10
     assert rel(reference_attention(model.layer(1).replace(query_temperature=None), x1), y1) > 1e-3
+
+
+@pytest.mark.parametrize("layer, code", [(1, 0), (0, 1)])
+def test_llama4_generic_qk_move_is_a_gauge_only_on_the_nope_layer(layer, code, tiny_dir, tmp_path):
+    """A generic GL(d_k) on W_Q, W_K (W_K A^-T) of one layer: the NoPE layer's full GL gauge, so verify
+    says equivalent; on the RoPE layer (the norm after RoPE keeps only SO(2) per plane) it is a
+    different function (exit 1)."""
+    from idinspect.exporting.shard_writer import write_safetensors
+    from tests.test_gauge import random_gauge
+
+    src = tiny_dir("llama4-text")
+    model = idinspect.load(src)
+    moved = model.layer(layer).to(__import__("torch").float64)
+    moved = random_gauge(moved, seed=5, generic_qk=True).replace(W_V=moved.W_V, W_O=moved.W_O)
+    replaced = model.adapter.write_layer(moved, dtype=model.reader.dtype(model.adapter.attention_keys(layer)[0]))
+    dst = tmp_path / "moved"
+    shutil.copytree(src, dst)
+    for fname in model.reader.shard_files:
+        tensors = {k: replaced.get(k, model.reader.get(k)) for k in model.reader.keys_in(fname)}
+        write_safetensors(dst / fname, tensors, model.reader.metadata(fname))
+    res = run_cli("verify", src, dst, "--format", "json")
+    assert res.code == code, res.stdout + res.stderr
+
+
+def test_llama4_reports_name_the_layer_kinds(tiny_dir, tmp_path):
+    """Terminal, HTML and JSON say which layers have RoPE, the norm after it, chunks and the temperature."""
+    src = tiny_dir("llama4-text")
+    text = " ".join(run_cli(str(src)).stdout.replace("│", " ").split())   # the panel wraps lines inside its border
+    html_path = tmp_path / "report.html"
+    assert run_cli(str(src), "--html", str(html_path)).code == 0
+    html = " ".join(html_path.read_text().split())
+    for words in ("RoPE (rotary_dim 4) in 1 of 2 layers; no positions in 1", "q/k norm after RoPE in 1 layer",
+                  "attention in chunks of 4 in 1 layer", "1 + 0.5 log(1 + floor((t + 1) / 2))"):
+        assert words in text and words in html, words
+    layers = json.loads(run_cli(str(src), "--format", "json").stdout)["layers"]
+    assert [x["attention_chunk"] for x in layers] == [4, None] and layers[0]["qk_norm"]["after_rope"] is True
+    assert layers[1]["query_temperature"] == {"floor_scale": 2.0, "attn_scale": 0.5} and layers[0]["query_temperature"] is None

@@ -323,8 +323,9 @@ def test_qk_norm_float32_casts_would_fake_broken_symmetries():
 
 
 def test_llama4_attention_counts():
-    """Llama 4 (refused by name, no adapter): the derived counts against its real module, with its
-    float32 casts (the weightless RMSNorm's x.float(), RoPE's complex64 view) patched to float64.
+    """Llama 4: the derived counts of hand-made canonical layers (independent of its adapter, which the
+    generic tests prove on the ``llama4-text`` variant) against its real module, with its float32 casts
+    (the weightless RMSNorm's x.float(), RoPE's complex64 view) patched to float64 by hand.
     RoPE layer, L2 norm after RoPE: G rd/2 + G d_v^2 exact, H + G nearly null; NoPE layer (no norm,
     temperature-tuned queries): the plain G d_k^2 + G d_v^2."""
     from transformers.models.llama4 import modeling_llama4 as m

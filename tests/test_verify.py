@@ -20,7 +20,7 @@ def _checks(stdout: str) -> dict[str, dict]:
     return {c["name"]: c for c in json.loads(stdout)["checks"]}
 
 
-@pytest.mark.parametrize("variant", ["llama3-rope", "bert"])
+@pytest.mark.parametrize("variant", ["llama3-rope", "bert", "llama4-text"])
 def test_an_export_verifies(variant, tiny_dir, tmp_path):
     src = tiny_dir(variant)
     export_ok(src, tmp_path / "out")

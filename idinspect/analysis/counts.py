@@ -83,7 +83,14 @@ def qk_norm_description(layer: AttentionLayer) -> dict | None:
     if norm is None:
         return None
     gains = "none" if norm.q_gain is None else ("shared" if norm.shared_gain else "per_head")
-    return {"kind": norm.kind, "scope": norm.scope, "eps": norm.eps, "gains": gains, "gain_offset": norm.gain_offset}
+    return {"kind": norm.kind, "scope": norm.scope, "eps": norm.eps, "gains": gains, "gain_offset": norm.gain_offset,
+            "after_rope": norm.after_rope}
+
+
+def query_temperature_description(layer: AttentionLayer) -> dict | None:
+    """The ``query_temperature`` object of the JSON contract (floor_scale, attn_scale), or None."""
+    t = getattr(layer, "query_temperature", None)
+    return None if t is None else {"floor_scale": t.floor_scale, "attn_scale": t.attn_scale}
 
 
 def near_unidentified_break(layer: AttentionLayer) -> float | None:
@@ -159,6 +166,8 @@ def layer_counts(layer: AttentionLayer) -> dict:
         "near_unidentified_break": near_unidentified_break(layer),
         "near_unidentified_scale": near_unidentified_break(layer),
         "qk_norm": qk_norm_description(layer),
+        "attention_chunk": getattr(layer, "attention_chunk", None),
+        "query_temperature": query_temperature_description(layer),
     }
 
 

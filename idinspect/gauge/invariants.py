@@ -287,3 +287,7 @@ def _check_comparable(a: AttentionLayer, b: AttentionLayer) -> None:
     if (na is None) != (nb is None) or na is not None and (na.kind, na.scope, na.eps, na.gain_offset) != (
             nb.kind, nb.scope, nb.eps, nb.gain_offset):
         raise ValueError(f"layer {a.index}: query/key norms differ")
+    if (getattr(a, "attention_chunk", None), getattr(a, "query_temperature", None)) != (
+            getattr(b, "attention_chunk", None), getattr(b, "query_temperature", None)) or (
+            na is not None and na.after_rope != nb.after_rope):
+        raise ValueError(f"layer {a.index}: attention chunks, query temperature or the norm's place differ")
