@@ -1,19 +1,25 @@
-"""The attention layers of an export, gauge-fixed one layer ahead of the shard writer.
+"""The attention layers of an export, gauge-fixed a few layers ahead of the shard writer.
 
 Per layer: read (adapter, checkpoint dtype) -> widen once to float64 -> canonicalise -> cast once
 to the output dtype -> compare every invariant of the original with the cast result -> the
 adapter's checkpoint tensors (original names, orientation, fusion).
 
-The float64 work runs on one worker thread while the caller writes other tensors: when layer i
-is handed over, layer i + 1 of the schedule (the order the writer will ask for layers) is read
-and submitted. So at most two layers are in flight: the one being written (cast tensors only)
-and the one being computed. All checkpoint reads and adapter calls stay on the caller's thread;
-the worker only does tensor arithmetic, so the result is the same as computing inline, bit for
-bit (the same kernels with the same threads on the same data).
+The float64 work runs on worker threads while the caller writes other tensors: up to
+:func:`gauge_workers` layers of the schedule (the order the writer will ask for layers) are read
+and submitted ahead, one per usable CPU within a memory budget, each worker with its own
+workspace and, with more than one worker, single-threaded torch kernels (the per-head work is
+many small matrices, which two layers at a time keep two cores busier than two threads on one
+layer). So at most that many layers are being computed, plus the one being written (cast
+tensors only). All checkpoint reads and adapter calls stay on the caller's thread; a worker only
+does tensor arithmetic on its own layer, so the result does not depend on which worker computed it.
 """
 
 from __future__ import annotations
 
+import contextlib
+import math
+import threading
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -21,6 +27,7 @@ from dataclasses import dataclass
 import torch
 
 from ..analysis.findings import overflow_limit
+from ..analysis.parallel import single_threaded_kernels, usable_cpus
 from ..analysis.precision import comparison_precision
 from ..analysis.spectra import all_finite
 from ..errors import IdinspectError
@@ -117,25 +124,28 @@ class LayerStream:
     """
 
     def __init__(self, model: Model, target: torch.dtype | None, schedule: list[int],
-                 progress: Progress | None = None):
+                 progress: Progress | None = None, workers: int | None = None):
         self.model, self.target, self.schedule = model, target, list(schedule)
         self.progress = progress or (lambda *a: None)
         self.index: int | None = None
         self.tensors: dict[str, torch.Tensor] = {}
         self.errors: dict[int, InvariantError] = {}
         self.degeneracies: dict[int, list[Degeneracy]] = {}
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="idinspect-gauge")
-        self._workspace = Float64Buffers()                   # used by the single worker only
-        self._pending: tuple[int, Future] | None = None
+        self.workers = gauge_workers(model) if workers is None else max(1, int(workers))
+        self._pool = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="idinspect-gauge")
+        self._local = threading.local()                      # one float64 workspace per worker thread
+        self._kernels = single_threaded_kernels() if self.workers > 1 else contextlib.nullcontext()
+        self._kernels.__enter__()
+        self._pending: deque[tuple[int, Future]] = deque()
         self._position = 0
-        self._submit_next()
+        self._submit_ahead()
 
     def get(self, layer: int, name: str) -> torch.Tensor:
         """The checkpoint tensor ``name`` of gauge-fixed ``layer``."""
         if self.index != layer:
             self.tensors, self.index = {}, None
             fixed = self._take(layer)
-            self._submit_next()                              # the next layer computes while this one is written
+            self._submit_ahead()                             # the next layers compute while this one is written
             if layer not in self.errors:
                 self.errors[layer], self.degeneracies[layer] = fixed.error, fixed.degeneracies
                 self.progress("gauge", len(self.errors), self.model.num_layers)
@@ -160,8 +170,9 @@ class LayerStream:
         return worst, where, degeneracies
 
     def close(self) -> None:
-        self._pending = None
+        self._pending.clear()
         self._pool.shutdown(wait=True, cancel_futures=True)
+        self._kernels.__exit__(None, None, None)
 
     def __enter__(self) -> LayerStream:
         return self
@@ -170,16 +181,34 @@ class LayerStream:
         self.close()
 
     def _submit(self, layer: int) -> Future:
-        return self._pool.submit(fix_layer, self.model.layer(layer), self.target, self._workspace)  # read here
+        return self._pool.submit(self._fix, self.model.layer(layer))    # read here, on the caller's thread
 
-    def _submit_next(self) -> None:
-        if self._pending is None and self._position < len(self.schedule):
+    def _fix(self, layer: AttentionLayer) -> FixedLayer:
+        if not hasattr(self._local, "workspace"):
+            self._local.workspace = Float64Buffers()
+        return fix_layer(layer, self.target, self._local.workspace)
+
+    def _submit_ahead(self) -> None:
+        while len(self._pending) < self.workers and self._position < len(self.schedule):
             layer = self.schedule[self._position]
             self._position += 1
-            self._pending = (layer, self._submit(layer))
+            self._pending.append((layer, self._submit(layer)))
 
     def _take(self, layer: int) -> FixedLayer:
-        if self._pending is not None and self._pending[0] == layer:
-            future, self._pending = self._pending[1], None
-            return future.result()
-        return self._submit(layer).result()                 # off schedule: queued after the pending one
+        for i, (pending, future) in enumerate(self._pending):
+            if pending == layer:
+                del self._pending[i]
+                return future.result()
+        return self._submit(layer).result()                 # off schedule: queued after the pending ones
+
+
+#: Float64 bytes the layers being gauge-fixed at once may hold (the widened input, the balanced
+#: form and the check's copies, about three float64 copies of a layer's attention each).
+GAUGE_IN_FLIGHT_BYTES = 2**31
+
+
+def gauge_workers(model: Model) -> int:
+    """Layers gauge-fixed at once: one per usable CPU, within :data:`GAUGE_IN_FLIGHT_BYTES` (two at
+    Llama-3.1-8B's width, one at 70B's) and the layer count."""
+    per_layer = 3 * 8 * sum(math.prod(model.reader.shape(key)) for key in model.adapter.attention_keys(0))
+    return int(max(1, min(usable_cpus(), GAUGE_IN_FLIGHT_BYTES // max(1, per_layer), model.num_layers)))
