@@ -117,10 +117,11 @@ def diff(a, b, *, token: str | None = None, cache_dir: str | None = None, local_
 
 def _pair_bytes_in_flight(model: Model) -> int:
     """Bound on what one layer pair holds while diffed (layer 0's shapes): both layers as stored and
-    float64 copies of both (the invariant check's); one group's float64 factors come and go on top."""
-    sizes = [(math.prod(model.reader.shape(key)), model.reader.dtype(key).itemsize)
-             for key in model.adapter.attention_keys(0)]
-    return 2 * sum(n * (size + 8) for n, size in sizes)
+    copies of both in the comparison's precision (float32 for bf16/fp16, else float64); one group's
+    factors come and go on top."""
+    keys = model.adapter.attention_keys(0)
+    wide = comparison_precision(*(model.reader.dtype(key) for key in keys)).itemsize
+    return 2 * sum(math.prod(model.reader.shape(key)) * (model.reader.dtype(key).itemsize + wide) for key in keys)
 
 
 class _opened:
