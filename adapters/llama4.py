@@ -64,7 +64,11 @@ class Llama4TextAdapter(LlamaAdapter):
 
     @cached_property
     def _uses_rope(self) -> list[bool]:
-        return [bool(v) for v in self._per_layer("no_rope_layers")]
+        flags = self._per_layer("no_rope_layers")
+        if any(v not in (0, 1) or isinstance(v, float) for v in flags):
+            raise IdinspectError(f"config.json: no_rope_layers is {flags!r}; each entry must be 1 (a RoPE layer) or "
+                                 "0 (a layer without RoPE); fix the config")
+        return [bool(v) for v in flags]
 
     def uses_rope(self, site: Site) -> bool:
         """transformers' ``use_rope = config.no_rope_layers[i]`` (the list names the RoPE layers with 1)."""
@@ -85,7 +89,11 @@ class Llama4TextAdapter(LlamaAdapter):
     def attention_chunk(self, site: Site) -> int | None:
         if self._per_layer("layer_types")[site.layer] != "chunked_attention":
             return None
-        return int(self.config.attention_chunk_size)
+        chunk = self.config.attention_chunk_size
+        if chunk is None:
+            raise IdinspectError(f"config.json: layer {site.layer} is a chunked_attention layer but "
+                                 "attention_chunk_size is null; set it or make the layer full_attention")
+        return int(chunk)
 
     def qk_norm(self, site: Site) -> QKNorm | None:
         if not (self.uses_rope(site) and self.config.use_qk_norm):

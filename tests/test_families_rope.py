@@ -210,3 +210,21 @@ def test_llama4_reports_name_the_layer_kinds(tiny_dir, tmp_path):
     layers = json.loads(run_cli(str(src), "--format", "json").stdout)["layers"]
     assert [x["attention_chunk"] for x in layers] == [4, None] and layers[0]["qk_norm"]["after_rope"] is True
     assert layers[1]["query_temperature"] == {"floor_scale": 2.0, "attn_scale": 0.5} and layers[0]["query_temperature"] is None
+
+
+@pytest.mark.parametrize("settings, words", [
+    ({"no_rope_layers": [1, 2]}, "no_rope_layers is [1, 2]"),
+    ({"no_rope_layers": [1]}, "no_rope_layers has 1 entries for 2 layers"),
+    ({"attention_chunk_size": None}, "attention_chunk_size is null"),
+    ({"attention_chunk_size": 0}, "attention_chunk_size is 0, not a positive integer"),
+    ({"attention_chunk_size": 1}, "attention chunks of 1"),
+    ({"floor_scale": 0}, "floor_scale is 0, not a positive number"),
+])
+def test_llama4_bad_settings_are_one_line_errors(settings, words, tiny_dir, tmp_path):
+    folder = tmp_path / "ckpt"
+    shutil.copytree(tiny_dir("llama4-text"), folder)
+    cfg = json.loads((folder / "config.json").read_text())
+    cfg.update(settings)
+    (folder / "config.json").write_text(json.dumps(cfg))
+    res = run_cli(folder)
+    assert res.code == 2 and words in res.stderr and "Traceback" not in res.stderr, res.stderr
