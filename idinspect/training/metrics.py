@@ -15,7 +15,8 @@ from ..errors import IdinspectError
 from ..gauge.factors import augment
 from ..layer.attention_layer import AttentionLayer
 from ..layer.structure import unrotated_columns
-from .orbit import Algebra, imbalance, imbalance_of, project_from_grams
+from .group_grams import GroupGrams, group_grams
+from .orbit import Algebra, imbalance_of, project_from_grams
 
 SIDES = ("qk", "vo")
 
@@ -111,28 +112,25 @@ class SideMetrics:
 
 
 def side_metrics(a: AttentionLayer, g: int, side: str, b: AttentionLayer | None = None,
-                 dtype: torch.dtype = torch.float64) -> SideMetrics:
+                 dtype: torch.dtype = torch.float64, grams: GroupGrams | None = None) -> SideMetrics:
     """Metrics of group ``g``'s ``side`` at ``a`` and, with ``b``, of the step b - a.
 
-    The factor-sized products (Gram matrices, L^T dL) are formed in ``dtype`` (float32 only for
-    bfloat16/float16 layers, :func:`~idinspect.analysis.precision.comparison_precision`), everything
-    from the k x k matrices on in float64."""
+    The factor-sized products (Gram matrices, L^T dL; :mod:`.group_grams`, all groups at once) are
+    formed in ``dtype`` (float32 only for bfloat16/float16 layers,
+    :func:`~idinspect.analysis.precision.comparison_precision`), everything from the k x k matrices
+    on in float64. ``grams``: that result for the layer, when the caller already has it."""
     algebra = side_algebra(a, side)
-    L, R = group_factors(a, g, side, dtype)
-    wide = torch.float64
-    GL, GR = (L.T @ L).to(wide), (R.T @ R).to(wide)
+    grams = grams if grams is not None else group_grams(a, side, b, dtype)
+    GL, GR = grams.GL[g], grams.GR[g]
     beta, tau, full = imbalance_of(GL - GR, algebra)
-    k = L.shape[1]
-    reference = algebra.dimension / ((L.shape[0] + R.shape[0]) * k)
+    k = GL.shape[0]
+    reference = algebra.dimension / (sum(grams.rows) * k)
     if b is None:
         zero = torch.zeros_like(GL)
         proj = project_from_grams(GL, GR, zero, zero, 0.0, algebra)
         return SideMetrics(beta, tau, full, proj.mu, proj.ill_posed, reference)
-    Lb, Rb = group_factors(b, g, side, dtype)
-    beta_b, tau_b, full_b = imbalance_of((Lb.T @ Lb).to(wide) - (Rb.T @ Rb).to(wide), algebra)
-    dL, dR = Lb - L, Rb - R
-    step_sq = float(torch.linalg.vector_norm(dL)) ** 2 + float(torch.linalg.vector_norm(dR)) ** 2
-    proj = project_from_grams(GL, GR, (L.T @ dL).to(wide), (R.T @ dR).to(wide), step_sq, algebra)
+    beta_b, tau_b, full_b = imbalance_of(grams.GL_b[g] - grams.GR_b[g], algebra)
+    proj = project_from_grams(GL, GR, grams.ML[g], grams.MR[g], float(grams.step_sq[g]), algebra)
     return SideMetrics(beta, tau, full, proj.mu, proj.ill_posed, reference, beta_b, tau_b, full_b,
                        proj.rho, proj.step_sq, proj.along_sq)
 
@@ -157,7 +155,8 @@ def layer_metrics(a: AttentionLayer, b: AttentionLayer | None = None,
     check_modelled(a)
     if b is not None:
         check_same_shape(a, b)
-    return [{side: side_metrics(a, g, side, b, dtype) for side in SIDES} for g in range(a.n_kv_heads)]
+    grams = {side: group_grams(a, side, b, dtype) for side in SIDES}
+    return [{side: side_metrics(a, g, side, b, dtype, grams[side]) for side in SIDES} for g in range(a.n_kv_heads)]
 
 
 def pooled_rho(groups: list[dict[str, SideMetrics]], sides: tuple[str, ...] = SIDES) -> float | None:

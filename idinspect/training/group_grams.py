@@ -1,0 +1,84 @@
+"""The k x k products the orbit metrics need, for every kv group of a layer at once.
+
+For each side the factor pair of group g is (L, R) as :func:`.metrics.group_factors` stacks it;
+the metrics of :func:`.metrics.side_metrics` depend on it only through
+
+    GL = L^T L,  GR = R^T R          (at A, and GL_b, GR_b at B)
+    ML = L^T dL, MR = R^T dR         (dL = L_B - L_A, dR = R_B - R_A)
+    step_sq = ||dL||^2 + ||dR||^2
+
+A stacked factor is a sum over heads (L^T L = sum_h Q~_h^T Q~_h for the queries of a group, R^T R =
+sum_h W_O^h W_O^hT for the outputs), so every product is one batched matmul over all heads or
+groups of the layer, in the checkpoint's own head layout (W^T [n, k, d], no stacking copy), bias
+rows added as outer products, then summed per group. Products in ``dtype`` (float32 for
+bfloat16/float16 layers), results in float64.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ..layer.attention_layer import AttentionLayer
+
+
+@dataclass
+class GroupGrams:
+    """Per group [G, k, k] (float64): GL, GR at A; GL_b, GR_b, ML, MR and step_sq [G] with a step
+    (None without); ``rows`` = (rows of L, rows of R) of one group's pair."""
+
+    GL: torch.Tensor
+    GR: torch.Tensor
+    rows: tuple[int, int]
+    GL_b: torch.Tensor | None = None
+    GR_b: torch.Tensor | None = None
+    ML: torch.Tensor | None = None
+    MR: torch.Tensor | None = None
+    step_sq: torch.Tensor | None = None
+
+
+def _factors(layer: AttentionLayer, side: str, dtype: torch.dtype):
+    """((Lt [n_L, k, d], l_row [n_L, k] or None, heads per group of L), (Rt, r_row, heads per group of R)):
+    the per-head (or per-group) pieces whose products sum to the group's Grams."""
+    r = layer.group_size
+    t = lambda x: None if x is None else x.to(dtype)  # noqa: E731
+    if side == "qk":
+        return ((layer.W_Q.to(dtype).transpose(1, 2), t(layer.b_Q), r),
+                (layer.W_K.to(dtype).transpose(1, 2), t(layer.b_K), 1))
+    return ((layer.W_V.to(dtype).transpose(1, 2), t(layer.b_V), 1), (layer.W_O.to(dtype), None, r))
+
+
+def _product(Xt: torch.Tensor, x_row, Yt: torch.Tensor, y_row, per_group: int) -> torch.Tensor:
+    """sum over the group's members of X^T Y [G, k, k] in float64, X = [Xt^T; x_row]."""
+    P = Xt @ Yt.transpose(1, 2)
+    if x_row is not None:
+        P = P + x_row[:, :, None] * y_row[:, None, :]
+    P = P.to(torch.float64)
+    n, k, _ = P.shape
+    return P.reshape(n // per_group, per_group, k, k).sum(1)
+
+
+def _sq_norms(Xt: torch.Tensor, x_row, per_group: int) -> torch.Tensor:
+    sq = torch.linalg.vector_norm(Xt, dim=(1, 2)).to(torch.float64) ** 2
+    if x_row is not None:
+        sq = sq + torch.linalg.vector_norm(x_row, dim=1).to(torch.float64) ** 2
+    return sq.reshape(-1, per_group).sum(1)
+
+
+def group_grams(a: AttentionLayer, side: str, b: AttentionLayer | None = None,
+                dtype: torch.dtype = torch.float64) -> GroupGrams:
+    """The products of the module doc for every kv group of ``side`` ("qk" or "vo")."""
+    (La, la, rl), (Ra, ra, rr) = _factors(a, side, dtype)
+    d = a.d_model
+    rows = (rl * (d + (la is not None)), rr * (d + (ra is not None)))
+    out = GroupGrams(_product(La, la, La, la, rl), _product(Ra, ra, Ra, ra, rr), rows)
+    if b is None:
+        return out
+    (Lb, lb, _), (Rb, rb, _) = _factors(b, side, dtype)
+    dL, dl = Lb - La, None if la is None else lb - la
+    dR, dr = Rb - Ra, None if ra is None else rb - ra
+    out.GL_b, out.GR_b = _product(Lb, lb, Lb, lb, rl), _product(Rb, rb, Rb, rb, rr)
+    out.ML, out.MR = _product(La, la, dL, dl, rl), _product(Ra, ra, dR, dr, rr)
+    out.step_sq = _sq_norms(dL, dl, rl) + _sq_norms(dR, dr, rr)
+    return out
