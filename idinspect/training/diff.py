@@ -17,7 +17,8 @@ from ..errors import IdinspectError
 from ..gauge.invariants import invariant_errors
 from ..layer.attention_layer import AttentionLayer
 from ..sources.model import Model, load
-from .metrics import SIDES, layer_metrics, pooled_rho
+from .group_grams import group_grams
+from .metrics import SIDES, check_modelled, check_same_shape, layer_metrics, pooled_rho
 
 SCHEMA_VERSION = "1"
 
@@ -38,7 +39,10 @@ def diff_layer(a: AttentionLayer, b: AttentionLayer) -> dict:
     work is float64 either way."""
     dtype = comparison_precision(*(t.dtype for t in (*a.tensors().values(), *b.tensors().values())))
     a, b = a.to(dtype), b.to(dtype)
-    groups = layer_metrics(a, b, dtype)
+    check_modelled(a)
+    check_same_shape(a, b)
+    grams = {side: group_grams(a, side, b, dtype) for side in SIDES}
+    groups = layer_metrics(a, b, dtype, grams)
     r = a.group_size
     out_groups = []
     for g, m in enumerate(groups):
@@ -46,7 +50,7 @@ def diff_layer(a: AttentionLayer, b: AttentionLayer) -> dict:
                            **{side: m[side].to_dict() for side in SIDES}})
     raw_a = math.sqrt(_norm_sq(a))
     raw = math.sqrt(_diff_norm_sq(a, b))
-    inv = invariant_errors(a, b, precision=dtype)
+    inv = invariant_errors(a, b, precision=dtype, grams_a=(grams["qk"].heads_a, grams["vo"].heads_a))
     summary = {}
     for side in SIDES:
         sides = [m[side] for m in groups]

@@ -36,6 +36,9 @@ class GroupGrams:
     ML: torch.Tensor | None = None
     MR: torch.Tensor | None = None
     step_sq: torch.Tensor | None = None
+    #: The per-head factor's own Grams at A before the group sum [H, k, k] (queries with their bias
+    #: row for qk, W_O^h W_O^hT for vo): :func:`~idinspect.gauge.invariants.invariant_errors`'s ``grams_a``.
+    heads_a: torch.Tensor | None = None
 
 
 def _factors(layer: AttentionLayer, side: str, dtype: torch.dtype):
@@ -49,14 +52,22 @@ def _factors(layer: AttentionLayer, side: str, dtype: torch.dtype):
     return ((layer.W_V.to(dtype).transpose(1, 2), t(layer.b_V), 1), (layer.W_O.to(dtype), None, r))
 
 
-def _product(Xt: torch.Tensor, x_row, Yt: torch.Tensor, y_row, per_group: int) -> torch.Tensor:
-    """sum over the group's members of X^T Y [G, k, k] in float64, X = [Xt^T; x_row]."""
+def _per_member(Xt: torch.Tensor, x_row, Yt: torch.Tensor, y_row) -> torch.Tensor:
+    """X^T Y [n, k, k] in float64 for each head (or group) n, X = [Xt^T; x_row]."""
     P = Xt @ Yt.transpose(1, 2)
     if x_row is not None:
         P = P + x_row[:, :, None] * y_row[:, None, :]
-    P = P.to(torch.float64)
+    return P.to(torch.float64)
+
+
+def _group_sum(P: torch.Tensor, per_group: int) -> torch.Tensor:
     n, k, _ = P.shape
     return P.reshape(n // per_group, per_group, k, k).sum(1)
+
+
+def _product(Xt: torch.Tensor, x_row, Yt: torch.Tensor, y_row, per_group: int) -> torch.Tensor:
+    """sum over the group's members of X^T Y [G, k, k] in float64."""
+    return _group_sum(_per_member(Xt, x_row, Yt, y_row), per_group)
 
 
 def _sq_norms(Xt: torch.Tensor, x_row, per_group: int) -> torch.Tensor:
@@ -72,7 +83,8 @@ def group_grams(a: AttentionLayer, side: str, b: AttentionLayer | None = None,
     (La, la, rl), (Ra, ra, rr) = _factors(a, side, dtype)
     d = a.d_model
     rows = (rl * (d + (la is not None)), rr * (d + (ra is not None)))
-    out = GroupGrams(_product(La, la, La, la, rl), _product(Ra, ra, Ra, ra, rr), rows)
+    GLh, GRh = _per_member(La, la, La, la), _per_member(Ra, ra, Ra, ra)
+    out = GroupGrams(_group_sum(GLh, rl), _group_sum(GRh, rr), rows, heads_a=GLh if side == "qk" else GRh)
     if b is None:
         return out
     (Lb, lb, _), (Rb, rb, _) = _factors(b, side, dtype)

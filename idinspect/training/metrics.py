@@ -148,14 +148,15 @@ def check_same_shape(a: AttentionLayer, b: AttentionLayer) -> None:
                              f"({a.positional.kind} vs {b.positional.kind}); diff needs the same model")
 
 
-def layer_metrics(a: AttentionLayer, b: AttentionLayer | None = None,
-                  dtype: torch.dtype = torch.float64) -> list[dict[str, SideMetrics]]:
+def layer_metrics(a: AttentionLayer, b: AttentionLayer | None = None, dtype: torch.dtype = torch.float64,
+                  grams: dict[str, GroupGrams] | None = None) -> list[dict[str, SideMetrics]]:
     """Per kv group, {"qk": SideMetrics, "vo": SideMetrics} of layer ``a`` (and the step to ``b``);
-    ``dtype`` as in :func:`side_metrics`."""
+    ``dtype`` as in :func:`side_metrics`; ``grams``: side -> :func:`.group_grams.group_grams` of
+    the pair, when the caller already has them."""
     check_modelled(a)
     if b is not None:
         check_same_shape(a, b)
-    grams = {side: group_grams(a, side, b, dtype) for side in SIDES}
+    grams = grams or {side: group_grams(a, side, b, dtype) for side in SIDES}
     return [{side: side_metrics(a, g, side, b, dtype, grams[side]) for side in SIDES} for g in range(a.n_kv_heads)]
 
 
