@@ -25,6 +25,9 @@ import torch
 
 from ..errors import IdinspectError, one_line
 from ..layer.attention_layer import AttentionLayer, Positional, QKNorm, QueryTemperature
+
+#: The stored tensors of a q/k norm, in the order :meth:`Adapter.attention_keys` lists them.
+QK_NORM_ROLES = ("q_gain", "k_gain", "q_bias", "k_bias")
 from ..sources.checkpoint import TensorReader
 from ..sources.config import setting_optional
 from .layout import (Block, Projection, fused_rows, head_rows, heads_from_linear_cols, heads_from_linear_rows,
@@ -241,7 +244,22 @@ class Adapter:
         site = self.sites[n]
         keys = [k for _, w, b in self._stored(site) for k in (w, b) if k is not None]
         sinks = self._sinks_key(site)
-        return keys + [sinks] if sinks else keys
+        return keys + ([sinks] if sinks else []) + self._qk_norm_keys(n)
+
+    def _qk_norm_keys(self, n: int) -> list[str]:
+        """Checkpoint names of block ``n``'s q/k norm gains and biases (the gauge-fixed form trades
+        the gains, so :meth:`write_layer` writes them); read once per block."""
+        cache = self.__dict__.setdefault("_qk_norm_key_cache", {})
+        if n not in cache:
+            norm = self.qk_norm(self.sites[n])
+            cache[n] = [] if norm is None else list(self.qk_norm_stored(self.sites[n], norm))
+        return cache[n]
+
+    def qk_norm_stored(self, site: Site, norm: QKNorm) -> dict[str, torch.Tensor]:
+        """``norm``'s gains and biases under their checkpoint names, shaped as stored (by default one
+        tensor per role, named in ``norm.tensor_names``; a family storing one module per head overrides)."""
+        return {norm.tensor_names[r]: getattr(norm, r) for r in QK_NORM_ROLES
+                if getattr(norm, r) is not None and r in norm.tensor_names}
 
     def input_norm_keys(self, n: int) -> list[str]:
         """Checkpoint names that may hold the gain of the norm feeding block ``n`` (first found wins;
@@ -358,6 +376,8 @@ class Adapter:
         sinks_key = self._sinks_key(site)
         if sinks_key:
             out[sinks_key] = layer.sinks
+        if layer.qk_norm is not None:
+            out.update(self.qk_norm_stored(site, layer.qk_norm))
         return {k: self._cast(k, v, dtype) for k, v in out.items()}
 
     def _cast(self, name: str, t: torch.Tensor, dtype: torch.dtype | None) -> torch.Tensor:

@@ -38,6 +38,12 @@ class StableLmAdapter(LlamaAdapter):
             names[f"{role}_gain"] = self.key(site, f"self_attn.{module}.norms.*.weight")
         return QKNorm("layer", "head", float(self.config.layer_norm_eps), tensor_names=names, **gains)
 
+    def qk_norm_stored(self, site: Site, norm: QKNorm) -> dict[str, torch.Tensor]:
+        """The per-head gains [H, hd] / [G, hd] back as one module per head (``norms.h.weight``)."""
+        return {self.key(site, f"self_attn.{module}.norms.{h}.weight"): gain[h]
+                for module, gain in (("q_layernorm", norm.q_gain), ("k_layernorm", norm.k_gain))
+                for h in range(gain.shape[0])}
+
     @property
     def head_dim(self) -> int:
         return self.hidden_size // self.n_heads

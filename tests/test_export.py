@@ -81,6 +81,21 @@ def rel(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a - b).abs().max() / a.abs().max())
 
 
+def assert_gain_rule(directory: Path, tol: float) -> None:
+    """Every q/k-norm layer of the checkpoint at ``directory`` satisfies the gain-trade rule: on each
+    rotary plane and unrotated dim, per gain class, ||query multipliers|| = ||key multipliers||
+    (relative to their sum, at most ``tol``); checked from the stored tensors as idinspect reads them,
+    with tests/test_gauge.gain_norms (independent of idinspect.gauge.qk_gain_trade)."""
+    from tests.test_gauge import gain_norms
+
+    with idinspect.load(directory) as model:
+        for layer in model.layers():
+            if getattr(layer, "qk_norm", None) is None or layer.qk_norm.q_gain is None:
+                continue
+            nq, nk = gain_norms(layer)
+            assert bool(((nq - nk).abs() <= tol * (nq + nk)).all()), (layer.index, nq, nk)
+
+
 def export_ok(src: Path, out: Path, *extra: str):
     result = run_cli("export", src, out, *extra)
     assert result.code == 0, result.stderr
@@ -103,6 +118,7 @@ def test_stock_transformers_computes_the_original_function(variant, tiny_dir, tm
     kept = {layer.tensor_names[r] for r in ("W_Q", "W_K")} if getattr(layer, "qk_norm", None) is not None else set()
     assert all(not torch.equal(a[k], b[k]) for k in attn - kept if k.endswith("weight"))
     assert all(torch.equal(a[k], b[k]) for k in kept)
+    assert_gain_rule(tmp_path / "out", 1e-12)          # q/k norm gains: equal query and key norms per orbit
 
 
 @pytest.mark.parametrize("variant", tiny.variants("lm"))
@@ -120,6 +136,7 @@ def test_float32_export_keeps_logits_and_greedy_decodes(variant, tiny_dir, tmp_p
         decoded = [m.generate(ids, max_new_tokens=6, do_sample=False, pad_token_id=0) for m in loaded]
     assert rel(logits[0], logits[1]) <= 1e-6
     assert torch.equal(decoded[0], decoded[1])
+    assert_gain_rule(tmp_path / "out", 4 * 2.0 ** -24)   # one float32 rounding of each stored gain
 
 
 @pytest.mark.parametrize("variant", tiny.variants("seq2seq"))
@@ -170,8 +187,10 @@ def test_orbit_invariance_through_export(variant, tiny_dir, tmp_path):
             assert torch.equal(a[k], b[k]) and torch.equal(a[k], before[k]), k
 
 
-def test_export_of_an_export_changes_nothing(tiny_dir, tmp_path):
-    src = tiny_dir("qwen2")
+@pytest.mark.parametrize("variant", ["qwen2", "gemma3-text", "phi-qk-layernorm"])
+def test_export_of_an_export_changes_nothing(variant, tiny_dir, tmp_path):
+    """Idempotent up to rounding, q/k norm gains (Gemma's 1 + w; Phi's bias after the gain) included."""
+    src = tiny_dir(variant)
     export_ok(src, tmp_path / "a")
     export_ok(tmp_path / "a", tmp_path / "b")
     a, b = read_all(tmp_path / "a"), read_all(tmp_path / "b")

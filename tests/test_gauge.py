@@ -7,6 +7,8 @@ beyond the tiny checkpoints.
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -85,7 +87,54 @@ def random_gauge(layer: AttentionLayer, seed: int = 0, generic_qk: bool = False)
         kv = torch.arange(L.n_heads) // r
         b_V = b_V + delta
         b_O = b_O - torch.einsum("hv,hvd->d", delta[kv], W_O)
-    return L.replace(W_Q=W_Q, W_K=W_K, W_V=W_V, W_O=W_O, b_Q=b_Q, b_K=b_K, b_V=b_V, b_O=b_O)
+    moved = L.replace(W_Q=W_Q, W_K=W_K, W_V=W_V, W_O=W_O, b_Q=b_Q, b_K=b_K, b_V=b_V, b_O=b_O)
+    return gain_trade(moved, g) if L.qk_norm is not None and L.qk_norm.q_gain is not None and not generic_qk else moved
+
+
+def _gain_orbits(layer: AttentionLayer) -> list[list[int]]:
+    orbits = [list(p) for p in layer.positional.rotary.plane_columns()] if layer.positional.kind == "rope" else []
+    return orbits + [[u] for u in unrotated_columns(layer)]
+
+
+def gain_norms(layer: AttentionLayer) -> tuple[torch.Tensor, torch.Tensor]:
+    """(query, key) multiplier norms [classes, orbits] over the stored entries each gain trade moves:
+    the shared vectors' (one class), else per kv group its r query heads' and its key head's."""
+    norm, dk, r = layer.qk_norm, layer.d_k, layer.group_size
+    q = norm.q_gain.to(torch.float64).reshape(-1, dk) + norm.gain_offset
+    k = norm.k_gain.to(torch.float64).reshape(-1, dk) + norm.gain_offset
+    if q.shape[0] > 1:
+        q = q.reshape(layer.n_kv_heads, r * dk)
+        cols = lambda o: [h * dk + c for h in range(r) for c in o]  # noqa: E731
+    else:
+        cols = lambda o: o  # noqa: E731
+    orbits = _gain_orbits(layer)
+    nq = torch.stack([q[:, cols(o)].norm(dim=1) for o in orbits], 1)
+    nk = torch.stack([k[:, o].norm(dim=1) for o in orbits], 1)
+    return nq, nk
+
+
+def gain_trade(layer: AttentionLayer, g: torch.Generator, spread: float = 0.5) -> AttentionLayer:
+    """``layer`` (float64) with its q/k norm gains traded by random c > 0 (e^(spread N(0, 1))) on every
+    rotary plane and unrotated dim, per gain class (one for a gain vector all heads share, else per kv
+    group): query multipliers (offset + w) and the biases after them times c, key ones over c. Written
+    from docs/mathematics.md, independently of idinspect.gauge.qk_gain_trade."""
+    norm, dk, r = layer.qk_norm, layer.d_k, layer.group_size
+    shared = norm.q_gain.numel() == dk
+    orbits = _gain_orbits(layer)
+    f = torch.ones(1 if shared else layer.n_kv_heads, dk, dtype=torch.float64)
+    for cols in orbits:
+        f[:, cols] = torch.exp(spread * torch.randn(f.shape[0], 1, generator=g, dtype=torch.float64))
+    new = {}
+    for role in ("q_gain", "k_gain", "q_bias", "k_bias"):
+        t = getattr(norm, role)
+        if t is None:
+            continue
+        offset = norm.gain_offset if role.endswith("gain") else 0.0
+        rows = t.to(torch.float64).reshape(-1, dk) + offset                  # [1, d_k] shared, else [heads, d_k]
+        per_row = f if shared else (f.repeat_interleave(r, 0) if role[0] == "q" else f)
+        rows = rows * per_row if role[0] == "q" else rows / per_row
+        new[role] = (rows - offset).reshape(t.shape)
+    return layer.replace(qk_norm=dataclasses.replace(norm, **new))
 
 
 def synthetic_layer(d: int = 12, H: int = 4, G: int = 2, dk: int = 6, rotary_dim: int = 0, pairing: str = "half",
@@ -139,9 +188,13 @@ IDS = [entry.id if hasattr(entry, "id") else entry[0] for entry in LAYERS]
 
 
 def _max_rel(a: AttentionLayer, b: AttentionLayer) -> float:
+    """Largest relative change of any tensor, the q/k norm's gains and biases included."""
     worst = 0.0
-    for role, t in a.tensors().items():
-        u = getattr(b, role)
+    pairs = [(t, getattr(b, role)) for role, t in a.tensors().items()]
+    if a.qk_norm is not None:
+        pairs += [(getattr(a.qk_norm, r).to(torch.float64), getattr(b.qk_norm, r).to(torch.float64))
+                  for r in ("q_gain", "k_gain", "q_bias", "k_bias") if getattr(a.qk_norm, r) is not None]
+    for t, u in pairs:
         scale = max(float(t.norm()), float(u.norm()))
         worst = max(worst, float((t - u).norm()) / scale if scale else 0.0)
     return worst

@@ -6,7 +6,9 @@ Checks, each with a dtype-dependent tolerance that is reported:
   dtype, within one rounding of the coarser dtype otherwise);
 - ``invariants``: layer by layer, every gauge invariant (each head's W_QK, each rotary plane's
   Q_p K_p^T and Q_p J K_p^T, each head's W_OV, the effective output bias; the sink logits where the
-  layers have them) through thin-QR cores;
+  layers have them; under a q/k norm W_Q, W_K themselves and, in place of the raw norm gains, the
+  products of query and key gains on each trade orbit, which the gain trade leaves alone, so a
+  gain-balanced export verifies against its original and a changed gain does not) through thin-QR cores;
   cheap at any size (:func:`~idinspect.gauge.invariant_errors`);
 - ``functional``: both loaded by stock transformers on seeded random token ids: largest absolute
   and relative difference of the logits (last hidden states for encoders);
@@ -38,6 +40,7 @@ import torch
 from ..layer.attention_layer import AttentionLayer
 from ..gauge import INVARIANTS, InvariantError, invariant_error_tensors, invariant_errors
 from ..gauge.factors import augment
+from ..gauge.qk_gain_trade import cast_norm, gain_product_amplification, trade, tradable
 from ..layer.structure import noop_key_bias_columns, unrotated_columns
 from ..sources.model import Model, load
 from . import functional as fn
@@ -159,12 +162,18 @@ def stored_dtype(model: Model) -> torch.dtype:
 
 def rounding_baseline(layer: AttentionLayer, dtype: torch.dtype) -> AttentionLayer:
     """``layer`` moved by the exact scalar gauge c = 8/7 and rounded to ``dtype`` (back in float64).
-    Under a q/k norm a scalar on W_Q, W_K is no gauge: the query and key side is only rounded."""
+    Under a q/k norm a scalar on W_Q, W_K is no gauge: W_Q, b_Q, W_K, b_K are only rounded, and the
+    norm's gains (with their biases) take the gain trade by c on every orbit instead, then round."""
     c = BASELINE_SCALE
     L = layer.to(torch.float64)
-    q = 1.0 if getattr(L, "qk_norm", None) is not None else c
+    norm = getattr(L, "qk_norm", None)
+    q = 1.0 if norm is not None else c
     factors = {"W_Q": q, "b_Q": q, "W_K": 1 / q, "b_K": 1 / q, "W_V": c, "b_V": c, "W_O": 1 / c, "b_O": 1.0}
-    return L.replace(**{r: (t * factors[r]).to(dtype).to(torch.float64) for r, t in L.tensors().items()})
+    moved = L.replace(**{r: (t * factors[r]).to(dtype).to(torch.float64) for r, t in L.tensors().items()})
+    if norm is not None and tradable(L):
+        traded = trade(L, torch.full((1, L.d_k), c, dtype=torch.float64))
+        moved = moved.replace(qk_norm=cast_norm(traded, traded, dtype).to(torch.float64))
+    return moved
 
 
 def _config_check(A: Model, B: Model) -> Check:
@@ -235,7 +244,8 @@ def factor_amplification(layer: AttentionLayer) -> dict[str, torch.Tensor]:
     """How much a relative rounding of the stored factors can move each invariant, shaped as
     :func:`~idinspect.gauge.invariants.invariant_error_tensors`: ``W_QK``, ``W_OV`` [H],
     ``plane_QK``, ``plane_QJK`` [H, P], ``output_bias`` [] (the worst head's); ``qk_factors`` [H] = 1
-    under a q/k norm (the factors are compared themselves: a relative rounding moves them by as much).
+    under a q/k norm (the factors are compared themselves: a relative rounding moves them by as much),
+    and ``qk_gains`` [H] where it has gains (:func:`~idinspect.gauge.qk_gain_trade.gain_product_amplification`).
 
     amp = ||X||_F ||Y||_F / ||X Y^T||_F for the factors X, Y of that head's (or plane's) invariant:
     1 for a balanced rank-1 head, about sqrt(k) for balanced well-conditioned ones, and the square
@@ -255,6 +265,8 @@ def factor_amplification(layer: AttentionLayer) -> dict[str, torch.Tensor]:
     out: dict[str, torch.Tensor] = {}
     if getattr(L, "qk_norm", None) is not None:
         out["qk_factors"] = torch.ones(L.n_heads, dtype=torch.float64)
+        if L.qk_norm.q_gain is not None:
+            out["qk_gains"] = gain_product_amplification(L)
     if cols:
         U = torch.tensor(cols)
         out["W_QK"] = _amplification(gq[:, U][:, :, U], gk[:, U][:, :, U])

@@ -34,6 +34,7 @@ from ..errors import IdinspectError
 from ..layer.attention_layer import AttentionLayer
 from ..gauge import Degeneracy, InvariantError, canonicalize, largest_invariant_error
 from ..gauge.latent import canonicalize_latent, latent_output_error
+from ..gauge.qk_gain_trade import cast_norm
 from ..layer.buffers import Float64Buffers
 from ..layer.latent_layer import LatentAttentionLayer, is_latent
 from ..sources.model import Model
@@ -66,6 +67,8 @@ def fix_layer(layer: AttentionLayer, target: torch.dtype | None, workspace: Floa
     fixed, report = canonicalize(original, workspace=ws)
     cast = fixed.replace(**{role: t.to(target or getattr(layer, role).dtype, copy=True)   # never a workspace buffer
                             for role, t in fixed.tensors().items()})
+    if fixed.qk_norm is not None:                           # the balanced norm gains, cast the same way
+        cast = cast.replace(qk_norm=cast_norm(fixed.qk_norm, layer.qk_norm, target))
     for role, t in cast.tensors().items():
         if not all_finite(t):
             raise IdinspectError(f"layer {layer.index}: the gauge-fixed {layer.tensor_names.get(role, role)} is not "
@@ -77,6 +80,8 @@ def fix_layer(layer: AttentionLayer, target: torch.dtype | None, workspace: Floa
     else:
         for role, t in fixed.tensors().items():             # the cast values in float64, written into
             t.copy_(getattr(cast, role))                    # canonicalize's own buffers (no new ones)
+        if fixed.qk_norm is not None:
+            fixed = fixed.replace(qk_norm=cast.qk_norm.to(torch.float64))
         error = largest_invariant_error(original, fixed, overwrite_a=True,   # original is ours and done with;
                                         grams_a=report.head_grams)           # its Grams from canonicalize
     return FixedLayer(cast, error, report.degeneracies)

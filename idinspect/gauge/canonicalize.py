@@ -1,9 +1,10 @@
 """The gauge-fixed form "balanced", version 1 (docs/mathematics.md), of one canonical layer.
 
 Order: biases (step 1), unrotated QK dims (2), rotary planes (3), VO (4); signs and half-turns (5)
-inside each. A layer with a q/k norm keeps its query and key side exactly as stored (W_Q, b_Q, W_K,
-b_K and the norm gains): the norm leaves no GL gauge there, and the gain trade per plane that
-remains is left unfixed (docs/mathematics.md, "Normalised queries and keys"); only VO is balanced. Float64 throughout; the caller casts once at the end (the adapter writer). Cost per
+inside each. A layer with a q/k norm keeps W_Q, b_Q, W_K, b_K exactly as stored (the norm leaves no GL gauge
+there) and fixes the gain trade that remains by the rule of :mod:`.qk_gain_trade` (equal query and
+key gain norms on every rotary plane and unrotated dim of every gain class; docs/mathematics.md,
+"Normalised queries and keys"); VO is balanced as everywhere. Float64 throughout; the caller casts once at the end (the adapter writer). Cost per
 kv group O(d d_k^2), never a d x d product: the fast route (:mod:`.fast_route`: k x k Gram
 matrices, Cholesky and small SVDs, one batched matmul per factor) where every Gram matrix is
 well-conditioned, else the reference route (:mod:`.reference_route`: thin QR of the tall factors,
@@ -17,6 +18,7 @@ import torch
 from ..layer.attention_layer import AttentionLayer
 from ..layer.structure import require_modelled
 from .biases import fix_biases
+from .qk_gain_trade import balance_gains
 from .fast_route import balance_fast
 from .reference_route import balance_reference
 from .report import NONUNIQUE_RTOL, Degeneracy, GaugeReport, close_pairs, group_heads
@@ -62,6 +64,7 @@ def canonicalize(layer: AttentionLayer, *, rtol: float = NONUNIQUE_RTOL,
     if qk_kept:
         qk = {role: None if t is None else t.clone() for role, t in (("W_Q", L.W_Q), ("W_K", L.W_K), ("b_Q", L.b_Q),
                                                                        ("b_K", L.b_K))}
+        qk["qk_norm"] = balance_gains(L)
         if workspace is not None:            # the contract: W_Q lives in the workspace's buffer
             b.W_Q.copy_(L.W_Q)
             qk["W_Q"] = b.W_Q

@@ -12,8 +12,11 @@ defining conditions are instead stable under rounding; each gives a relative res
 - planes: | ||Q_p||^2 - ||K_p||^2 | / (||Q_p||^2 + ||K_p||^2), |M_01| / tr M, (M_11 - M_00)^+ / tr M, and
           the sign of K_p's first column.
 
-All are k x k Gram products: O(d d_k^2) per group. Under a q/k norm the query and key side is kept as
-stored (no QK conditions, no no-op key bias); only the bias folding and VO conditions apply.
+All are k x k Gram products: O(d d_k^2) per group. Under a q/k norm W_Q, b_Q, W_K, b_K are kept as
+stored (no QK conditions, no no-op key bias); the norm gains satisfy the trade rule instead:
+
+- gains:  | ||a[o]|| - ||b[o]|| | / (||a[o]|| + ||b[o]||) per gain class and trade orbit o (rotary
+          plane or unrotated dim; a, b the query and key multipliers, :mod:`.qk_gain_trade`).
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ import torch
 from ..layer.attention_layer import AttentionLayer
 from ..layer.structure import noop_key_bias_columns, require_modelled, unrotated_columns, value_bias_absorbable
 from .factors import augment, output_stack, stack_groups
+from .qk_gain_trade import gain_balance_residuals, trade_orbits
 
 #: Default residual tolerance per stored dtype: about 16 units of rounding (unit roundoff u = eps / 2),
 #: and never below 1e-10 (float64 arithmetic in the check itself).
@@ -59,6 +63,14 @@ def gauge_residuals(layer: AttentionLayer) -> list[tuple[float, str]]:
         residual = _ratio(L.b_V.norm(), torch.maximum(L.b_V.norm(), L.b_O.norm()))
         out.append((residual, f"{at} b_V: absorbable value bias not folded"))
 
+    if qk_kept:
+        res = gain_balance_residuals(L)
+        if res.numel():
+            c, o = divmod(int(res.argmax()), res.shape[1])
+            orbit = trade_orbits(L)[o]
+            what = f"plane {o}" if len(orbit) == 2 else f"unrotated dim {orbit[0]}"
+            cls = "all heads" if res.shape[0] == 1 else f"group {c}"
+            out.append((float(res.max()), f"{at} {cls} {what} q/k gain balance"))
     Q = stack_groups(augment(L.W_Q, L.b_Q), G)
     K = augment(L.W_K, L.b_K)
     for g in range(G):

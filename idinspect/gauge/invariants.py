@@ -15,8 +15,11 @@ For each query head h (kv group g = g(h)), with Q~^h = [W_Q^h; b_Q^h] the bias-a
 - ``output_bias``: b_O + sum_h b_V^{g(h)} W_O^h;
 - ``qk_factors`` (instead of the three QK kinds, for a layer with a q/k norm): Q~^h and
   K~^g = [W_K^g; b_K^g] themselves, per query head the worse of its own and its kv head's. The
-  norm leaves no GL gauge on them, and the kept gauge (the gain trade per plane) moves the norm
-  gains, which are compared as stored tensors.
+  norm leaves no GL gauge on them;
+- ``qk_gains`` (a q/k norm with gains): what the gain trade leaves alone, per query head h and trade
+  orbit o (a rotary plane, or an unrotated dim) the outer product [a^h[o]; beta_Q^h[o]] (x)
+  [b^g[o]; beta_K^g[o]] of the multipliers a = offset + w_Q, b = offset + w_K and the biases after
+  them (:func:`~idinspect.gauge.qk_gain_trade.gain_product_errors`), per head the worst orbit.
 
 Each is compared as ||X_a - X_b||_F / max(||X_a||_F, ||X_b||_F) through k x k Gram matrices of
 the factors after aligning b's gauge to a's (:mod:`.aligned`: exact for any alignment, and free of
@@ -36,8 +39,9 @@ from .aligned import align
 from .biases import effective_output_bias
 from .factors import augment
 from .linalg import product_norms, relative
+from .qk_gain_trade import gain_product_errors
 
-INVARIANTS = ("W_QK", "plane_QK", "plane_QJK", "W_OV", "output_bias", "sinks", "qk_factors")
+INVARIANTS = ("W_QK", "plane_QK", "plane_QJK", "W_OV", "output_bias", "sinks", "qk_factors", "qk_gains")
 _J = torch.tensor([[0.0, 1.0], [-1.0, 0.0]], dtype=torch.float64)
 
 
@@ -98,7 +102,7 @@ def _error_tensors(a: AttentionLayer, b: AttentionLayer, *, overwrite_a: bool,
     """Relative change of every invariant between layers ``a`` and ``b`` (float64), per head:
     ``W_QK`` and ``W_OV`` [H], ``plane_QK`` and ``plane_QJK`` [H, P], ``output_bias`` [] (one per layer),
     ``sinks`` [] (one per layer, where the layers have sinks); ``qk_factors`` [H] instead of the QK
-    kinds for a layer with a q/k norm.
+    kinds for a layer with a q/k norm, and ``qk_gains`` [H] where that norm has gains.
 
     Kinds that do not apply (planes without RoPE, W_QK under full RoPE) are absent. Raises
     ValueError if the layers do not have the same shapes and positional scheme. Layers already
@@ -126,6 +130,8 @@ def _error_tensors(a: AttentionLayer, b: AttentionLayer, *, overwrite_a: bool,
 
     if getattr(A, "qk_norm", None) is not None:
         out["qk_factors"] = _qk_factor_errors(A, B, kv)
+        if A.qk_norm.q_gain is not None:
+            out["qk_gains"] = gain_product_errors(A, B)
     else:
         _qk_error_tensors(A, B, kv, own, grams_a, out, strict)
 
@@ -291,3 +297,5 @@ def _check_comparable(a: AttentionLayer, b: AttentionLayer) -> None:
             getattr(b, "attention_chunk", None), getattr(b, "query_temperature", None)) or (
             na is not None and na.after_rope != nb.after_rope):
         raise ValueError(f"layer {a.index}: attention chunks, query temperature or the norm's place differ")
+    if na is not None and any((getattr(na, r) is None) != (getattr(nb, r) is None) for r in ("q_gain", "k_gain", "q_bias", "k_bias")):
+        raise ValueError(f"layer {a.index}: query/key norms differ in which gains and biases they store")
