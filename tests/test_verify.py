@@ -20,7 +20,7 @@ def _checks(stdout: str) -> dict[str, dict]:
     return {c["name"]: c for c in json.loads(stdout)["checks"]}
 
 
-@pytest.mark.parametrize("variant", ["llama3-rope", "bert", "llama4-text"])
+@pytest.mark.parametrize("variant", ["llama3-rope", "bert", "llama4-text", "gemma3-text"])
 def test_an_export_verifies(variant, tiny_dir, tmp_path):
     src = tiny_dir(variant)
     export_ok(src, tmp_path / "out")
@@ -33,6 +33,53 @@ def test_an_export_verifies(variant, tiny_dir, tmp_path):
     if variant == "llama3-rope":
         assert "identical" in checks["decode"]["detail"]
         assert set(checks["invariants"]["extra"]["per_invariant"]) == {"plane_QK", "plane_QJK", "W_OV", "output_bias"}
+    if variant == "gemma3-text":                     # q/k norm: the traded gains verify by their products
+        assert set(checks["invariants"]["extra"]["per_invariant"]) == {"qk_factors", "qk_gains", "W_OV", "output_bias"}
+
+
+def _edit_gains(directory, edit) -> None:
+    """Rewrite the checkpoint at ``directory`` with ``edit(name, tensor)`` applied to every q/k norm tensor."""
+    model = idinspect.load(directory)
+    keys = {k for i in range(model.num_layers) for k in model.adapter.attention_keys(i)
+            if "layernorm" in k or "_norm" in k}
+    tensors = {k: (edit(k, model.reader.get(k).clone()) if k in keys else model.reader.get(k).clone())
+               for k in model.reader.keys()}
+    metadata = model.reader.metadata("model.safetensors")
+    model.close()
+    write_safetensors(directory / "model.safetensors", tensors, metadata)
+
+
+def test_qk_gain_trade_verifies_and_a_changed_gain_is_caught(tiny_dir, tmp_path):
+    """Phi's shared LayerNorm gain and bias after it (partial RoPE: planes and unrotated dims). A trade
+    applied to the export (query gain and bias times 3 on plane 0, key ones over 3) verifies; one query
+    gain entry changed by 1% (no trade) is caught by ``qk_gains`` alone, the raw tensors being no
+    longer compared one by one."""
+    src = tiny_dir("phi-qk-layernorm")
+    export_ok(src, tmp_path / "out")
+    plane = list(idinspect.load(src).layer(0).positional.rotary.plane_columns()[0])
+
+    def traded(name, t):
+        t[plane] = t[plane] * (3.0 if ".q_layernorm." in name else 1 / 3.0)
+        return t
+
+    shutil.copytree(tmp_path / "out", tmp_path / "traded")
+    _edit_gains(tmp_path / "traded", traded)
+    result = run_cli("verify", src, tmp_path / "traded", "--format", "json")
+    assert result.code == 0, result.stdout
+    assert _checks(result.stdout)["invariants"]["extra"]["per_invariant"]["qk_gains"]["error"] <= 1e-12
+
+    def changed(name, t):
+        if name.endswith("layers.0.self_attn.q_layernorm.weight"):
+            t[plane[0]] *= 1.01
+        return t
+
+    _edit_gains(tmp_path / "out", changed)
+    result = run_cli("verify", src, tmp_path / "out", "--format", "json", "--no-functional")
+    assert result.code == 1
+    checks = _checks(result.stdout)
+    worst = checks["invariants"]["extra"]["per_invariant"]
+    assert checks["tensors"]["passed"] is True and worst["qk_factors"]["error"] <= 1e-12
+    assert worst["qk_gains"]["error"] > 1e-3 and "layer 0" in worst["qk_gains"]["where"]
 
 
 def test_text_output_states_tolerances(tiny_dir, tmp_path):
