@@ -84,9 +84,9 @@ def rel(a: torch.Tensor, b: torch.Tensor) -> float:
 def assert_gain_rule(directory: Path, tol: float) -> None:
     """Every q/k-norm layer of the checkpoint at ``directory`` satisfies the gain-trade rule: on each
     rotary plane and unrotated dim, per gain class, ||query multipliers|| = ||key multipliers||
-    (relative to their sum, at most ``tol``); checked from the stored tensors as idinspect reads them,
+    (relative to their sum, at most ``tol``) and the largest-magnitude key multiplier is positive; checked from the stored tensors as idinspect reads them,
     with tests/test_gauge.gain_norms (independent of idinspect.gauge.qk_gain_trade)."""
-    from tests.test_gauge import gain_norms
+    from tests.test_gauge import gain_norms, key_gain_leads
 
     with idinspect.load(directory) as model:
         for layer in model.layers():
@@ -94,6 +94,7 @@ def assert_gain_rule(directory: Path, tol: float) -> None:
                 continue
             nq, nk = gain_norms(layer)
             assert bool(((nq - nk).abs() <= tol * (nq + nk)).all()), (layer.index, nq, nk)
+            assert bool((key_gain_leads(layer) > 0).all()), layer.index
 
 
 def export_ok(src: Path, out: Path, *extra: str):

@@ -113,8 +113,16 @@ def gain_norms(layer: AttentionLayer) -> tuple[torch.Tensor, torch.Tensor]:
     return nq, nk
 
 
+def key_gain_leads(layer: AttentionLayer) -> torch.Tensor:
+    """[classes, orbits]: the largest-magnitude key multiplier of each orbit (the rule makes it positive)."""
+    norm, dk = layer.qk_norm, layer.d_k
+    k = norm.k_gain.to(torch.float64).reshape(-1, dk) + norm.gain_offset
+    leads = [k[:, o].gather(1, k[:, o].abs().argmax(dim=1, keepdim=True))[:, 0] for o in _gain_orbits(layer)]
+    return torch.stack(leads, 1)
+
+
 def gain_trade(layer: AttentionLayer, g: torch.Generator, spread: float = 0.5) -> AttentionLayer:
-    """``layer`` (float64) with its q/k norm gains traded by random c > 0 (e^(spread N(0, 1))) on every
+    """``layer`` (float64) with its q/k norm gains traded by random c = +-e^(spread N(0, 1)) on every
     rotary plane and unrotated dim, per gain class (one for a gain vector all heads share, else per kv
     group): query multipliers (offset + w) and the biases after them times c, key ones over c. Written
     from docs/mathematics.md, independently of idinspect.gauge.qk_gain_trade."""
@@ -122,8 +130,9 @@ def gain_trade(layer: AttentionLayer, g: torch.Generator, spread: float = 0.5) -
     shared = norm.q_gain.numel() == dk
     orbits = _gain_orbits(layer)
     f = torch.ones(1 if shared else layer.n_kv_heads, dk, dtype=torch.float64)
-    for cols in orbits:
-        f[:, cols] = torch.exp(spread * torch.randn(f.shape[0], 1, generator=g, dtype=torch.float64))
+    for cols in orbits:                                  # a scale and a random sign (c < 0 is a trade too)
+        sign = torch.randint(0, 2, (f.shape[0], 1), generator=g).to(torch.float64) * 2 - 1
+        f[:, cols] = sign * torch.exp(spread * torch.randn(f.shape[0], 1, generator=g, dtype=torch.float64))
     new = {}
     for role in ("q_gain", "k_gain", "q_bias", "k_bias"):
         t = getattr(norm, role)

@@ -15,7 +15,7 @@ from idinspect.gauge.linalg import key_side_signs
 from idinspect.gauge.reference_route import balance_reference
 from idinspect.gauge.signs import leading_signs
 from idinspect.layer.structure import unrotated_columns
-from tests.test_gauge import IDS, LAYERS, random_gauge, synthetic_layer
+from tests.test_gauge import IDS, LAYERS, _gain_orbits, random_gauge, synthetic_layer
 
 FIELDS = ("W_Q", "b_Q", "W_K", "b_K", "W_V", "b_V", "W_O", "s_qk", "principal", "s_vo")
 
@@ -32,6 +32,8 @@ def _qr_errors(a, b) -> dict[str, float]:
     kv = torch.arange(A.n_heads) // A.group_size
     if A.qk_norm is not None:     # the factors themselves, head by head
         out = {"qk_factors": _factor_error(A, B)}
+        if A.qk_norm.q_gain is not None:
+            out["qk_gains"] = _gain_product_error(A, B)
     else:
         out = {k: float(e.max()) for k, e in inv._qk_errors_by_qr(A, B, kv, list(unrotated_columns(A))).items()}
     Va, Vb = A.W_V, B.W_V
@@ -39,6 +41,26 @@ def _qr_errors(a, b) -> dict[str, float]:
         Va, Vb = inv.augment(A.W_V, A.b_V), inv.augment(B.W_V, B.b_V)
     out["W_OV"] = float(inv._rel(Va[kv], A.W_O.transpose(1, 2), Vb[kv], B.W_O.transpose(1, 2)).max())
     return out
+
+
+def _gain_product_error(A, B) -> float:
+    """max over heads h and trade orbits o of the relative change of the outer product
+    [a^h[o], beta_Q^h[o]] (x) [b^g[o], beta_K^g[o]], head by head and orbit by orbit."""
+    worst = 0.0
+    for h in range(A.n_heads):
+        g = h // A.group_size
+        for o in _gain_orbits(A):
+            prods = []
+            for L in (A, B):
+                n = L.qk_norm
+                x = torch.cat([n.gains(L.n_heads, L.d_k, "q")[h, o]] + ([n.biases(L.n_heads, L.d_k, "q")[h, o]]
+                                                                         if n.q_bias is not None else []))
+                y = torch.cat([n.gains(L.n_kv_heads, L.d_k, "k")[g, o]] + ([n.biases(L.n_kv_heads, L.d_k, "k")[g, o]]
+                                                                            if n.k_bias is not None else []))
+                prods.append(torch.outer(x.double(), y.double()))
+            scale = max(float(prods[0].norm()), float(prods[1].norm()))
+            worst = max(worst, float((prods[0] - prods[1]).norm()) / scale if scale else 0.0)
+    return worst
 
 
 def _factor_error(A, B) -> float:

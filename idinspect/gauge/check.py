@@ -16,7 +16,8 @@ All are k x k Gram products: O(d d_k^2) per group. Under a q/k norm W_Q, b_Q, W_
 stored (no QK conditions, no no-op key bias); the norm gains satisfy the trade rule instead:
 
 - gains:  | ||a[o]|| - ||b[o]|| | / (||a[o]|| + ||b[o]||) per gain class and trade orbit o (rotary
-          plane or unrotated dim; a, b the query and key multipliers, :mod:`.qk_gain_trade`).
+          plane or unrotated dim; a, b the query and key multipliers, :mod:`.qk_gain_trade`), and
+          the sign residual of the orbit's key multipliers (largest-magnitude entry positive).
 """
 
 from __future__ import annotations
@@ -64,13 +65,13 @@ def gauge_residuals(layer: AttentionLayer) -> list[tuple[float, str]]:
         out.append((residual, f"{at} b_V: absorbable value bias not folded"))
 
     if qk_kept:
-        res = gain_balance_residuals(L)
-        if res.numel():
-            c, o = divmod(int(res.argmax()), res.shape[1])
-            orbit = trade_orbits(L)[o]
-            what = f"plane {o}" if len(orbit) == 2 else f"unrotated dim {orbit[0]}"
-            cls = "all heads" if res.shape[0] == 1 else f"group {c}"
-            out.append((float(res.max()), f"{at} {cls} {what} q/k gain balance"))
+        for res, name in zip(gain_balance_residuals(L), ("balance", "sign")):
+            if res.numel():
+                c, o = divmod(int(res.argmax()), res.shape[1])
+                orbit = trade_orbits(L)[o]
+                what = f"plane {o}" if len(orbit) == 2 else f"unrotated dim {orbit[0]}"
+                cls = "all heads" if res.shape[0] == 1 else f"group {c}"
+                out.append((float(res.max()), f"{at} {cls} {what} q/k gain {name}"))
     Q = stack_groups(augment(L.W_Q, L.b_Q), G)
     K = augment(L.W_K, L.b_K)
     for g in range(G):

@@ -7,12 +7,13 @@ freedom left is, per *trade orbit* (a rotary plane's two columns, or one unrotat
 per *gain class* (one class when a single gain vector serves every head; else one per kv group g:
 its r query heads and key head g):
 
-    a[o] -> c a[o],  beta_Q[o] -> c beta_Q[o],  b[o] -> b[o] / c,  beta_K[o] -> beta_K[o] / c   (c > 0)
+    a[o] -> c a[o],  beta_Q[o] -> c beta_Q[o],  b[o] -> b[o] / c,  beta_K[o] -> beta_K[o] / c   (c != 0)
 
-The rule: c = sqrt(||b[o]|| / ||a[o]||), the norms over the *stored* entries the trade moves (the
+The rule: c = s sqrt(||b[o]|| / ||a[o]||), the norms over the *stored* entries the trade moves (the
 class's query multipliers on the orbit's columns, and its key multipliers there), so that afterwards
-||a[o]|| = ||b[o]|| = sqrt(||a[o]|| ||b[o]||). The biases follow their gains and take no part in
-choosing c. An orbit with a zero query or key multiplier norm is left as stored. Its invariants,
+||a[o]|| = ||b[o]|| = sqrt(||a[o]|| ||b[o]||); s = +-1 makes the largest-magnitude key multiplier of
+the orbit positive (the discrete half of the trade, c < 0). The biases follow their gains and take no
+part in choosing c. An orbit with a zero query or key multiplier norm is left as stored. Its invariants,
 per query head h and orbit o: the outer product [a^h[o], beta_Q^h[o]] (x) [b^g[o], beta_K^g[o]].
 """
 
@@ -67,12 +68,31 @@ def orbit_norms(layer: AttentionLayer) -> tuple[torch.Tensor, torch.Tensor]:
     return out[0], out[1]
 
 
+def key_orbit_entries(layer: AttentionLayer) -> list[torch.Tensor]:
+    """Per orbit, the class's key multipliers on its columns, [classes, rows |o|] (float64)."""
+    norm = layer.qk_norm
+    m = _classes(layer, "k", norm.k_gain.to(torch.float64) + norm.gain_offset)       # [c, rows, d_k]
+    return [m[:, :, o].flatten(1) for o in trade_orbits(layer)]
+
+
+def key_lead_signs(layer: AttentionLayer) -> torch.Tensor:
+    """[classes, orbits]: the sign of the largest-magnitude key multiplier on each orbit (the first
+    such entry on a tie; +1 where all are zero)."""
+    signs = []
+    for entries in key_orbit_entries(layer):
+        lead = entries.gather(1, entries.abs().argmax(dim=1, keepdim=True))[:, 0]
+        signs.append(torch.where(lead < 0, -1.0, 1.0).to(torch.float64))
+    return torch.stack(signs, dim=-1)
+
+
 def trade_factors(layer: AttentionLayer) -> torch.Tensor:
-    """c per gain class and head column, [classes, d_k]: sqrt(||b[o]|| / ||a[o]||) on each column of
-    orbit o, 1 where either norm is zero (or not finite)."""
+    """c per gain class and head column, [classes, d_k]: s sqrt(||b[o]|| / ||a[o]||) on each column of
+    orbit o, s the sign of the orbit's largest-magnitude key multiplier (so that it ends positive);
+    1 where either norm is zero (or not finite)."""
     nq, nk = orbit_norms(layer)
     ok = (nq > 0) & (nk > 0) & torch.isfinite(nq) & torch.isfinite(nk)
-    c = torch.where(ok, (nk / torch.where(ok, nq, torch.ones_like(nq))).sqrt(), torch.ones_like(nq))
+    c = torch.where(ok, key_lead_signs(layer) * (nk / torch.where(ok, nq, torch.ones_like(nq))).sqrt(),
+                    torch.ones_like(nq))
     col = torch.empty(c.shape[0], layer.d_k, dtype=torch.float64)
     for o, columns in enumerate(trade_orbits(layer)):
         col[:, columns] = c[:, o:o + 1]
@@ -113,14 +133,24 @@ def cast_norm(norm: QKNorm, stored: QKNorm, target: torch.dtype | None) -> QKNor
                                         for role in ROLES if getattr(norm, role) is not None})
 
 
-def gain_balance_residuals(layer: AttentionLayer) -> torch.Tensor:
-    """| ||a[o]|| - ||b[o]|| | / (||a[o]|| + ||b[o]||) per gain class and orbit, [classes, orbits];
-    0 on orbits the rule leaves as stored (a zero norm); empty where nothing is tradable."""
+def gain_balance_residuals(layer: AttentionLayer) -> tuple[torch.Tensor, torch.Tensor]:
+    """(balance, sign) per gain class and orbit, [classes, orbits] each; empty where nothing is tradable.
+
+    balance: | ||a[o]|| - ||b[o]|| | / (||a[o]|| + ||b[o]||); sign: (|most negative| - most positive)^+ /
+    max |entry| over the orbit's key multipliers. Both 0 on orbits the rule leaves as stored (a zero norm).
+    """
     if not tradable(layer):
-        return torch.zeros(0, 0, dtype=torch.float64)
+        empty = torch.zeros(0, 0, dtype=torch.float64)
+        return empty, empty
     nq, nk = orbit_norms(layer)
     ok = (nq > 0) & (nk > 0)
-    return torch.where(ok, (nq - nk).abs() / torch.where(ok, nq + nk, torch.ones_like(nq)), torch.zeros_like(nq))
+    balance = torch.where(ok, (nq - nk).abs() / torch.where(ok, nq + nk, torch.ones_like(nq)), torch.zeros_like(nq))
+    sign = []
+    for entries in key_orbit_entries(layer):
+        top = entries.abs().amax(dim=1)
+        bad = (-entries.amin(dim=1) - entries.amax(dim=1)).clamp(min=0)
+        sign.append(bad / torch.where(top > 0, top, torch.ones_like(top)))
+    return balance, torch.where(ok, torch.stack(sign, dim=-1), torch.zeros_like(nq))
 
 
 def _augmented(layer: AttentionLayer, which: str, heads: int) -> tuple[torch.Tensor, torch.Tensor]:
