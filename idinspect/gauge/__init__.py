@@ -7,8 +7,9 @@
 Two routes to the same form, side by side: :mod:`.fast_route` (k x k Gram matrices, Cholesky,
 one matmul per factor) and :mod:`.reference_route` (the recipe of docs/mathematics.md step by
 step: thin QR and small SVDs of the stacked factors), which takes over where a Gram matrix is
-ill-conditioned. Steps: biases (1), planes (3, RoPE), signs (5); linalg holds both routes'
-kernels, invariants the comparison (also fast and reference), check the gauge conditions.
+ill-conditioned. Steps: biases (1), planes (3, RoPE), signs (5), the q/k-norm gain trade
+(qk_gain_trade); linalg holds both routes' kernels, invariants the comparison (also fast and
+reference), check the gauge conditions.
 """
 
 from __future__ import annotations

@@ -33,7 +33,8 @@ def canonicalize(layer: AttentionLayer, *, rtol: float = NONUNIQUE_RTOL,
     """The balanced gauge-fixed form of ``layer`` (float64) and a report of where it is not unique.
 
     Every invariant (each head's W_QK on the unrotated dims, each plane's Q_p K_p^T and
-    Q_p J K_p^T, each head's W_OV, the effective output bias) is unchanged; the no-op key bias is
+    Q_p J K_p^T, each head's W_OV, the effective output bias; under a q/k norm W_Q, W_K and the
+    per-orbit products of query and key gains) is unchanged; the no-op key bias is
     zeroed and an absorbable value bias is folded into b_O. ``rtol`` is the relative gap below
     which two singular values (or a plane's principal values) are reported as tied. The result
     shares no tensor with ``layer`` (a caller may overwrite it in place); with a ``workspace``
