@@ -91,17 +91,28 @@ def test_gptj_rotary_dim_outside_the_head_is_refused(rotary_dim, tiny_dir, tmp_p
         idinspect.load(folder).layer(0)
 
 
-def test_llama4_multimodal_is_refused_by_name(tmp_path):
-    """Llama4ForConditionalGeneration: its vision tower's 2-D RoPE is not modelled; the refusal says so
-    and names the text model that is supported."""
+def test_llama4_multimodal_counts_its_text_model_and_names_the_vision_tower(tiny_dir):
+    """Llama4ForConditionalGeneration: the text model's counts are the text-only model's; the vision
+    tower's attention (2-D RoPE, not modelled) is listed as not analysed with its parameters, and a
+    checkpoint without text-model layers is a one-line error naming model_type 'llama4'."""
+    both = [json.loads(run_cli(str(tiny_dir(v)), "--format", "json").stdout) for v in ("llama4", "llama4-text")]
+    keys = ("attention_parameters", "unidentified_parameters", "near_unidentified", "qk_gauge", "vo_gauge")
+    assert [[x[k] for k in keys] for x in both[0]["layers"]] == [[x[k] for k in keys] for x in both[1]["layers"]]
+    assert both[0]["model"]["architecture"] == "Llama4ForConditionalGeneration"
+    (vision,) = both[0]["model"]["not_analysed"]
+    assert vision["module"] == "vision_model.model.layers.0.self_attn" and len(vision["tensors"]) == 8
+    assert vision["parameters"] == 4 * (16 * 16 + 16) and "2-D RoPE" in vision["reason"]
+
+
+def test_llama4_multimodal_without_text_layers_is_a_one_line_error(tmp_path):
     import torch
     from safetensors.torch import save_file
 
-    (tmp_path / "config.json").write_text(json.dumps({"model_type": "llama4"}))
-    save_file({"x": torch.zeros(1)}, tmp_path / "model.safetensors")
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "llama4", "text_config": {"num_hidden_layers": 1}}))
+    save_file({"vision_model.model.layers.0.self_attn.q_proj.weight": torch.zeros(2, 2)}, tmp_path / "model.safetensors")
     res = run_cli(tmp_path)
     assert res.code == 2 and "Traceback" not in res.stderr, res.stderr
-    assert "'llama4' is refused" in res.stderr and "2-D RoPE" in res.stderr and "llama4_text" in res.stderr
+    assert "model_type 'llama4'" in res.stderr and "outside vision_model" in res.stderr, res.stderr
 
 
 def _llama4(tmp_path, **settings):
