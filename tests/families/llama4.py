@@ -1,7 +1,9 @@
-"""Tiny Llama 4 variants (the text model, and the multimodal model around the same text model) for the generic tests (see tests/tiny.py): one RoPE layer (interleaved
-RoPE, weightless RMS q/k norm after RoPE, chunked attention) and one NoPE layer (temperature-tuned
-queries, full attention), GQA, all four biases. Chunks of 4 and floor_scale 2 make the chunk mask and
-the temperature act within the tests' 8- and 9-token sequences."""
+"""Tiny Llama 4 variants for the generic tests (see tests/tiny.py): the text model (Llama4ForCausalLM)
+and the multimodal model around the same text model (its vision tower not analysed). One RoPE layer
+(interleaved RoPE, weightless RMS q/k norm after RoPE, chunked attention) and one NoPE layer
+(temperature-tuned queries, full attention), GQA, no biases as in Llama 4's checkpoints (biases:
+tests/test_families_rope.py). Chunks of 4 and floor_scale 2 make the chunk mask and the temperature
+act within the tests' 8- and 9-token sequences."""
 
 import transformers as tf
 
