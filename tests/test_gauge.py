@@ -88,7 +88,15 @@ def random_gauge(layer: AttentionLayer, seed: int = 0, generic_qk: bool = False)
         b_V = b_V + delta
         b_O = b_O - torch.einsum("hv,hvd->d", delta[kv], W_O)
     moved = L.replace(W_Q=W_Q, W_K=W_K, W_V=W_V, W_O=W_O, b_Q=b_Q, b_K=b_K, b_V=b_V, b_O=b_O)
-    return gain_trade(moved, g) if L.qk_norm is not None and L.qk_norm.q_gain is not None and not generic_qk else moved
+    if L.qk_norm is None or L.qk_norm.q_gain is None or generic_qk:
+        return moved
+    moved = gain_trade(moved, g)
+    norm, cols = moved.qk_norm, list(unrotated_columns(L))
+    if norm.k_bias is not None and cols and structure.shift_invariant(L):   # Phi: the no-op part of the norm's key bias
+        k_bias = norm.k_bias.clone().reshape(-1, L.d_k)
+        k_bias[:, cols] += torch.randn(k_bias.shape[0], len(cols), generator=g, dtype=torch.float64)
+        moved = moved.replace(qk_norm=dataclasses.replace(norm, k_bias=k_bias.reshape(norm.k_bias.shape)))
+    return moved
 
 
 def _gain_orbits(layer: AttentionLayer) -> list[list[int]]:

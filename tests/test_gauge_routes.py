@@ -14,6 +14,7 @@ from idinspect.gauge.fast_route import balance_fast
 from idinspect.gauge.linalg import key_side_signs
 from idinspect.gauge.reference_route import balance_reference
 from idinspect.gauge.signs import leading_signs
+from idinspect.layer import structure
 from idinspect.layer.structure import unrotated_columns
 from tests.test_gauge import IDS, LAYERS, _gain_orbits, random_gauge, synthetic_layer
 
@@ -45,7 +46,8 @@ def _qr_errors(a, b) -> dict[str, float]:
 
 def _gain_product_error(A, B) -> float:
     """max over heads h and trade orbits o of the relative change of the outer product
-    [a^h[o], beta_Q^h[o]] (x) [b^g[o], beta_K^g[o]], head by head and orbit by orbit."""
+    [a^h[o], beta_Q^h[o]] (x) [b^g[o], beta_K^g[o]], head by head and orbit by orbit (beta_K's
+    unrotated part, a no-op under a shift-invariant softmax, left out)."""
     worst = 0.0
     for h in range(A.n_heads):
         g = h // A.group_size
@@ -55,8 +57,10 @@ def _gain_product_error(A, B) -> float:
                 n = L.qk_norm
                 x = torch.cat([n.gains(L.n_heads, L.d_k, "q")[h, o]] + ([n.biases(L.n_heads, L.d_k, "q")[h, o]]
                                                                          if n.q_bias is not None else []))
-                y = torch.cat([n.gains(L.n_kv_heads, L.d_k, "k")[g, o]] + ([n.biases(L.n_kv_heads, L.d_k, "k")[g, o]]
-                                                                            if n.k_bias is not None else []))
+                kb = n.biases(L.n_kv_heads, L.d_k, "k")[g].clone() if n.k_bias is not None else None
+                if kb is not None and structure.shift_invariant(L):
+                    kb[list(unrotated_columns(L))] = 0                     # the no-op part is no invariant
+                y = torch.cat([n.gains(L.n_kv_heads, L.d_k, "k")[g, o]] + ([kb[o]] if kb is not None else []))
                 prods.append(torch.outer(x.double(), y.double()))
             scale = max(float(prods[0].norm()), float(prods[1].norm()))
             worst = max(worst, float((prods[0] - prods[1]).norm()) / scale if scale else 0.0)

@@ -17,7 +17,8 @@ stored (no QK conditions, no no-op key bias); the norm gains satisfy the trade r
 
 - gains:  | ||a[o]|| - ||b[o]|| | / (||a[o]|| + ||b[o]||) per gain class and trade orbit o (rotary
           plane or unrotated dim; a, b the query and key multipliers, :mod:`.qk_gain_trade`), and
-          the sign residual of the orbit's key multipliers (largest-magnitude entry positive).
+          the sign residual of the orbit's key multipliers (largest-magnitude entry positive);
+          ||beta_K[:, U]|| / ||beta_K|| for a key bias after the norm's gain (Phi: no-op part zero).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ import torch
 from ..layer.attention_layer import AttentionLayer
 from ..layer.structure import noop_key_bias_columns, require_modelled, unrotated_columns, value_bias_absorbable
 from .factors import augment, output_stack, stack_groups
-from .qk_gain_trade import gain_balance_residuals, trade_orbits
+from .qk_gain_trade import gain_balance_residuals, noop_norm_key_bias_residual, trade_orbits
 
 #: Default residual tolerance per stored dtype: about 16 units of rounding (unit roundoff u = eps / 2),
 #: and never below 1e-10 (float64 arithmetic in the check itself).
@@ -65,6 +66,7 @@ def gauge_residuals(layer: AttentionLayer) -> list[tuple[float, str]]:
         out.append((residual, f"{at} b_V: absorbable value bias not folded"))
 
     if qk_kept:
+        out.append((noop_norm_key_bias_residual(L), f"{at} q/k norm key bias: no-op (unrotated) part not zero"))
         for res, name in zip(gain_balance_residuals(L), ("balance", "sign")):
             if res.numel():
                 c, o = divmod(int(res.argmax()), res.shape[1])

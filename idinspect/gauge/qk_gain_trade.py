@@ -15,6 +15,8 @@ class's query multipliers on the orbit's columns, and its key multipliers there)
 the orbit positive (the discrete half of the trade, c < 0). The biases follow their gains and take no
 part in choosing c. An orbit with a zero query or key multiplier norm is left as stored. Its invariants,
 per query head h and orbit o: the outer product [a^h[o], beta_Q^h[o]] (x) [b^g[o], beta_K^g[o]].
+The unrotated part of a norm key bias is a no-op under a shift-invariant softmax: zeroed, and left
+out of the invariants.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import dataclasses
 import torch
 
 from ..layer.attention_layer import AttentionLayer, QKNorm
+from ..layer.structure import shift_invariant, unrotated_columns
 
 ROLES = ("q_gain", "k_gain", "q_bias", "k_bias")
 _TINY = torch.finfo(torch.float64).tiny
@@ -116,15 +119,39 @@ def trade(layer: AttentionLayer, factors: torch.Tensor) -> QKNorm:
     return dataclasses.replace(norm, **new)
 
 
+def noop_norm_key_bias_columns(layer: AttentionLayer) -> list[int]:
+    """Head columns of the norm's key bias (a bias after the gain, Phi) that are a no-op: the unrotated
+    ones under a shift-invariant softmax (n(q)_u a_u beta_K,u is the same for every key of a row;
+    :func:`~idinspect.layer.structure.noop_key_bias_dims`); none otherwise."""
+    norm = layer.qk_norm
+    if norm is None or norm.k_bias is None or not shift_invariant(layer):
+        return []
+    return list(unrotated_columns(layer))
+
+
 def balance_gains(layer: AttentionLayer) -> QKNorm | None:
     """The rule applied: ``layer``'s q/k norm with equal query and key multiplier norms on every
-    trade orbit of every gain class (float64); the norm unchanged (as float64) where nothing is
-    tradable; None without a norm."""
+    trade orbit of every gain class, and the no-op part of a norm key bias zeroed (float64); the
+    norm otherwise unchanged (as float64) where nothing is tradable; None without a norm."""
     if layer.qk_norm is None:
         return None
-    if not tradable(layer):
-        return layer.qk_norm.to(torch.float64)
-    return trade(layer, trade_factors(layer))
+    norm = trade(layer, trade_factors(layer)) if tradable(layer) else layer.qk_norm.to(torch.float64)
+    noop = noop_norm_key_bias_columns(layer)
+    if noop:
+        k_bias = norm.k_bias.clone()
+        k_bias.view(-1, layer.d_k)[:, noop] = 0
+        norm = dataclasses.replace(norm, k_bias=k_bias)
+    return norm
+
+
+def noop_norm_key_bias_residual(layer: AttentionLayer) -> float:
+    """||beta_K[:, no-op columns]|| / ||beta_K||: 0 once the no-op part is zeroed (or where there is none)."""
+    noop = noop_norm_key_bias_columns(layer)
+    if not noop:
+        return 0.0
+    b = layer.qk_norm.k_bias.to(torch.float64).reshape(-1, layer.d_k)
+    part, whole = float(b[:, noop].norm()), float(b.norm())
+    return 0.0 if part == 0.0 else part / whole
 
 
 def cast_norm(norm: QKNorm, stored: QKNorm, target: torch.dtype | None) -> QKNorm:
@@ -159,7 +186,9 @@ def _augmented(layer: AttentionLayer, which: str, heads: int) -> tuple[torch.Ten
     norm = layer.qk_norm
     g = norm.gains(heads, layer.d_k, which).to(torch.float64)
     b = norm.biases(heads, layer.d_k, which)
-    b = torch.zeros_like(g) if b is None else b.to(torch.float64)
+    b = torch.zeros_like(g) if b is None else b.to(torch.float64, copy=True)
+    if which == "k":
+        b[:, noop_norm_key_bias_columns(layer)] = 0          # its no-op part is no invariant
     return torch.stack([g, b], 1), torch.stack([g - norm.gain_offset, b], 1)
 
 
