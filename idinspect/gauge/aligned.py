@@ -61,6 +61,12 @@ class Alignment:
     dSSb: torch.Tensor
     dSdS: torch.Tensor
     kv: torch.Tensor
+    #: [G, k] columns whose block could not be aligned and kept Y = I (float32 only, see
+    #: :func:`align`); ``gamma`` the float32 rounding unit of the products there.
+    unaligned: torch.Tensor | None = None
+    gamma: float = 0.0
+    #: Set by :meth:`errors` when a block with Y = I changed too little for float32 to resolve it.
+    uncertain: bool = False
 
     def errors(self, index: torch.Tensor, perm: torch.Tensor | None = None, sign: torch.Tensor | None = None
                ) -> torch.Tensor:
@@ -91,12 +97,26 @@ class Alignment:
         Ga = G1 + G2 + G2.transpose(-1, -2) + G3                  # P_a^T P_a, as P_a = dP + P~
         diff2 = block_traces(G1, A1) + 2 * block_traces(G2, A2) + block_traces(G3, A3)
         na, nb = block_traces(Ga, A1).clamp(min=0).sqrt(), block_traces(Gb, B1).clamp(min=0).sqrt()
+        if self.gamma:
+            self._check_resolved(diff2, G1, A1, G3, A3, torch.maximum(na, nb))
         return relative(diff2.clamp(min=0).sqrt(), na, nb)
+
+    def _check_resolved(self, diff2, G1, A1, G3, A3, size) -> None:
+        """In float32 each trace term is known only to about gamma ||dP|| ||S_a|| (||dP|| ||S_a||
+        + ||P~|| ||dS||) and the like: the difference is resolved where diff^2 exceeds
+        1e3 gamma (||dP|| ||S_a|| + ||P~|| ||dS||)^2 (relative error below ~1e-3), which holds when
+        the alignment made dP and dS as small as the change; :attr:`uncertain` is set where not."""
+        tr = lambda X: X.diagonal(dim1=-2, dim2=-1).sum(-1).clamp(min=0)  # noqa: E731
+        scale = (tr(G1) * tr(A1)).sqrt() + (tr(G3) * tr(A3)).sqrt()
+        resolved = (diff2 >= 1e3 * self.gamma * scale ** 2) | (self.gamma ** 0.5 * scale <= 1e-5 * size)
+        if not bool(resolved.all()):
+            self.uncertain = True
 
 
 def align(Pa_t: torch.Tensor, pa_row: torch.Tensor | None, Pb_t: torch.Tensor, pb_row: torch.Tensor | None,
           Sa: torch.Tensor, Sb: torch.Tensor, kv: torch.Tensor, index: list[torch.Tensor],
-          overwrite: bool = False, Ga: torch.Tensor | None = None) -> Alignment | None:
+          overwrite: bool = False, Ga: torch.Tensor | None = None, identity_fallback: bool = False,
+          fitted: bool = True) -> Alignment | None:
     """Align factor pair b to pair a on the column blocks ``index`` (a list of [nb, bs] tensors covering
     the columns compared); None where a block cannot be aligned reliably.
 
@@ -112,12 +132,20 @@ def align(Pa_t: torch.Tensor, pa_row: torch.Tensor | None, Pb_t: torch.Tensor, p
     Y = Sa.new_zeros(G, k, k)
     Yi = Sa.new_zeros(G, k, k)
     SaSa, SbSb, SbSa = Sa.transpose(1, 2) @ Sa, Sb.transpose(1, 2) @ Sb, Sb.transpose(1, 2) @ Sa
+    unaligned = torch.zeros(G, k, dtype=torch.bool) if identity_fallback else None
     for idx in index:
-        fit = _fit(blocks(SbSb, idx), blocks(SbSa, idx), blocks(SaSa, idx), limit)
+        if not fitted:
+            put_blocks(Y, idx, torch.eye(idx.shape[1], dtype=Y.dtype).expand(G, idx.shape[0], -1, -1))
+            put_blocks(Yi, idx, torch.eye(idx.shape[1], dtype=Y.dtype).expand(G, idx.shape[0], -1, -1))
+            continue
+        fit = _fit(blocks(SbSb, idx), blocks(SbSa, idx), blocks(SaSa, idx), limit, identity_fallback)
         if fit is None:
             return None
         put_blocks(Y, idx, fit[0])
         put_blocks(Yi, idx, fit[1])
+        if unaligned is not None:
+            failed = ~fit[2]                                                  # [G, nb]
+            unaligned[:, idx.reshape(-1)] |= failed.repeat_interleave(idx.shape[1], dim=1)
     dS = torch.baddbmm(Sa, Sb, Y, alpha=-1)                                  # S_a - S_b Y
     Yi_h = Yi[kv]
     dP_t = Pa_t if overwrite else Pa_t.clone()                               # P_a^T - Y^-1 P_b^T, in P_a's
@@ -134,16 +162,19 @@ def align(Pa_t: torch.Tensor, pa_row: torch.Tensor | None, Pb_t: torch.Tensor, p
         G3 = Ga - G1 - G2 - G2.transpose(1, 2)
         Gb = Y[kv] @ G3 @ Y[kv].transpose(1, 2)
     dSt = dS.transpose(1, 2)
+    gamma = max(Pa_t.shape[-1] + 1, Sa.shape[1]) ** 0.5 * torch.finfo(Sa.dtype).eps / 2 if identity_fallback else 0.0
     return Alignment(G1=G1, G2=G2, G3=G3, Gb=Gb, Y=Y, SaSa=SaSa, SbSb=SbSb, SbSa=SbSa, dSSa=dSt @ Sa,
-                     dSSb=dSt @ Sb, dSdS=dSt @ dS, kv=kv)
+                     dSSb=dSt @ Sb, dSdS=dSt @ dS, kv=kv,
+                     unaligned=unaligned if unaligned is not None and bool(unaligned.any()) else None, gamma=gamma)
 
 
-def _fit(SbSb: torch.Tensor, SbSa: torch.Tensor, SaSa: torch.Tensor, limit: float = ALIGN_MAX_CONDITION
-         ) -> tuple[torch.Tensor, torch.Tensor] | None:
+def _fit(SbSb: torch.Tensor, SbSa: torch.Tensor, SaSa: torch.Tensor, limit: float = ALIGN_MAX_CONDITION,
+         identity_fallback: bool = False) -> tuple[torch.Tensor, ...] | None:
     """(Y, Y^-1) [..., bs, bs] solving min ||S_b Y - S_a|| per block from its Gram matrices.
 
     Blocks where either factor is exactly zero take Y = I (one side's invariant is zero, nothing
-    can cancel); None if another block is too ill-conditioned to fit or invert.
+    can cancel); None if another block is too ill-conditioned to fit or invert, or with
+    ``identity_fallback`` Y = I there and a third result, ok [..., nb] (the blocks fitted).
     """
     bs = SbSb.shape[-1]
     eye = torch.eye(bs, dtype=SbSb.dtype, device=SbSb.device).expand_as(SbSb)
@@ -152,6 +183,9 @@ def _fit(SbSb: torch.Tensor, SbSa: torch.Tensor, SaSa: torch.Tensor, limit: floa
     Y = torch.where(zero[..., None, None], eye, torch.cholesky_solve(SbSa, L))
     sv = torch.linalg.svdvals(Y)
     ok = zero | ((info == 0) & torch.isfinite(sv).all(-1) & (sv[..., -1] * limit > sv[..., 0]))
+    if identity_fallback:                     # (Y, Y^-1, ok): Y = I on the blocks that failed
+        Y = torch.where(ok[..., None, None], Y, eye)
+        return Y, torch.linalg.inv(Y), ok
     if not bool(ok.all()):
         return None
     return Y, torch.linalg.inv(Y)

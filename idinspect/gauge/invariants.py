@@ -85,12 +85,14 @@ def invariant_error_tensors(a: AttentionLayer, b: AttentionLayer, *, overwrite_a
     a float32 attempt that meets a block it cannot align redoes the layer in float64. The results
     are float64 tensors either way."""
     if precision == torch.float32:
-        try:
-            out = _error_tensors(a, b, overwrite_a=False, grams_a=None if grams_a is None else
-                                 tuple(g.to(torch.float32) for g in grams_a), dtype=torch.float32, strict=True)
-            return {kind: err.to(torch.float64) for kind, err in out.items()}
-        except _NotAligned:
-            pass
+        grams32 = None if grams_a is None else tuple(g.to(torch.float32) for g in grams_a)
+        for fitted in (True, False):        # fitted alignment; else Y = I (unrelated layers: nothing to fit)
+            try:
+                out = _error_tensors(a, b, overwrite_a=False, grams_a=grams32, dtype=torch.float32, strict=True,
+                                     fitted=fitted)
+                return {kind: err.to(torch.float64) for kind, err in out.items()}
+            except _NotAligned:
+                pass
     elif precision != torch.float64:
         raise ValueError(f"precision must be torch.float64 or torch.float32, not {precision}")
     return _error_tensors(a, b, overwrite_a=overwrite_a, grams_a=grams_a, dtype=torch.float64, strict=False)
@@ -98,7 +100,7 @@ def invariant_error_tensors(a: AttentionLayer, b: AttentionLayer, *, overwrite_a
 
 def _error_tensors(a: AttentionLayer, b: AttentionLayer, *, overwrite_a: bool,
                    grams_a: tuple[torch.Tensor, torch.Tensor] | None, dtype: torch.dtype,
-                   strict: bool) -> dict[str, torch.Tensor]:
+                   strict: bool, fitted: bool = True) -> dict[str, torch.Tensor]:
     """Relative change of every invariant between layers ``a`` and ``b`` (float64), per head:
     ``W_QK`` and ``W_OV`` [H], ``plane_QK`` and ``plane_QJK`` [H, P], ``output_bias`` [] (one per layer),
     ``sinks`` [] (one per layer, where the layers have sinks); ``qk_factors`` [H] instead of the QK
@@ -133,26 +135,28 @@ def _error_tensors(a: AttentionLayer, b: AttentionLayer, *, overwrite_a: bool,
         if A.qk_norm.q_gain is not None:
             out["qk_gains"] = gain_product_errors(A, B)
     else:
-        _qk_error_tensors(A, B, kv, own, grams_a, out, strict)
+        _qk_error_tensors(A, B, kv, own, grams_a, out, strict, fitted)
 
     full = torch.arange(A.d_v)[None]
     Va = augment(A.W_V, _zero_if_none(A.b_V, B.b_V)) if sinks else A.W_V
     Vb = augment(B.W_V, _zero_if_none(B.b_V, A.b_V)) if sinks else B.W_V
     ov = align(A.W_O, None, B.W_O, None, Va, Vb, kv, [full], overwrite=own["W_O"],   # P = W_O^hT, S = W_V^g
-               Ga=None if grams_a is None else grams_a[1])
+               Ga=None if grams_a is None else grams_a[1], identity_fallback=strict, fitted=fitted)
     if ov is None and strict:
         raise _NotAligned
     if ov is None:
         err = _rel(Va[kv], A.W_O.transpose(1, 2), Vb[kv], B.W_O.transpose(1, 2))
     else:
         err = ov.errors(full)[:, 0]
+        if ov.uncertain:
+            raise _NotAligned
     out["W_OV"] = err
     out["output_bias"] = torch.as_tensor(bias_err, dtype=torch.float64)
     return out
 
 
 def _qk_error_tensors(A: AttentionLayer, B: AttentionLayer, kv: torch.Tensor, own: dict, grams_a,
-                      out: dict[str, torch.Tensor], strict: bool = False) -> None:
+                      out: dict[str, torch.Tensor], strict: bool = False, fitted: bool = True) -> None:
     """``W_QK`` [H] and ``plane_QK`` / ``plane_QJK`` [H, P] into ``out`` (layers without a q/k norm)."""
     cols = list(unrotated_columns(A))
     rope = A.positional.kind == "rope"
@@ -163,7 +167,7 @@ def _qk_error_tensors(A: AttentionLayer, B: AttentionLayer, kv: torch.Tensor, ow
     Ka, Kb = _key(A, B, noop), _key(B, A, noop)
     qk = align(A.W_Q.transpose(1, 2), qa, B.W_Q.transpose(1, 2), qb, Ka, Kb, kv,
                [i for i in (U, planes) if i is not None], overwrite=own["W_Q"],
-               Ga=None if grams_a is None else grams_a[0])
+               Ga=None if grams_a is None else grams_a[0], identity_fallback=strict, fitted=fitted)
     if qk is None and strict:
         raise _NotAligned
     if qk is None:                                                  # a block too ill-conditioned to align
@@ -174,6 +178,8 @@ def _qk_error_tensors(A: AttentionLayer, B: AttentionLayer, kv: torch.Tensor, ow
         if planes is not None:
             out["plane_QK"] = qk.errors(planes)
             out["plane_QJK"] = qk.errors(planes, *_plane_j(A.d_k, planes))
+        if qk.uncertain:
+            raise _NotAligned
 
 
 def _qk_factor_errors(A: AttentionLayer, B: AttentionLayer, kv: torch.Tensor) -> torch.Tensor:
