@@ -7,6 +7,7 @@ Both readers expose the same small interface (``keys``, ``shape``, ``dtype``, ``
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
@@ -15,7 +16,8 @@ from safetensors import SafetensorError, safe_open
 
 from ..errors import IdinspectError
 from .file_names import INDEX_FILE, PICKLE_SUFFIXES, SINGLE_FILE
-from .safetensors_format import DTYPES_BY_CODE
+from . import pread
+from .safetensors_format import DTYPES_BY_CODE, tensor_spans
 
 
 class TensorReader:
@@ -96,6 +98,8 @@ class SafetensorsCheckpoint(TensorReader):
             raise IdinspectError(f"{self.directory}: no {SINGLE_FILE} or {INDEX_FILE}; pass a checkpoint directory "
                                  "written by save_pretrained (transformers writes safetensors by default)")
         self._handles = {}
+        self._fds: dict[str, int] = {}
+        self._span_cache: dict[str, dict[str, tuple[int, int]]] = {}
         for fname in files:
             path = self.directory / fname
             if not path.is_file():
@@ -127,15 +131,30 @@ class SafetensorsCheckpoint(TensorReader):
         return DTYPES_BY_CODE[code]
 
     def get(self, name: str) -> torch.Tensor:
-        """Read ``name`` into freshly allocated memory (see the class docstring)."""
-        self.dtype(name)  # a dtype torch cannot hold is a one-line error, not safetensors' own
+        """Read ``name`` into freshly allocated memory (see the class docstring), with the GIL released
+        during the read where the host allows (:mod:`.pread`)."""
+        dtype = self.dtype(name)  # a dtype torch cannot hold is a one-line error, not safetensors' own
         try:
-            return self._handles[self._where[name]].get_tensor(name)
+            fname = self._where[name]
+            if pread.NATIVE:
+                start, end = self._spans(fname)[name]
+                return pread.read_tensor(self._fd(fname), start, end, dtype, self.shape(name))
+            return self._handles[fname].get_tensor(name)
         except KeyError:
             raise IdinspectError(f"{self.directory}: no tensor named {name}") from None
         except (SafetensorError, OSError) as exc:
             raise IdinspectError(f"{self.directory / self._where[name]}: cannot read tensor {name} ({exc}); "
                                  "re-download the file") from None
+
+    def _spans(self, fname: str) -> dict[str, tuple[int, int]]:
+        if fname not in self._span_cache:
+            self._span_cache[fname] = tensor_spans(self.directory / fname)
+        return self._span_cache[fname]
+
+    def _fd(self, fname: str) -> int:
+        if fname not in self._fds:
+            self._fds[fname] = os.open(self.directory / fname, os.O_RDONLY)
+        return self._fds[fname]
 
     def file_of(self, name: str) -> str | None:
         return self._where.get(name)
@@ -150,6 +169,9 @@ class SafetensorsCheckpoint(TensorReader):
 
     def close(self) -> None:
         self._handles.clear()
+        for fd in self._fds.values():
+            os.close(fd)
+        self._fds.clear()
 
 
 class StateDictReader(TensorReader):
