@@ -62,6 +62,7 @@ def test_float32_condition_limit_follows_the_stored_precision():
     assert precision.float32_condition_limit(torch.float16, 4096) == pytest.approx(
         precision.float32_condition_limit(torch.bfloat16, 4096) / 8)
     assert precision.float32_condition_limit(torch.float32, 4096) == 0.0
+    assert precision.float32_condition_limit(torch.bfloat16, 4096, 128) == pytest.approx(2 ** -8 / ((64 + 128) * 2 ** -24))
     assert precision.float32_condition_limit(torch.float64, 4096) == 0.0
 
 
@@ -72,7 +73,7 @@ def test_heads_over_the_float32_limit_take_the_float64_routes(monkeypatch):
     g = torch.Generator().manual_seed(7)
     W = torch.randn(6, 4096, 8, generator=g, dtype=torch.float64)
     W[1] *= torch.logspace(0, 1, 8, dtype=torch.float64)          # cond ~ 10: under both limits
-    W[2] *= torch.logspace(0, 2.2, 8, dtype=torch.float64)        # cond ~ 160: over fp16's float32 limit (128)
+    W[2] *= torch.logspace(0, 2.2, 8, dtype=torch.float64)        # cond ~ 160: over fp16's float32 limit (114 at k = 8)
     W[3, :, 5] = 0.0                                               # rank 7: QR
     stored = W.to(torch.float16)
     grams = []
@@ -87,7 +88,7 @@ def test_heads_over_the_float32_limit_take_the_float64_routes(monkeypatch):
     exact = torch.linalg.svdvals(stored.to(torch.float64))
     got = torch.linalg.svdvals(R)
     assert torch.allclose(got[3], exact[3], rtol=1e-12, atol=1e-12 * float(exact[3, 0]))
-    limit = precision.float32_condition_limit(torch.float16, 4096)
+    limit = precision.float32_condition_limit(torch.float16, 4096, 8)
     for h in range(6):
         rel = float((got[h] - exact[h]).abs().max() / exact[h, 0])
         assert rel <= precision.unit_roundoff(torch.float16)

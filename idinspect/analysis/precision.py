@@ -9,10 +9,11 @@ bound of Higham & Mary, SIAM J. Sci. Comput. 41 (2019); blocked BLAS summation d
 moves the Cholesky factor by about cond(W)^2 gamma_32. So the float32 Gram adds no more error than
 the storage already put there while
 
-    cond(W) <= u_s / gamma_32(m)            (:func:`float32_condition_limit`)
+    cond(W) <= u_s / (gamma_32(m) + k u_32)            (:func:`float32_condition_limit`; the k u_32
+                                                        is the float32 Cholesky factorisation's own)
 
-about 1,000 for bfloat16 at m = 4096 (Llama-3.1-8B), 720 at m = 8192 (70B), 128 and 90 for
-float16. The analyzer takes the float32 Gram for a head only when the head's certified bound on
+about 340 for bfloat16 at m = 4096, k = 128 (Llama-3.1-8B), 300 at m = 8192 (70B), 430 at
+m = 3072, k = 96 (Phi-3-mini); 43 and 37 for float16 at the Llama shapes. The analyzer takes the float32 Gram for a head only when the head's certified bound on
 cond(W) is below that limit (and below :data:`idinspect.analysis.spectra.MAX_FACTOR_CONDITION`);
 every other head, every float32/float64 weight, and the proofs take the float64 routes. The rank
 rule (float64 eps) is unchanged: a head taken in float32 has cond(W) <= ~1e3, far from any rank
@@ -41,12 +42,14 @@ def gamma_float32(m: int) -> float:
     return math.sqrt(max(1, m)) * UNIT_ROUNDOFF_32
 
 
-def float32_condition_limit(dtype: torch.dtype, m: int) -> float:
-    """cond(W) up to which a float32 Gram of W [m, k] stored in ``dtype`` is as exact as the data
-    (u_s / gamma_32(m)); 0 for dtypes that keep the float64 routes."""
+def float32_condition_limit(dtype: torch.dtype, m: int, k: int = 0) -> float:
+    """cond(W) up to which a float32 Gram of W [m, k] stored in ``dtype``, and its Cholesky factor
+    in float32, are as exact as the data: u_s / (gamma_32(m) + k u_32) (the Cholesky factorisation
+    of a k x k matrix adds a backward error ~k u_32, Higham, Accuracy and Stability, thm 10.3);
+    0 for dtypes that keep the float64 routes."""
     if dtype not in LOW_PRECISION:
         return 0.0
-    return unit_roundoff(dtype) / gamma_float32(m)
+    return unit_roundoff(dtype) / (gamma_float32(m) + k * UNIT_ROUNDOFF_32)
 
 
 def float32_gram_allowed(t: torch.Tensor) -> bool:

@@ -89,7 +89,8 @@ CAST_CHUNK_BYTES = 2**20
 
 
 def gram_float64(tall: torch.Tensor, scratch: Float64Buffers | None = None,
-                 row_scale: torch.Tensor | None = None, accumulate: torch.dtype = torch.float64) -> torch.Tensor:
+                 row_scale: torch.Tensor | None = None, accumulate: torch.dtype = torch.float64,
+                 widen: bool = True) -> torch.Tensor:
     """W^T W [n, k, k] in float64 for W [n, m, k] of any float dtype.
 
     Float64 input is multiplied as it is; on a GPU the whole tensor is cast at once; on the CPU a
@@ -97,18 +98,19 @@ def gram_float64(tall: torch.Tensor, scratch: Float64Buffers | None = None,
     ``row_scale`` [m] (float64): the Gram matrix of diag(row_scale) W instead, scaled in the
     float64 chunk (e.g. a norm gain folded into the projection, with no scaled copy of W).
     ``accumulate=torch.float32``: cast and multiply in float32 and return the result widened to
-    float64 (for bfloat16/float16 weights, :mod:`.precision`).
+    float64 (for bfloat16/float16 weights, :mod:`.precision`), or in float32 with ``widen=False``.
     """
+    to = torch.float64 if widen else accumulate
     acc = accumulate
     if row_scale is not None and tall.dtype == acc:
         tall = tall * row_scale.to(acc)[:, None]
     if tall.dtype == acc:
-        return (tall.transpose(-1, -2) @ tall).to(torch.float64)
+        return (tall.transpose(-1, -2) @ tall).to(to)
     if tall.device.type != "cpu":
         wide = tall.to(acc)
         if row_scale is not None:
             wide.mul_(row_scale.to(acc)[:, None])
-        return (wide.transpose(-1, -2) @ wide).to(torch.float64)
+        return (wide.transpose(-1, -2) @ wide).to(to)
     n, m, k = tall.shape
     size = torch.finfo(acc).bits // 8
     per = int(max(1, min(n, CAST_CHUNK_BYTES // max(1, size * m * k))))
@@ -124,7 +126,7 @@ def gram_float64(tall: torch.Tensor, scratch: Float64Buffers | None = None,
         if scale is not None:
             chunk.mul_(scale)
         torch.matmul(chunk.transpose(-1, -2), chunk, out=out[h:h + per])
-    return out.to(torch.float64)
+    return out.to(to)
 
 
 def _cholesky_route(gram: torch.Tensor, limit: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -162,9 +164,11 @@ def _r_factor(tall: torch.Tensor, scratch: Float64Buffers | None = None,
     float64 Gram, then by QR, as for any dtype.
     """
     n, m, _ = tall.shape
-    limit32 = min(MAX_FACTOR_CONDITION, precision.float32_condition_limit(tall.dtype, m))
+    limit32 = min(MAX_FACTOR_CONDITION, precision.float32_condition_limit(tall.dtype, m, tall.shape[-1]))
     if limit32 > 0 and precision.float32_gram_allowed(tall):
-        R, usable, ok = _cholesky_route(gram_float64(tall, scratch, row_scale, accumulate=torch.float32), limit32)
+        gram32 = gram_float64(tall, scratch, row_scale, accumulate=torch.float32, widen=False)
+        R, usable, ok = _cholesky_route(gram32, limit32)             # Cholesky in float32 too
+        R = R.to(torch.float64)
         again = usable & ~ok                 # finite but not certified in float32: the float64 Gram
         if bool(again.any()):
             if bool(again.all()):
