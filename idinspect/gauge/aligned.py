@@ -98,17 +98,25 @@ class Alignment:
         diff2 = block_traces(G1, A1) + 2 * block_traces(G2, A2) + block_traces(G3, A3)
         na, nb = block_traces(Ga, A1).clamp(min=0).sqrt(), block_traces(Gb, B1).clamp(min=0).sqrt()
         if self.gamma:
-            self._check_resolved(diff2, G1, A1, G3, A3, torch.maximum(na, nb))
+            self._check_resolved(diff2, (G1, A1), (G2, A2), (G3, A3), torch.maximum(na, nb))
         return relative(diff2.clamp(min=0).sqrt(), na, nb)
 
-    def _check_resolved(self, diff2, G1, A1, G3, A3, size) -> None:
-        """In float32 each trace term is known only to about gamma ||dP|| ||S_a|| (||dP|| ||S_a||
-        + ||P~|| ||dS||) and the like: the difference is resolved where diff^2 exceeds
-        1e3 gamma (||dP|| ||S_a|| + ||P~|| ||dS||)^2 (relative error below ~1e-3), which holds when
-        the alignment made dP and dS as small as the change; :attr:`uncertain` is set where not."""
+    def _check_resolved(self, diff2, one, cross, three, size) -> None:
+        """In float32 a Gram matrix G = X^T Y carries ||dG||_F <= gamma ||X||_F ||Y||_F, so a term
+        tr(G A) of diff^2 is known to gamma (||X|| ||Y|| ||A||_F + ||G||_F ||U|| ||V||) for A = U^T V
+        (first order). The difference is resolved where diff^2 exceeds 1e3 times the sum over the
+        three terms (relative error below ~1e-3: the alignment made dP and dS as small as the
+        change, or the change is large, as between unrelated layers), or where the error is below
+        1e-5 of the invariant (a change at float32's floor, e.g. two equal layers); :attr:`uncertain`
+        is set where neither holds."""
         tr = lambda X: X.diagonal(dim1=-2, dim2=-1).sum(-1).clamp(min=0)  # noqa: E731
-        scale = (tr(G1) * tr(A1)).sqrt() + (tr(G3) * tr(A3)).sqrt()
-        resolved = (diff2 >= 1e3 * self.gamma * scale ** 2) | (self.gamma ** 0.5 * scale <= 1e-5 * size)
+        fro = lambda X: X.flatten(-2).norm(dim=-1)                         # noqa: E731
+        (G1, A1), (G2, A2), (G3, A3) = one, cross, three
+        e1 = tr(G1) * fro(A1) + fro(G1) * tr(A1)
+        e3 = tr(G3) * fro(A3) + fro(G3) * tr(A3)
+        e2 = (tr(G1) * tr(G3)).sqrt() * fro(A2) + fro(G2) * (tr(A3) * tr(A1)).sqrt()
+        error = self.gamma * (e1 + 2 * e2 + e3)
+        resolved = (diff2 >= 1e3 * error) | (error.sqrt() <= 1e-5 * size)
         if not bool(resolved.all()):
             self.uncertain = True
 
