@@ -116,9 +116,14 @@ def test_stock_transformers_computes_the_original_function(variant, tiny_dir, tm
     model = idinspect.load(src)
     attn = set(model.adapter.attention_keys(0))
     layer = model.layer(0)
-    kept = {layer.tensor_names[r] for r in ("W_Q", "W_K")} if getattr(layer, "qk_norm", None) is not None else set()
+    norm = getattr(layer, "qk_norm", None)
+    kept = {layer.tensor_names[r] for r in ("W_Q", "W_K")} if norm is not None and norm.kind != "layer" else set()
     assert all(not torch.equal(a[k], b[k]) for k in attn - kept if k.endswith("weight"))
     assert all(torch.equal(a[k], b[k]) for k in kept)
+    if norm is not None and norm.kind == "layer":      # LayerNorm: each head's rows centred over its d_k dims
+        with idinspect.load(tmp_path / "out") as out:
+            for W in (out.layer(0).W_Q, out.layer(0).W_K):
+                assert float(W.mean(dim=-1).abs().max()) <= 1e-12 * float(W.abs().max())
     assert_gain_rule(tmp_path / "out", 1e-12)          # q/k norm gains: equal query and key norms per orbit
 
 

@@ -12,7 +12,9 @@ import dataclasses
 import pytest
 import torch
 
+
 import idinspect
+from idinspect.gauge.qk_centring import centres
 from idinspect.layer.attention_layer import AttentionLayer, Positional, RotarySpec
 from idinspect.errors import UnsupportedLayerError
 from idinspect.gauge import canonicalize, gauge_residuals, invariant_errors, is_gauge_fixed
@@ -87,6 +89,11 @@ def random_gauge(layer: AttentionLayer, seed: int = 0, generic_qk: bool = False)
         kv = torch.arange(L.n_heads) // r
         b_V = b_V + delta
         b_O = b_O - torch.einsum("hv,hvd->d", delta[kv], W_O)
+    if centres(L) and not generic_qk:                      # LayerNorm q/k norm: W^h + w 1^T, b^h + s 1
+        for W, b in ((W_Q, b_Q), (W_K, b_K)):
+            W += torch.randn(W.shape[0], W.shape[1], 1, generator=g, dtype=torch.float64)
+            if b is not None:
+                b += torch.randn(b.shape[0], 1, generator=g, dtype=torch.float64)
     moved = L.replace(W_Q=W_Q, W_K=W_K, W_V=W_V, W_O=W_O, b_Q=b_Q, b_K=b_K, b_V=b_V, b_O=b_O)
     if L.qk_norm is None or L.qk_norm.q_gain is None or generic_qk:
         return moved

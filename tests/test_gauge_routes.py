@@ -68,12 +68,17 @@ def _gain_product_error(A, B) -> float:
 
 
 def _factor_error(A, B) -> float:
-    """max over heads of ||[W; b]_A - [W; b]_B||_F / max norm, queries and keys (q/k-norm layers)."""
+    """max over heads of ||[W; b]_A - [W; b]_B||_F / max norm, queries and keys (q/k-norm layers); a
+    LayerNorm ignores each row's mean over the head's d_k columns, so those are compared centred."""
     worst = 0.0
+    layer_norm = A.qk_norm.kind == "layer"
     for W, b in (("W_Q", "b_Q"), ("W_K", "b_K")):
         for h in range(getattr(A, W).shape[0]):
-            xa, xb = [torch.cat([getattr(L, W)[h].flatten()] + ([getattr(L, b)[h]] if getattr(L, b) is not None else []))
-                      for L in (A, B)]
+            rows = [torch.cat([getattr(L, W)[h]] + ([getattr(L, b)[h][None]] if getattr(L, b) is not None else []))
+                    for L in (A, B)]                                               # [d (+1), d_k]
+            if layer_norm:
+                rows = [x - x.sum(dim=1, keepdim=True) / x.shape[1] for x in rows]
+            xa, xb = (x.flatten() for x in rows)
             worst = max(worst, float((xa - xb).norm()) / max(float(xa.norm()), float(xb.norm())))
     return worst
 

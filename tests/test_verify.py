@@ -214,3 +214,16 @@ def test_verify_streams_a_model_whose_float64_copy_does_not_fit(tiny_dir, tmp_pa
     result = idinspect.verify(src, tmp_path / "out", max_memory=budget)
     functional = next(c for c in result.checks if c.name == "functional")
     assert result.equivalent and "streamed" in functional.detail and functional.tolerance == 1e-6
+
+
+def test_large_models_stream_even_where_their_float64_copy_would_fit(monkeypatch):
+    """Without a memory budget, a model whose float64 copy exceeds IN_MEMORY_MAX_BYTES is streamed
+    (peak: the stored model plus a module in float64) however much memory is free; small ones and
+    explicit budgets keep the in-memory route."""
+    from idinspect.equivalence import functional as fn
+
+    monkeypatch.setattr(fn, "available_memory", lambda: 2**40)
+    big = 4 * fn.IN_MEMORY_MAX_BYTES
+    assert fn.plan_loading(big, stored_bytes=big // 4, largest_f64_bytes=2**20).streamed
+    assert not fn.plan_loading(fn.IN_MEMORY_MAX_BYTES // 2, stored_bytes=2**20).streamed
+    assert not fn.plan_loading(big, max_memory=2 * big, stored_bytes=big // 4).streamed

@@ -39,6 +39,7 @@ from .aligned import align
 from .biases import effective_output_bias
 from .factors import augment
 from .linalg import product_norms, relative
+from .qk_centring import centred, centres
 from .qk_gain_trade import gain_product_errors
 
 INVARIANTS = ("W_QK", "plane_QK", "plane_QJK", "W_OV", "output_bias", "sinks", "qk_factors", "qk_gains")
@@ -184,9 +185,11 @@ def _qk_error_tensors(A: AttentionLayer, B: AttentionLayer, kv: torch.Tensor, ow
 
 def _qk_factor_errors(A: AttentionLayer, B: AttentionLayer, kv: torch.Tensor) -> torch.Tensor:
     """[H]: relative change of [W_Q^h; b_Q^h], or of its kv head's [W_K^g; b_K^g] where larger (q/k-norm layers)."""
+    shift = centred if centres(A) else (lambda X: X)        # LayerNorm: the centring shift is no change
+
     def per_head(W: str, b: str) -> torch.Tensor:
-        Xa = augment(getattr(A, W), _zero_if_none(getattr(A, b), getattr(B, b)))
-        Xb = augment(getattr(B, W), _zero_if_none(getattr(B, b), getattr(A, b)))
+        Xa = shift(augment(getattr(A, W), _zero_if_none(getattr(A, b), getattr(B, b))))
+        Xb = shift(augment(getattr(B, W), _zero_if_none(getattr(B, b), getattr(A, b))))
         na, nb = Xa.flatten(1).norm(dim=1), Xb.flatten(1).norm(dim=1)
         err = (Xa - Xb).flatten(1).norm(dim=1) / torch.maximum(na, nb).clamp_min(torch.finfo(torch.float64).tiny)
         return torch.where((na == 0) & (nb == 0), torch.zeros_like(err), err)
