@@ -1,5 +1,6 @@
 """`idinspect --help` and `--version` answer without importing torch (a second of a 2-core machine)."""
 
+import os
 import subprocess
 import sys
 
@@ -39,3 +40,15 @@ def test_import_idinspect_is_lazy_but_complete():
             "print(missing, callable(idinspect.export), callable(idinspect.verify))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[] True True", out
+
+
+def test_command_line_asks_torch_for_huge_pages_unless_the_user_said_otherwise(monkeypatch):
+    """entry.run sets torch's THP_MEM_ALLOC_ENABLE before torch loads; an explicit value is kept."""
+    from idinspect import entry
+
+    monkeypatch.delenv("THP_MEM_ALLOC_ENABLE", raising=False)
+    entry.use_huge_pages_for_tensors()
+    assert os.environ["THP_MEM_ALLOC_ENABLE"] == "1"
+    monkeypatch.setenv("THP_MEM_ALLOC_ENABLE", "0")
+    entry.use_huge_pages_for_tensors()
+    assert os.environ["THP_MEM_ALLOC_ENABLE"] == "0"
