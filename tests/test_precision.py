@@ -93,3 +93,18 @@ def test_heads_over_the_float32_limit_take_the_float64_routes(monkeypatch):
         rel = float((got[h] - exact[h]).abs().max() / exact[h, 0])
         assert rel <= precision.unit_roundoff(torch.float16)
     assert float(torch.linalg.cond(stored[2].to(torch.float64))) > limit
+
+
+def test_certified_cores_take_the_eigenproblem_within_its_bound():
+    """core_singular_values: certified cores (bf16/fp16 factors of condition <= 1e3) from core^T core's
+    eigenvalues, within eps64 k cond(core) / 2 of s_max of the SVD's, ranks equal; the others the SVD."""
+    g = torch.Generator().manual_seed(3)
+    R = torch.linalg.qr(torch.randn(6, 64, 64, generator=g, dtype=torch.float64)).R
+    R = R * torch.logspace(0, 2.5, 64, dtype=torch.float64)                # cond up to ~1e3 per factor
+    core = R @ R[torch.arange(6).flip(0)].transpose(-1, -2)
+    certified = torch.tensor([True, True, True, False, True, False])
+    got, ref = spectra.core_singular_values(core, certified), torch.linalg.svdvals(core)
+    bound = torch.finfo(torch.float64).eps * 64 * (ref[:, 0] / ref[:, -1]) / 2
+    assert bool(((got - ref).abs().amax(dim=1) <= bound * ref[:, 0]).all())
+    assert torch.equal(got[~certified], ref[~certified])
+    assert torch.equal((got > 1e-12 * got[:, :1]).sum(1), (ref > 1e-12 * ref[:, :1]).sum(1))
