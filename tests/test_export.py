@@ -117,13 +117,22 @@ def test_stock_transformers_computes_the_original_function(variant, tiny_dir, tm
     attn = set(model.adapter.attention_keys(0))
     layer = model.layer(0)
     norm = getattr(layer, "qk_norm", None)
-    kept = {layer.tensor_names[r] for r in ("W_Q", "W_K")} if norm is not None and norm.kind != "layer" else set()
+    moves_qk = norm is not None and (norm.kind == "layer" or norm.q_gain is None)   # centring / plane rotations
+    kept = {layer.tensor_names[r] for r in ("W_Q", "W_K")} if norm is not None and not moves_qk else set()
     assert all(not torch.equal(a[k], b[k]) for k in attn - kept if k.endswith("weight"))
     assert all(torch.equal(a[k], b[k]) for k in kept)
     if norm is not None and norm.kind == "layer":      # LayerNorm: each head's rows centred over its d_k dims
         with idinspect.load(tmp_path / "out") as out:
             for W in (out.layer(0).W_Q, out.layer(0).W_K):
                 assert float(W.mean(dim=-1).abs().max()) <= 1e-12 * float(W.abs().max())
+    if norm is not None and norm.q_gain is None:        # no gains: each key plane on its principal axes
+        with idinspect.load(tmp_path / "out") as out:
+            L = out.layer(0)
+            for i, j in L.positional.rotary.plane_columns():
+                K = L.W_K[..., [i, j]]
+                G = K.transpose(1, 2) @ K
+                assert float(G[:, 0, 1].abs().max()) <= 1e-12 * float(G.abs().max())
+                assert bool((G[:, 0, 0] >= G[:, 1, 1]).all())
     assert_gain_rule(tmp_path / "out", 1e-12)          # q/k norm gains: equal query and key norms per orbit
 
 

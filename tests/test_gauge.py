@@ -8,6 +8,7 @@ beyond the tiny checkpoints.
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import pytest
 import torch
@@ -402,3 +403,30 @@ def test_the_mathematics_takes_open_models_and_never_opens_sources(tiny_dir):
     with idinspect.load(folder) as model:
         assert idinspect.analyze(model)["totals"]["layers"] == model.num_layers
         assert idinspect.is_gauge_fixed(model)[0] is False
+
+
+def test_plane_rotations_under_a_gainless_norm_are_fixed_and_verified(tiny_dir):
+    """Llama 4's RoPE layer (L2 norm after RoPE, no gains): rotating one plane of a kv group's query
+    heads and key by the same random angle is no change (invariants <= 1e-12), both layers
+    canonicalise to the same factors, and the balanced form passes its own check; rotating the
+    queries alone is caught."""
+    with idinspect.load(tiny_dir("llama4-text")) as m:
+        layer = m.layer(0).to(torch.float64)
+    assert layer.qk_norm is not None and layer.qk_norm.after_rope
+    g = torch.Generator().manual_seed(11)
+    (i, j), r = layer.positional.rotary.plane_columns()[1], layer.group_size
+    W_Q, W_K = layer.W_Q.clone(), layer.W_K.clone()
+    for grp in range(layer.n_kv_heads):
+        t = float(torch.rand((), generator=g, dtype=torch.float64)) * 6.0
+        R = torch.tensor([[math.cos(t), -math.sin(t)], [math.sin(t), math.cos(t)]], dtype=torch.float64)
+        W_K[grp][:, [i, j]] = W_K[grp][:, [i, j]] @ R
+        for h in range(grp * r, (grp + 1) * r):
+            W_Q[h][:, [i, j]] = W_Q[h][:, [i, j]] @ R
+    moved = layer.replace(W_Q=W_Q, W_K=W_K)
+    assert max(e.error for e in invariant_errors(layer, moved).values()) <= 1e-12
+    a, _ = canonicalize(layer)
+    b, _ = canonicalize(moved)
+    assert torch.allclose(a.W_Q, b.W_Q, atol=1e-12) and torch.allclose(a.W_K, b.W_K, atol=1e-12)
+    assert is_gauge_fixed(a).fixed and not is_gauge_fixed(moved).fixed
+    queries_only = layer.replace(W_Q=W_Q)
+    assert max(e.error for e in invariant_errors(layer, queries_only).values()) > 1e-3

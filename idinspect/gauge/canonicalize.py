@@ -20,6 +20,7 @@ from ..layer.structure import require_modelled
 from .biases import fix_biases
 from .qk_gain_trade import balance_gains
 from .qk_centring import centre_qk, centres
+from .qk_plane_rotation import rotate_planes, rotates
 from .fast_route import balance_fast
 from .reference_route import balance_reference
 from .report import NONUNIQUE_RTOL, Degeneracy, GaugeReport, close_pairs, group_heads
@@ -64,8 +65,13 @@ def canonicalize(layer: AttentionLayer, *, rtol: float = NONUNIQUE_RTOL,
 
     kept = {role: None if t is None else t.clone() for role, t in (("b_V", L.b_V), ("b_O", L.b_O))}
     if qk_kept:
-        qk = centre_qk(L) if centres(L) else {role: None if t is None else t.clone() for role, t in
-                                             (("W_Q", L.W_Q), ("W_K", L.W_K), ("b_Q", L.b_Q), ("b_K", L.b_K))}
+        if centres(L):
+            qk = centre_qk(L)
+        elif rotates(L):
+            qk = rotate_planes(L)
+        else:
+            qk = {role: None if t is None else t.clone() for role, t in
+                  (("W_Q", L.W_Q), ("W_K", L.W_K), ("b_Q", L.b_Q), ("b_K", L.b_K))}
         qk["qk_norm"] = balance_gains(L)
         if workspace is not None:            # the contract: W_Q lives in the workspace's buffer
             b.W_Q.copy_(qk["W_Q"])

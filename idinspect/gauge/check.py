@@ -36,6 +36,7 @@ from ..layer.structure import noop_key_bias_columns, require_modelled, unrotated
 from .factors import augment, output_stack, stack_groups
 from .qk_gain_trade import gain_balance_residuals, noop_norm_key_bias_residual, trade_orbits
 from .qk_centring import centring_residual
+from .qk_plane_rotation import rotation_residual
 
 #: Default residual tolerance per stored dtype: about 16 units of rounding (unit roundoff u = eps / 2),
 #: and never below 1e-10 (float64 arithmetic in the check itself).
@@ -69,6 +70,7 @@ def gauge_residuals(layer: AttentionLayer) -> list[tuple[float, str]]:
     if qk_kept:
         out.append((noop_norm_key_bias_residual(L), f"{at} q/k norm key bias: no-op (unrotated) part not zero"))
         out.append((centring_residual(L), f"{at} W_Q/W_K: LayerNorm centring shift not removed (head means)"))
+        out.append((rotation_residual(L), f"{at} W_Q/W_K: plane rotation not on the key's principal axes"))
         for res, name in zip(gain_balance_residuals(L), ("balance", "sign")):
             if res.numel():
                 c, o = divmod(int(res.argmax()), res.shape[1])

@@ -40,6 +40,7 @@ from .biases import effective_output_bias
 from .factors import augment
 from .linalg import product_norms, relative
 from .qk_centring import centred, centres
+from .qk_plane_rotation import rotate_planes, rotates
 from .qk_gain_trade import gain_product_errors
 
 INVARIANTS = ("W_QK", "plane_QK", "plane_QJK", "W_OV", "output_bias", "sinks", "qk_factors", "qk_gains")
@@ -186,6 +187,8 @@ def _qk_error_tensors(A: AttentionLayer, B: AttentionLayer, kv: torch.Tensor, ow
 def _qk_factor_errors(A: AttentionLayer, B: AttentionLayer, kv: torch.Tensor) -> torch.Tensor:
     """[H]: relative change of [W_Q^h; b_Q^h], or of its kv head's [W_K^g; b_K^g] where larger (q/k-norm layers)."""
     shift = centred if centres(A) else (lambda X: X)        # LayerNorm: the centring shift is no change
+    if rotates(A):                                           # no gains: plane rotations are no change either
+        A, B = (L.replace(**rotate_planes(L)) for L in (A, B))
 
     def per_head(W: str, b: str) -> torch.Tensor:
         Xa = shift(augment(getattr(A, W), _zero_if_none(getattr(A, b), getattr(B, b))))
