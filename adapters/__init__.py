@@ -26,7 +26,7 @@ class Registry(Mapping[str, type[Adapter]]):
         self._adapters: dict[str, type[Adapter]] = {}
         self.refused: dict[str, str] = {}
         for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
-            if info.name in ("base", "layout"):
+            if info.name in ("base", "layout", "example_inputs"):
                 continue
             module = importlib.import_module(f"{__name__}.{info.name}")
             for cls in getattr(module, "ADAPTERS", ()):

@@ -81,8 +81,9 @@ def extra_unidentified(layer: AttentionLayer, s: HeadSpectra) -> dict | None:
     dev, rtol = R_Q.device, s.rtol
 
     dead = (s.ov_rank == 0).to(dev)                                   # [H]
-    cert = {name: (c if c is not None else torch.zeros(len(s.factors[name]), dtype=torch.bool)).to(dev)
-            for name, c in ((n, (s.certified or {}).get(n)) for n in ("R_Q", "R_K", "R_V", "R_O"))}
+    known = s.certified or {}
+    cert = {n: known[n].to(dev) if n in known else torch.zeros(len(s.factors[n]), dtype=torch.bool, device=dev)
+            for n in ("R_Q", "R_K", "R_V", "R_O")}
     q_full = (cert["R_Q"] & ~dead).reshape(G, r).any(dim=1)          # a certified live head: stack rank k
     r_live = (~dead).reshape(G, r).sum(dim=1)                         # [G]
     Qt = R_Q if layer.b_Q is None else torch.cat([R_Q, layer.b_Q[:, None, :]], dim=1)   # [H, m_q, dk]

@@ -243,7 +243,7 @@ def _inputs(model, ids: torch.Tensor, dtype: torch.dtype | None = None) -> dict:
     """Forward arguments for ``ids``: encoder states, decoder tokens or speech features where the model
     needs them (seeded, so both models of a comparison see the same; floating ones in ``dtype``,
     default the model's), plus the all-ones mask."""
-    from ..adapters.base import example_inputs
+    from ..adapters.example_inputs import example_inputs
 
     kw = example_inputs(model, ids, torch.Generator().manual_seed(0))
     kw = {k: (v.to(dtype or model.dtype) if v.is_floating_point() else v) for k, v in kw.items()}

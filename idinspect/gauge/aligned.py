@@ -61,11 +61,10 @@ class Alignment:
     dSSb: torch.Tensor
     dSdS: torch.Tensor
     kv: torch.Tensor
-    #: [G, k] columns whose block could not be aligned and kept Y = I (float32 only, see
-    #: :func:`align`); ``gamma`` the float32 rounding unit of the products there.
-    unaligned: torch.Tensor | None = None
+    #: The rounding unit gamma = sqrt(m) u of the products when :meth:`errors` tests that each block
+    #: is resolved (``checked`` alignments, :func:`align`); 0: no test.
     gamma: float = 0.0
-    #: Set by :meth:`errors` when a block with Y = I changed too little for float32 to resolve it.
+    #: Set by :meth:`errors` where a block's difference is not resolved (see :meth:`_check_resolved`).
     uncertain: bool = False
 
     def errors(self, index: torch.Tensor, perm: torch.Tensor | None = None, sign: torch.Tensor | None = None
@@ -123,7 +122,7 @@ class Alignment:
 
 def align(Pa_t: torch.Tensor, pa_row: torch.Tensor | None, Pb_t: torch.Tensor, pb_row: torch.Tensor | None,
           Sa: torch.Tensor, Sb: torch.Tensor, kv: torch.Tensor, index: list[torch.Tensor],
-          overwrite: bool = False, Ga: torch.Tensor | None = None, identity_fallback: bool = False,
+          overwrite: bool = False, Ga: torch.Tensor | None = None, checked: bool = False,
           fitted: bool = True) -> Alignment | None:
     """Align factor pair b to pair a on the column blocks ``index`` (a list of [nb, bs] tensors covering
     the columns compared); None where a block cannot be aligned reliably.
@@ -134,26 +133,24 @@ def align(Pa_t: torch.Tensor, pa_row: torch.Tensor | None, Pb_t: torch.Tensor, p
     only when the alignment succeeds. ``Ga`` [H, k, k]: P_a^T P_a if already known (bias row
     included); then P_b^T P_b needs no pass over P_b: with P~ = P_a - dP exactly,
     G3 = P~^T P~ = Ga - G1 - G2 - G2^T and P_b^T P_b = Y G3 Y^T.
+    ``checked`` (float32 comparisons): a block that cannot be fitted keeps Y = I instead of failing
+    the alignment, and :meth:`Alignment.errors` tests every block's rounding against its change
+    (:attr:`Alignment.uncertain`). ``fitted=False``: Y = I on every block (unrelated layers).
     """
     G, _, k = Sa.shape
     limit = ALIGN_MAX_CONDITION_32 if Sa.dtype == torch.float32 else ALIGN_MAX_CONDITION
     Y = Sa.new_zeros(G, k, k)
     Yi = Sa.new_zeros(G, k, k)
     SaSa, SbSb, SbSa = Sa.transpose(1, 2) @ Sa, Sb.transpose(1, 2) @ Sb, Sb.transpose(1, 2) @ Sa
-    unaligned = torch.zeros(G, k, dtype=torch.bool) if identity_fallback else None
     for idx in index:
-        if not fitted:
-            put_blocks(Y, idx, torch.eye(idx.shape[1], dtype=Y.dtype).expand(G, idx.shape[0], -1, -1))
-            put_blocks(Yi, idx, torch.eye(idx.shape[1], dtype=Y.dtype).expand(G, idx.shape[0], -1, -1))
-            continue
-        fit = _fit(blocks(SbSb, idx), blocks(SbSa, idx), blocks(SaSa, idx), limit, identity_fallback)
-        if fit is None:
-            return None
+        if fitted:
+            fit = _fit(blocks(SbSb, idx), blocks(SbSa, idx), blocks(SaSa, idx), limit, checked)
+            if fit is None:
+                return None
+        else:
+            fit = (torch.eye(idx.shape[1], dtype=Y.dtype).expand(G, idx.shape[0], -1, -1),) * 2
         put_blocks(Y, idx, fit[0])
         put_blocks(Yi, idx, fit[1])
-        if unaligned is not None:
-            failed = ~fit[2]                                                  # [G, nb]
-            unaligned[:, idx.reshape(-1)] |= failed.repeat_interleave(idx.shape[1], dim=1)
     dS = torch.baddbmm(Sa, Sb, Y, alpha=-1)                                  # S_a - S_b Y
     Yi_h = Yi[kv]
     dP_t = Pa_t if overwrite else Pa_t.clone()                               # P_a^T - Y^-1 P_b^T, in P_a's
@@ -170,19 +167,18 @@ def align(Pa_t: torch.Tensor, pa_row: torch.Tensor | None, Pb_t: torch.Tensor, p
         G3 = Ga - G1 - G2 - G2.transpose(1, 2)
         Gb = Y[kv] @ G3 @ Y[kv].transpose(1, 2)
     dSt = dS.transpose(1, 2)
-    gamma = max(Pa_t.shape[-1] + 1, Sa.shape[1]) ** 0.5 * torch.finfo(Sa.dtype).eps / 2 if identity_fallback else 0.0
+    gamma = max(Pa_t.shape[-1] + 1, Sa.shape[1]) ** 0.5 * torch.finfo(Sa.dtype).eps / 2 if checked else 0.0
     return Alignment(G1=G1, G2=G2, G3=G3, Gb=Gb, Y=Y, SaSa=SaSa, SbSb=SbSb, SbSa=SbSa, dSSa=dSt @ Sa,
-                     dSSb=dSt @ Sb, dSdS=dSt @ dS, kv=kv,
-                     unaligned=unaligned if unaligned is not None and bool(unaligned.any()) else None, gamma=gamma)
+                     dSSb=dSt @ Sb, dSdS=dSt @ dS, kv=kv, gamma=gamma)
 
 
 def _fit(SbSb: torch.Tensor, SbSa: torch.Tensor, SaSa: torch.Tensor, limit: float = ALIGN_MAX_CONDITION,
-         identity_fallback: bool = False) -> tuple[torch.Tensor, ...] | None:
+         identity_fallback: bool = False) -> tuple[torch.Tensor, torch.Tensor] | None:
     """(Y, Y^-1) [..., bs, bs] solving min ||S_b Y - S_a|| per block from its Gram matrices.
 
     Blocks where either factor is exactly zero take Y = I (one side's invariant is zero, nothing
     can cancel); None if another block is too ill-conditioned to fit or invert, or with
-    ``identity_fallback`` Y = I there and a third result, ok [..., nb] (the blocks fitted).
+    ``identity_fallback`` Y = I there.
     """
     bs = SbSb.shape[-1]
     eye = torch.eye(bs, dtype=SbSb.dtype, device=SbSb.device).expand_as(SbSb)
@@ -191,9 +187,9 @@ def _fit(SbSb: torch.Tensor, SbSa: torch.Tensor, SaSa: torch.Tensor, limit: floa
     Y = torch.where(zero[..., None, None], eye, torch.cholesky_solve(SbSa, L))
     sv = torch.linalg.svdvals(Y)
     ok = zero | ((info == 0) & torch.isfinite(sv).all(-1) & (sv[..., -1] * limit > sv[..., 0]))
-    if identity_fallback:                     # (Y, Y^-1, ok): Y = I on the blocks that failed
+    if identity_fallback:
         Y = torch.where(ok[..., None, None], Y, eye)
-        return Y, torch.linalg.inv(Y), ok
+        return Y, torch.linalg.inv(Y)
     if not bool(ok.all()):
         return None
     return Y, torch.linalg.inv(Y)

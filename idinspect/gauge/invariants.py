@@ -143,7 +143,7 @@ def _error_tensors(a: AttentionLayer, b: AttentionLayer, *, overwrite_a: bool,
     Va = augment(A.W_V, _zero_if_none(A.b_V, B.b_V)) if sinks else A.W_V
     Vb = augment(B.W_V, _zero_if_none(B.b_V, A.b_V)) if sinks else B.W_V
     ov = align(A.W_O, None, B.W_O, None, Va, Vb, kv, [full], overwrite=own["W_O"],   # P = W_O^hT, S = W_V^g
-               Ga=None if grams_a is None else grams_a[1], identity_fallback=strict, fitted=fitted)
+               Ga=None if grams_a is None else grams_a[1], checked=strict, fitted=fitted)
     if ov is None and strict:
         raise _NotAligned
     if ov is None:
@@ -169,7 +169,7 @@ def _qk_error_tensors(A: AttentionLayer, B: AttentionLayer, kv: torch.Tensor, ow
     Ka, Kb = _key(A, B, noop), _key(B, A, noop)
     qk = align(A.W_Q.transpose(1, 2), qa, B.W_Q.transpose(1, 2), qb, Ka, Kb, kv,
                [i for i in (U, planes) if i is not None], overwrite=own["W_Q"],
-               Ga=None if grams_a is None else grams_a[0], identity_fallback=strict, fitted=fitted)
+               Ga=None if grams_a is None else grams_a[0], checked=strict, fitted=fitted)
     if qk is None and strict:
         raise _NotAligned
     if qk is None:                                                  # a block too ill-conditioned to align
