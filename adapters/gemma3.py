@@ -24,8 +24,7 @@ import torch
 from ..layer.attention_layer import Positional, QKNorm
 from .base import Site
 from .float64 import exact_norms, rms
-from .layout import Block
-from .llama import LlamaAdapter, qkvo_block
+from .llama import LlamaAdapter
 
 
 def gemma_rms(module: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
@@ -45,11 +44,6 @@ class Gemma3TextAdapter(LlamaAdapter):
     @property
     def head_dim(self) -> int:
         return int(self.config.head_dim)
-
-    @cached_property
-    def block(self) -> Block:
-        bias = bool(self.optional("attention_bias", False))
-        return qkvo_block(bias, bias)
 
     def layer_type(self, site: Site) -> str:
         return self.resolved.layer_types[site.layer]

@@ -33,8 +33,7 @@ from ..sources.config import CheckpointConfig
 from ..layer.attention_layer import Positional, QKNorm, QueryTemperature
 from .base import Site, rope_positional
 from .float64 import exact_norms, rms, weighted_rms
-from .layout import Block
-from .llama import LlamaAdapter, qkvo_block
+from .llama import LlamaAdapter
 
 
 class Llama4TextAdapter(LlamaAdapter):
@@ -54,11 +53,6 @@ class Llama4TextAdapter(LlamaAdapter):
     @property
     def head_dim(self) -> int:
         return int(self.config.head_dim)
-
-    @cached_property
-    def block(self) -> Block:
-        bias = bool(self.optional("attention_bias", False))
-        return qkvo_block(bias, bias)
 
     def _per_layer(self, name: str) -> list:
         values = list(self.resolved(name))
