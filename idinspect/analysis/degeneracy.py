@@ -65,7 +65,7 @@ def _full_or_rank(stack: torch.Tensor, full: torch.Tensor, rtol: float) -> torch
 
 def _nonzero(part: torch.Tensor, whole: torch.Tensor, rtol: float) -> torch.Tensor:
     """1 where ||part|| > rtol ||whole|| over the last two dims, else 0 (complex rank of one column)."""
-    return (part.flatten(-2).norm(dim=-1) > rtol * whole.flatten(-2).norm(dim=-1)).long()
+    return (torch.linalg.vector_norm(part, dim=(-2, -1)) > rtol * torch.linalg.vector_norm(whole, dim=(-2, -1))).long()
 
 
 def extra_unidentified(layer: AttentionLayer, s: HeadSpectra) -> dict | None:

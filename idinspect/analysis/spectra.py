@@ -28,6 +28,8 @@ import torch
 from ..layer.attention_layer import AttentionLayer
 from ..layer.buffers import Float64Buffers
 from . import precision
+from .cholesky import cholesky_upper
+from .low_precision_gemm import gram_low_precision
 
 RANK_RULE = "s_i > max(d, d_k) * eps(float64) * s_max"
 
@@ -98,7 +100,9 @@ def gram_float64(tall: torch.Tensor, scratch: Float64Buffers | None = None,
     ``row_scale`` [m] (float64): the Gram matrix of diag(row_scale) W instead, scaled in the
     float64 chunk (e.g. a norm gain folded into the projection, with no scaled copy of W).
     ``accumulate=torch.float32``: cast and multiply in float32 and return the result widened to
-    float64 (for bfloat16/float16 weights, :mod:`.precision`), or in float32 with ``widen=False``.
+    float64 (for bfloat16/float16 weights, :mod:`.precision`), or in float32 with ``widen=False``;
+    bfloat16/float16 weights go to MKL's mixed-precision gemm where it applies
+    (:mod:`.low_precision_gemm`: same float32 sums, no cast).
     """
     to = torch.float64 if widen else accumulate
     acc = accumulate
@@ -111,6 +115,10 @@ def gram_float64(tall: torch.Tensor, scratch: Float64Buffers | None = None,
         if row_scale is not None:
             wide.mul_(row_scale.to(acc)[:, None])
         return (wide.transpose(-1, -2) @ wide).to(to)
+    if acc == torch.float32 and row_scale is None:
+        fast = gram_low_precision(tall)          # bf16/fp16 on the CPU's matrix units, float32 sums
+        if fast is not None:
+            return fast.to(to)
     n, m, k = tall.shape
     size = torch.finfo(acc).bits // 8
     per = int(max(1, min(n, CAST_CHUNK_BYTES // max(1, size * m * k))))
@@ -130,16 +138,19 @@ def gram_float64(tall: torch.Tensor, scratch: Float64Buffers | None = None,
 
 
 def _cholesky_route(gram: torch.Tensor, limit: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(R, usable, ok) from a float64 Gram batch: R = chol(G) upper where ``ok`` (finite, positive
+    """(R, usable, ok) from a Gram batch: R = chol(G) upper where ``ok`` (finite, positive
     definite, certified cond(W) <= ||R||_F ||R^-1||_F < ``limit``), the identity elsewhere;
     ``usable``: the Gram matrix is finite."""
-    usable = torch.isfinite(gram).flatten(-2).all(dim=-1)
+    usable = finite_slices(gram)
     eye = torch.eye(gram.shape[-1], dtype=gram.dtype, device=gram.device)
-    R, info = torch.linalg.cholesky_ex(torch.where(usable[..., None, None], gram, eye), upper=True)
+    if not bool(usable.all()):
+        gram = torch.where(usable[..., None, None], gram, eye)
+    R, info = cholesky_upper(gram)
     ok = usable & (info == 0)
-    R = torch.where(ok[..., None, None], R, eye)
+    if not bool(ok.all()):
+        R = torch.where(ok[..., None, None], R, eye)
     R_inv = torch.linalg.solve_triangular(R, eye.expand_as(R), upper=True)
-    bound = R.flatten(-2).norm(dim=-1) * R_inv.flatten(-2).norm(dim=-1)
+    bound = torch.linalg.vector_norm(R, dim=(-2, -1)) * torch.linalg.vector_norm(R_inv, dim=(-2, -1))
     return R, usable, ok & (bound < limit)
 
 

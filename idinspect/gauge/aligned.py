@@ -109,7 +109,7 @@ class Alignment:
         1e-5 of the invariant (a change at float32's floor, e.g. two equal layers); :attr:`uncertain`
         is set where neither holds."""
         tr = lambda X: X.diagonal(dim1=-2, dim2=-1).sum(-1).clamp(min=0)  # noqa: E731
-        fro = lambda X: X.flatten(-2).norm(dim=-1)                         # noqa: E731
+        fro = lambda X: torch.linalg.vector_norm(X, dim=(-2, -1))                        # noqa: E731
         (G1, A1), (G2, A2), (G3, A3) = one, cross, three
         e1 = tr(G1) * fro(A1) + fro(G1) * tr(A1)
         e3 = tr(G3) * fro(A3) + fro(G3) * tr(A3)
