@@ -19,6 +19,10 @@ from .file_names import INDEX_FILE, PICKLE_SUFFIXES, SINGLE_FILE
 from . import pread
 from .safetensors_format import DTYPES_BY_CODE, tensor_spans
 
+#: Bytes of read buffers a checkpoint keeps for reuse (:class:`.pread.BufferPool`): the tensors of
+#: the layers in flight (see :data:`idinspect.analysis.parallel.IN_FLIGHT_BYTES`).
+READ_POOL_BYTES = 2**30
+
 
 class TensorReader:
     """Interface: named tensors read one at a time."""
@@ -99,6 +103,7 @@ class SafetensorsCheckpoint(TensorReader):
                                  "written by save_pretrained (transformers writes safetensors by default)")
         self._handles = {}
         self._fds: dict[str, int] = {}
+        self._pool = pread.BufferPool(READ_POOL_BYTES)
         self._span_cache: dict[str, dict[str, tuple[int, int]]] = {}
         for fname in files:
             path = self.directory / fname
@@ -131,14 +136,15 @@ class SafetensorsCheckpoint(TensorReader):
         return DTYPES_BY_CODE[code]
 
     def get(self, name: str) -> torch.Tensor:
-        """Read ``name`` into freshly allocated memory (see the class docstring), with the GIL released
-        during the read where the host allows (:mod:`.pread`)."""
+        """Read ``name`` into memory it owns (see the class docstring): a buffer of the reader's pool
+        that nothing uses any more, or fresh memory, with the GIL released during the read where the
+        host allows (:mod:`.pread`)."""
         dtype = self.dtype(name)  # a dtype torch cannot hold is a one-line error, not safetensors' own
         try:
             fname = self._where[name]
             if pread.NATIVE:
                 start, end = self._spans(fname)[name]
-                return pread.read_tensor(self._fd(fname), start, end, dtype, self.shape(name))
+                return pread.read_tensor(self._fd(fname), start, end, dtype, self.shape(name), self._pool)
             return self._handles[fname].get_tensor(name)
         except KeyError:
             raise IdinspectError(f"{self.directory}: no tensor named {name}") from None
@@ -169,6 +175,7 @@ class SafetensorsCheckpoint(TensorReader):
 
     def close(self) -> None:
         self._handles.clear()
+        self._pool.clear()
         for fd in self._fds.values():
             os.close(fd)
         self._fds.clear()
