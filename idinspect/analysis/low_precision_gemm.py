@@ -59,15 +59,31 @@ def _routine(dtype: torch.dtype) -> Callable | None:
     return fn if _self_test(fn, dtype) else None
 
 
+def _layout(t: torch.Tensor) -> tuple[bool, int]:
+    """(row-major, leading dimension) of each [m, k] matrix of a batch [n, m, k] that has a unit
+    stride in one of its last two dimensions (checked by :func:`_readable`)."""
+    m, k = t.shape[-2:]
+    if t.stride(-1) == 1 and (m == 1 or t.stride(-2) >= k):
+        return True, t.stride(-2)
+    return False, t.stride(-1)
+
+
+def _products(fn: Callable, x: torch.Tensor, y: torch.Tensor, out: torch.Tensor) -> None:
+    """out[i] = x[i]^T y[i] (float32 [n, k, l]) for x [n, m, k], y [n, m, l]. A row-major operand is
+    read as it is; a column-major one is the row-major [k, m] of its transpose."""
+    n, m, k = x.shape
+    l = y.shape[-1]
+    (x_rows, ldx), (y_rows, ldy) = _layout(x), _layout(y)
+    trans_x, trans_y = (_TRANS if x_rows else _NO_TRANS), (_NO_TRANS if y_rows else _TRANS)
+    for h in range(n):
+        fn(_ROW_MAJOR, trans_x, trans_y, k, l, m, 1.0, x[h].data_ptr(), ldx, y[h].data_ptr(), ldy, 0.0,
+           out[h].data_ptr(), l)
+
+
 def _call(fn: Callable, tall: torch.Tensor, out: torch.Tensor) -> None:
-    """out[i] = tall[i]^T tall[i] (float32 [n, k, k]) for tall [n, m, k] with a unit stride in one
-    of its last two dimensions (checked by the caller)."""
+    """out[i] = tall[i]^T tall[i] (float32 [n, k, k]) for tall [n, m, k] (see :func:`_products`)."""
     n, m, k = tall.shape
-    size = tall.element_size()
-    row_major = tall.stride(-1) == 1 and (m == 1 or tall.stride(-2) >= k)
-    # row-major [m, k] (lda = stride(-2)): C = A^T A; column-major, i.e. A^T row-major [k, m]
-    # (lda = stride(-1)): C = A^T (A^T)^T
-    trans_a, trans_b, lda = (_TRANS, _NO_TRANS, tall.stride(-2)) if row_major else (_NO_TRANS, _TRANS, tall.stride(-1))
+    row_major, lda = _layout(tall)
     if row_major and lda != k and m * k >= _GATHER_MIN:
         # rows of k entries far apart (W_O^hT inside o_proj's [d, H*d_k]): MKL reads them slowly, so
         # each head is first gathered into contiguous rows (Llama-70B W_O, one core: 65 -> 46 ms)
@@ -77,10 +93,7 @@ def _call(fn: Callable, tall: torch.Tensor, out: torch.Tensor) -> None:
             fn(_ROW_MAJOR, _TRANS, _NO_TRANS, k, k, m, 1.0, rows.data_ptr(), k, rows.data_ptr(), k, 0.0,
                out[h].data_ptr(), k)
         return
-    base = tall.data_ptr()
-    for h in range(n):
-        a = base + h * tall.stride(0) * size
-        fn(_ROW_MAJOR, trans_a, trans_b, k, k, m, 1.0, a, lda, a, lda, 0.0, out[h].data_ptr(), k)
+    _products(fn, tall, tall, out)
 
 
 def _readable(tall: torch.Tensor) -> bool:
@@ -92,16 +105,24 @@ def _readable(tall: torch.Tensor) -> bool:
     return tall.stride(-2) == 1 and (k == 1 or tall.stride(-1) >= m) and tall.stride(-1) < 2**31
 
 
+def available(dtype: torch.dtype) -> bool:
+    """Whether the MKL route runs for ``dtype`` on this machine (CPU, torch build, self-test)."""
+    return dtype in (torch.bfloat16, torch.float16) and _routine(dtype) is not None
+
+
 def _self_test(fn: Callable, dtype: torch.dtype) -> bool:
-    """Both layouts against float64 on a small random batch, before the routine is trusted."""
+    """Every pairing of layouts against float64 on a small random batch, before the routine is trusted."""
     gen = torch.Generator().manual_seed(0)
-    w = torch.randn(2, 37, 5, generator=gen).to(dtype)
-    want = (w.double().transpose(1, 2) @ w.double())
-    for tall in (w, w.transpose(1, 2).contiguous().transpose(1, 2)):
-        got = torch.empty(2, 5, 5)
-        _call(fn, tall, got)
-        if not torch.allclose(got.double(), want, rtol=1e-5, atol=1e-5):
-            return False
+    x = torch.randn(2, 37, 5, generator=gen).to(dtype)
+    y = torch.randn(2, 37, 3, generator=gen).to(dtype)
+    want = x.double().transpose(1, 2) @ y.double()
+    column_major = lambda t: t.transpose(1, 2).contiguous().transpose(1, 2)  # noqa: E731
+    for a in (x, column_major(x)):
+        for b in (y, column_major(y)):
+            got = torch.empty(2, 5, 3)
+            _products(fn, a, b, got)
+            if not torch.allclose(got.double(), want, rtol=1e-5, atol=1e-5):
+                return False
     return True
 
 
@@ -115,4 +136,19 @@ def gram_low_precision(tall: torch.Tensor) -> torch.Tensor | None:
         return None
     out = torch.empty((tall.shape[0], tall.shape[2], tall.shape[2]), dtype=torch.float32)
     _call(fn, tall, out)
+    return out
+
+
+def products_low_precision(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor | None:
+    """X_i^T Y_i [n, k, l] in float32 for bfloat16/float16 CPU batches X [n, m, k], Y [n, m, l] of one
+    dtype (exact products, float32 sums), or None where the MKL route does not apply."""
+    if x.dtype != y.dtype or x.dtype not in (torch.bfloat16, torch.float16) or not (_readable(x) and _readable(y)):
+        return None
+    if x.shape[:2] != y.shape[:2]:
+        raise ValueError(f"products of batches {tuple(x.shape)} and {tuple(y.shape)}: leading dims differ")
+    fn = _routine(x.dtype)
+    if fn is None:
+        return None
+    out = torch.empty((x.shape[0], x.shape[2], y.shape[2]), dtype=torch.float32)
+    _products(fn, x, y, out)
     return out

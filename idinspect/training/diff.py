@@ -15,9 +15,11 @@ from ..analysis.parallel import layer_workers, ordered_map
 from ..analysis.precision import comparison_precision
 from ..errors import IdinspectError
 from ..gauge.invariants import invariant_errors
-from ..layer.attention_layer import AttentionLayer
+from ..gauge.step_invariants import step_invariant_errors
+from ..layer.attention_layer import BIAS_ROLES, AttentionLayer
 from ..sources.model import Model, load
-from .group_grams import group_grams
+from . import step_products
+from .group_grams import group_grams, group_grams_from_products
 from .metrics import SIDES, check_modelled, check_same_shape, layer_metrics, pooled_rho
 
 SCHEMA_VERSION = "1"
@@ -33,24 +35,39 @@ def _diff_norm_sq(a: AttentionLayer, b: AttentionLayer) -> float:
 
 
 def diff_layer(a: AttentionLayer, b: AttentionLayer) -> dict:
-    """The diff record of one layer (see the schema). Both layers are cast once, to float64, or to
-    float32 where both are stored in bfloat16/float16 (:func:`~idinspect.analysis.precision.comparison_precision`:
-    their difference is exact there and float32's rounding is far below what they can show); k x k
-    work is float64 either way."""
-    dtype = comparison_precision(*(t.dtype for t in (*a.tensors().values(), *b.tensors().values())))
-    a, b = a.to(dtype), b.to(dtype)
+    """The diff record of one layer (see the schema).
+
+    bfloat16/float16 pairs on a CPU with bf16/fp16 matrix units take the step's products straight
+    from the stored weights (:mod:`.step_products`: exact products, float32 sums) and compare the
+    invariants without an alignment fit (:mod:`idinspect.gauge.step_invariants`), falling back to
+    the fitted comparison where a difference is not resolved. Otherwise both layers are cast once,
+    to float32 where both are stored in bfloat16/float16
+    (:func:`~idinspect.analysis.precision.comparison_precision`: their difference is exact there and
+    float32's rounding is far below what they can show), else float64; k x k work is float64 either way."""
     check_modelled(a)
     check_same_shape(a, b)
-    grams = {side: group_grams(a, side, b, dtype) for side in SIDES}
+    dtype = comparison_precision(*(t.dtype for t in (*a.tensors().values(), *b.tensors().values())))
+    factors = _step_factors(a, b)
+    if factors is not None:
+        products, gamma = factors
+        grams = {side: group_grams_from_products(a, b, side, products) for side in SIDES}
+        inv = step_invariant_errors(a, b, products, gamma)
+        if inv is None:
+            inv = invariant_errors(a, b, precision=dtype, grams_a=(grams["qk"].heads_a, grams["vo"].heads_a))
+        norm_a_sq, step_sq = _norms_from_products(a, b, products)
+    else:
+        a, b = a.to(dtype), b.to(dtype)
+        grams = {side: group_grams(a, side, b, dtype) for side in SIDES}
+        inv = invariant_errors(a, b, precision=dtype, grams_a=(grams["qk"].heads_a, grams["vo"].heads_a))
+        norm_a_sq, step_sq = _norm_sq(a), _diff_norm_sq(a, b)
     groups = layer_metrics(a, b, dtype, grams)
     r = a.group_size
     out_groups = []
     for g, m in enumerate(groups):
         out_groups.append({"group": g, "heads": list(range(g * r, (g + 1) * r)),
                            **{side: m[side].to_dict() for side in SIDES}})
-    raw_a = math.sqrt(_norm_sq(a))
-    raw = math.sqrt(_diff_norm_sq(a, b))
-    inv = invariant_errors(a, b, precision=dtype, grams_a=(grams["qk"].heads_a, grams["vo"].heads_a))
+    raw_a = math.sqrt(norm_a_sq)
+    raw = math.sqrt(step_sq)
     summary = {}
     for side in SIDES:
         sides = [m[side] for m in groups]
@@ -73,6 +90,36 @@ def diff_layer(a: AttentionLayer, b: AttentionLayer) -> dict:
         "invariant_change_max": max((v.error for v in inv.values()), default=0.0),
         "groups": out_groups,
     }
+
+
+def _step_factors(a: AttentionLayer, b: AttentionLayer) -> tuple[dict, float] | None:
+    """Role -> (GA, GB, M, D) of the four weights (W_O as W_O^hT) and their error bound, or None
+    where the products cannot come from the stored weights (:mod:`.step_products`)."""
+    pairs = {role: (getattr(a, role), getattr(b, role)) for role in ("W_Q", "W_K", "W_V")}
+    pairs["W_O"] = (a.W_O.transpose(1, 2), b.W_O.transpose(1, 2))
+    if not all(step_products.available(xa, xb) for xa, xb in pairs.values()):
+        return None
+    out, gamma = {}, 0.0
+    for role, (xa, xb) in pairs.items():
+        p = step_products.step_products(xa, xb)
+        if p is None:
+            return None
+        out[role], gamma = (p.GA, p.GB, p.M, p.D), max(gamma, p.gamma)
+    return out, gamma
+
+
+def _norms_from_products(a: AttentionLayer, b: AttentionLayer, products: dict) -> tuple[float, float]:
+    """(||a||^2, ||b - a||^2) over the layer's tensors: the weights' from the traces of GA and D, the
+    biases' directly in float64."""
+    trace = lambda G: float(G.diagonal(dim1=-2, dim2=-1).sum())  # noqa: E731
+    norm_sq = sum(trace(GA) for GA, _, _, _ in products.values())
+    step_sq = sum(trace(D) for _, _, _, D in products.values())
+    for role in BIAS_ROLES:
+        ta, tb = getattr(a, role), getattr(b, role)
+        if ta is not None:
+            norm_sq += float(torch.linalg.vector_norm(ta.double())) ** 2
+            step_sq += float(torch.linalg.vector_norm(tb.double() - ta.double())) ** 2
+    return norm_sq, step_sq
 
 
 def _check_same_model(A: Model, B: Model) -> None:

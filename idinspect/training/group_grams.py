@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..gauge.step_invariants import with_row
 from ..layer.attention_layer import AttentionLayer
 
 
@@ -94,3 +95,27 @@ def group_grams(a: AttentionLayer, side: str, b: AttentionLayer | None = None,
     out.ML, out.MR = _product(La, la, dL, dl, rl), _product(Ra, ra, dR, dr, rr)
     out.step_sq = _sq_norms(dL, dl, rl) + _sq_norms(dR, dr, rr)
     return out
+
+
+
+#: Per side, (role, bias role) of L and of R: per head (a group's r members) or per group (one).
+_PAIRS = {"qk": (("W_Q", "b_Q", True), ("W_K", "b_K", False)), "vo": (("W_V", "b_V", False), ("W_O", None, True))}
+
+
+def group_grams_from_products(a: AttentionLayer, b: AttentionLayer, side: str, factors: dict) -> GroupGrams:
+    """:func:`group_grams` of the pair from the per-member products of its weights (``factors``: role ->
+    (GA, GB, M, D) [n, k, k] float64 with GA = X_a^T X_a, GB = X_b^T X_b, M = X_a^T dX, D = dX^T dX,
+    W_O as W_O^hT; :mod:`.step_products`), the bias rows added as rank-one terms."""
+    parts, rows = [], []
+    for role, bias, per_head in _PAIRS[side]:
+        biases = (None, None) if bias is None else (getattr(a, bias), getattr(b, bias))
+        GA, GB, M, D = with_row(factors[role], *biases)
+        per = a.group_size if per_head else 1
+        parts.append((per, GA, GB, M, D))
+        rows.append(per * (a.d_model + (biases[0] is not None)))
+    (rl, GLh, GLb, ML, DL), (rr, GRh, GRb, MR, DR) = parts
+    trace = lambda G, per: G.diagonal(dim1=-2, dim2=-1).sum(-1).reshape(-1, per).sum(1)  # noqa: E731
+    return GroupGrams(GL=_group_sum(GLh, rl), GR=_group_sum(GRh, rr), rows=(rows[0], rows[1]),
+                      GL_b=_group_sum(GLb, rl), GR_b=_group_sum(GRb, rr), ML=_group_sum(ML, rl),
+                      MR=_group_sum(MR, rr), step_sq=trace(DL, rl) + trace(DR, rr),
+                      heads_a=GLh if side == "qk" else GRh)

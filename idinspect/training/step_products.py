@@ -1,0 +1,103 @@
+"""The k x k products of a step between two bfloat16/float16 layers, per head or kv group.
+
+For one head's (or group's) factor X [m, k] at A and at B, with dX = X_B - X_A, diff needs
+
+    GA = X_A^T X_A,   GB = X_B^T X_B,   M = X_A^T dX,   D = dX^T dX
+
+each accurate against its own size (D is ||dX||^2-sized, M ||X_A|| ||dX||-sized; forming D as
+GB - ... would cancel). Both routes use only exact products of the stored numbers (a bf16 or fp16
+product fits float32) summed in float32, on the CPU's matrix units through MKL
+(:mod:`idinspect.analysis.low_precision_gemm`), several times faster than float32 arithmetic:
+
+- **large steps**, tr D >= :data:`TAU` max(tr GA, tr GB) (two unrelated checkpoints): from GA, GB
+  and C = X_A^T X_B alone, D = GA + GB - C - C^T and M = C - GA. A float32 sum of m products is off
+  by at most gamma ||x|| ||y|| (gamma = sqrt(m) u_32, as :mod:`idinspect.analysis.precision`), so
+  D is off by gamma (||X_A|| + ||X_B||)^2 <= (4 gamma / TAU) ||dX||^2, M by 2 gamma / sqrt(TAU) of
+  max(||X_A||, ||X_B||) ||dX||.
+- **small steps** (fine-tunes, training steps): dX, exact in float32, is split into three bf16
+  pieces hi = bf16(dX), lo = bf16(dX - hi), lo2 = dX - hi - lo (exact: 3 x 8 bits hold float32's
+  24); then M = X_A^T (hi + lo + lo2) and D = the products of the pieces but lo^T lo2, lo2^T lo and
+  lo2^T lo2 (below 2^-23 of D), off by (gamma + 2^-23) of their sizes. The pieces are made one
+  head at a time, in cache.
+
+:attr:`StepProducts.gamma` bounds the relative error of every product (from the step sizes met:
+gamma (||X_A|| + ||X_B||)^2 / ||dX||^2 for large steps, 2 (gamma + 2^-23) where pieces were used),
+for the invariant check's resolution test (:meth:`idinspect.gauge.aligned.Alignment.errors`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from ..analysis import low_precision_gemm as lp
+from ..analysis.precision import UNIT_ROUNDOFF_32
+
+#: Relative step size (tr D / max(tr GA, tr GB)) from which the products of the stored factors
+#: alone give D and M.
+TAU = 0.25
+#: What the products left out of D weigh against D (relative; see the module doc).
+PIECE_ERROR = 2.0 ** -23
+
+
+@dataclass
+class StepProducts:
+    """Per head or group [n, k, k] (float64): GA, GB, M, D of the module doc; ``gamma`` bounds their
+    relative errors (see the module doc)."""
+
+    GA: torch.Tensor
+    GB: torch.Tensor
+    M: torch.Tensor
+    D: torch.Tensor
+    gamma: float
+
+
+def available(xa: torch.Tensor, xb: torch.Tensor) -> bool:
+    """Whether :func:`step_products` runs for these two batches (bf16/fp16 on a CPU with the MKL route)."""
+    return xa.dtype == xb.dtype and xa.device.type == "cpu" and xb.device.type == "cpu" and lp.available(xa.dtype)
+
+
+def _trace(G: torch.Tensor) -> torch.Tensor:
+    return G.diagonal(dim1=-2, dim2=-1).sum(-1)
+
+
+def step_products(xa: torch.Tensor, xb: torch.Tensor) -> StepProducts | None:
+    """GA, GB, M, D for the batches X_A, X_B [n, m, k] (same layout, bf16 or fp16 on the CPU), or
+    None where the MKL route does not run (the caller takes its float32 route)."""
+    GA32, GB32, C32 = lp.gram_low_precision(xa), lp.gram_low_precision(xb), lp.products_low_precision(xa, xb)
+    if GA32 is None or GB32 is None or C32 is None:
+        return None
+    GA, GB, C = GA32.double(), GB32.double(), C32.double()
+    D = GA + GB - C - C.transpose(-1, -2)
+    M = C - GA
+    ta, tb, td = _trace(GA), _trace(GB), _trace(D)
+    small = td < TAU * torch.maximum(ta, tb)
+    gamma = math.sqrt(xa.shape[1]) * UNIT_ROUNDOFF_32
+    # large steps: D off by gamma (||X_A|| + ||X_B||)^2, relative to ||dX||^2 (at most 4 gamma / TAU)
+    spread = ((ta.sqrt() + tb.sqrt()) ** 2 / td.clamp(min=torch.finfo(td.dtype).tiny))[~small]
+    bound = 2 * gamma if spread.numel() == 0 else max(2 * gamma, gamma * float(spread.max()))
+    for h in small.nonzero().flatten().tolist():
+        M[h], D[h] = _small_step(xa[h], xb[h])
+        bound = max(bound, 2 * (gamma + PIECE_ERROR))
+    return StepProducts(GA, GB, M, D, bound)
+
+
+def _small_step(xa: torch.Tensor, xb: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(M, D) [k, k] float64 of one factor X [m, k] from the three-piece split of dX (module doc)."""
+    m, k = xa.shape
+    column_major = xa.stride(0) == 1 and xa.stride(1) >= m
+    dx = torch.empty_strided((m, k), (1, m) if column_major else (k, 1), dtype=torch.float32)
+    dx.copy_(xb).sub_(xa)                                 # exact: a float32 difference of two bf16 numbers
+    pieces = (torch.empty(3 * k, m, dtype=xa.dtype).t() if column_major
+              else torch.empty(m, 3 * k, dtype=xa.dtype))  # [hi lo lo2], [m, 3k] in xa's orientation
+    hi, lo, lo2 = pieces[:, :k], pieces[:, k:2 * k], pieces[:, 2 * k:]
+    hi.copy_(dx)
+    lo.copy_(dx.sub_(hi))
+    lo2.copy_(dx.sub_(lo))
+    Mp = lp.products_low_precision(xa[None], pieces[None])[0].double()          # X_A^T [hi lo lo2]
+    Hp = lp.products_low_precision(hi[None], pieces[None])[0].double()          # hi^T [hi lo lo2]
+    ll = lp.products_low_precision(lo[None], lo[None])[0].double()
+    hl, h2 = Hp[:, k:2 * k], Hp[:, 2 * k:]
+    return Mp[:, :k] + Mp[:, k:2 * k] + Mp[:, 2 * k:], Hp[:, :k] + hl + hl.T + h2 + h2.T + ll
