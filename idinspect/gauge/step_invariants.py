@@ -13,8 +13,9 @@ step's factors: for a factor X (per head P, per group S) with dX = X_b - X_a,
 all as small as the step where they must be, so nothing cancels when the step is small. When the
 step is large but the invariants barely move (a gauge move of one checkpoint) the difference is not
 resolved; :meth:`.aligned.Alignment.errors` tests that per block, and the caller then takes the
-fitted alignment. Products: ``(GA, GB, M, D)`` [n, k, k] float64 per factor, with ``gamma`` bounding
-their relative errors (e.g. :func:`idinspect.training.step_products.step_products`).
+fitted alignment. Products: ``(GA, GB, M, D)`` [n, k, k] float64 per factor, with ``gamma`` the
+resolution test's rounding unit: each Gram matrix above is off by at most gamma times the norms
+of its two factors (:func:`idinspect.training.step_products.step_products` gives it).
 """
 
 from __future__ import annotations
@@ -51,11 +52,9 @@ def identity_alignment(P: Products, S: Products, kv: torch.Tensor, gamma: float)
     GA_S, GB_S, M_S, D_S = S
     Mt = M_S.transpose(-1, -2)
     eye = torch.eye(GA_S.shape[-1], dtype=GA_S.dtype).expand_as(GA_S)
-    # G2's error is gamma ||dX|| (||P_a|| + ||dX||), within 3 gamma ||dP|| ||P_b|| for steps smaller
-    # than the factors: the resolution test is run with 3 gamma.
     return Alignment(G1=D_P, G2=-(M_P.transpose(-1, -2) + D_P), G3=GB_P, Gb=GB_P, Y=eye.clone(),
                      SaSa=GA_S, SbSb=GB_S, SbSa=GA_S + Mt, dSSa=-Mt, dSSb=-(Mt + D_S), dSdS=D_S, kv=kv,
-                     gamma=3 * gamma)
+                     gamma=gamma)
 
 
 def step_invariant_errors(a: AttentionLayer, b: AttentionLayer, factors: dict[str, Products],

@@ -20,9 +20,12 @@ product fits float32) summed in float32, on the CPU's matrix units through MKL
   lo2^T lo2 (below 2^-23 of D), off by (gamma + 2^-23) of their sizes. The pieces are made one
   head at a time, in cache.
 
-:attr:`StepProducts.gamma` bounds the relative error of every product (from the step sizes met:
-gamma (||X_A|| + ||X_B||)^2 / ||dX||^2 for large steps, 2 (gamma + 2^-23) where pieces were used),
-for the invariant check's resolution test (:meth:`idinspect.gauge.aligned.Alignment.errors`).
+:attr:`StepProducts.gamma` is the invariant check's rounding unit
+(:meth:`idinspect.gauge.aligned.Alignment.errors` takes every Gram matrix X^T Y as off by at most
+gamma ||X|| ||Y||, and :mod:`idinspect.gauge.step_invariants` uses D and G2 = -(M^T + D) =
+-dX^T X_B): for large steps gamma (||X_A|| + ||X_B||)^2 / ||dX||^2 (D's bound; G2 = C - GB there is
+off by gamma ||X_B|| (||X_A|| + ||X_B||), within it), where pieces were used 3 (gamma + 2^-23)
+(||dX|| <= ||X_B|| there, so G2's gamma ||dX|| (||X_A|| + ||dX||) <= 3 gamma ||dX|| ||X_B||).
 """
 
 from __future__ import annotations
@@ -80,7 +83,7 @@ def step_products(xa: torch.Tensor, xb: torch.Tensor) -> StepProducts | None:
     bound = 2 * gamma if spread.numel() == 0 else max(2 * gamma, gamma * float(spread.max()))
     for h in small.nonzero().flatten().tolist():
         M[h], D[h] = _small_step(xa[h], xb[h])
-        bound = max(bound, 2 * (gamma + PIECE_ERROR))
+        bound = max(bound, 3 * (gamma + PIECE_ERROR))
     return StepProducts(GA, GB, M, D, bound)
 
 
