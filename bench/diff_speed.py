@@ -7,13 +7,15 @@ its own files (a zero step: the same arithmetic as any B); ``--full``: the 2-lay
 compare benchmark's two 16-layer checkpoints of different seeds (Llama-3.2-1B's depth, a real step). Every measurement runs in its own
 child process, alternating floor and diff in each repeat; the time is measured inside the child
 around the operation (imports excluded) and around the whole child process (as a user waits);
-the peak RSS is the child's ru_maxrss.
+the peak RSS is the child's ru_maxrss. Both children run with ``THP_MEM_ALLOC_ENABLE=1``, as the
+command line sets it (:func:`idinspect.entry.use_huge_pages_for_tensors`).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -46,7 +48,10 @@ def child(mode: str, a: Path, b: Path) -> dict:
     """One measurement: the operation's own time and CPU time (imports excluded), the child's peak
     RSS, and the whole process's wall time (interpreter start and imports included, as a user waits)."""
     t0 = time.perf_counter()
-    out = subprocess.run([sys.executable, "-c", _CHILD, mode, str(a), str(b)], capture_output=True, text=True, check=True)
+    # both children with the allocator setting that ``idinspect diff`` itself makes (entry.py)
+    env = {**os.environ, "THP_MEM_ALLOC_ENABLE": os.environ.get("THP_MEM_ALLOC_ENABLE", "1")}
+    out = subprocess.run([sys.executable, "-c", _CHILD, mode, str(a), str(b)], capture_output=True, text=True,
+                         check=True, env=env)
     sample = json.loads(out.stdout.strip().splitlines()[-1])
     sample["process_seconds"] = time.perf_counter() - t0
     return sample

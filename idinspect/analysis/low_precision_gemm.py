@@ -152,3 +152,31 @@ def products_low_precision(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor | N
     out = torch.empty((x.shape[0], x.shape[2], y.shape[2]), dtype=torch.float32)
     _products(fn, x, y, out)
     return out
+
+
+def pair_gram_low_precision(xa: torch.Tensor, xb: torch.Tensor) -> torch.Tensor | None:
+    """[X_A X_B]^T [X_A X_B] [n, 2k, 2k] in float32 for bfloat16/float16 CPU batches X_A, X_B
+    [n, m, k] of one dtype and layout: X_A^T X_A, X_A^T X_B and X_B^T X_B in one product per member
+    (each member's pair is copied side by side into a buffer that stays in cache; one call of width
+    2k runs the matrix units better than three of width k), or None where the MKL route does not apply."""
+    if xa.dtype != xb.dtype or xa.shape != xb.shape or not (_readable(xa) and _readable(xb)):
+        return None
+    fn = _routine(xa.dtype) if xa.dtype in (torch.bfloat16, torch.float16) else None
+    if fn is None:
+        return None
+    n, m, k = xa.shape
+    column_major = not _layout(xa)[0]
+    pair = torch.empty((2 * k, m) if column_major else (m, 2 * k), dtype=xa.dtype)
+    out = torch.empty((n, 2 * k, 2 * k), dtype=torch.float32)
+    for h in range(n):
+        if column_major:          # pair holds [X_A X_B]^T row-major: C = pair pair^T
+            pair[:k].copy_(xa[h].T)
+            pair[k:].copy_(xb[h].T)
+            fn(_ROW_MAJOR, _NO_TRANS, _TRANS, 2 * k, 2 * k, m, 1.0, pair.data_ptr(), m, pair.data_ptr(), m, 0.0,
+               out[h].data_ptr(), 2 * k)
+        else:
+            pair[:, :k].copy_(xa[h])
+            pair[:, k:].copy_(xb[h])
+            fn(_ROW_MAJOR, _TRANS, _NO_TRANS, 2 * k, 2 * k, m, 1.0, pair.data_ptr(), 2 * k, pair.data_ptr(), 2 * k,
+               0.0, out[h].data_ptr(), 2 * k)
+    return out

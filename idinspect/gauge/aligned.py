@@ -91,14 +91,24 @@ class Alignment:
             dSSa = Mt @ self.dSSa @ M + Ct @ self.SbSa @ M
             cross = Mt @ self.dSSb @ C
             dSdS = Mt @ self.dSdS @ M + cross + cross.transpose(1, 2) + Ct @ self.SbSb @ C
-        A1, A2, A3, B1 = (blocks(X, index)[self.kv] for X in (SaSa, dSSa, dSdS, SbSb))
-        G1, G2, G3, Gb = (blocks(G, index) for G in (self.G1, self.G2, self.G3, self.Gb))
+        A1, A2, A3, B1 = (blocks(X, index) for X in (SaSa, dSSa, dSdS, SbSb))          # per group
+        G1, G2, G3, Gb = (blocks(G, index) for G in (self.G1, self.G2, self.G3, self.Gb))  # per head
         Ga = G1 + G2 + G2.transpose(-1, -2) + G3                  # P_a^T P_a, as P_a = dP + P~
-        diff2 = block_traces(G1, A1) + 2 * block_traces(G2, A2) + block_traces(G3, A3)
-        na, nb = block_traces(Ga, A1).clamp(min=0).sqrt(), block_traces(Gb, B1).clamp(min=0).sqrt()
+        tr = self._head_group_traces
+        diff2 = tr(G1, A1) + 2 * tr(G2, A2) + tr(G3, A3)
+        na, nb = tr(Ga, A1).clamp(min=0).sqrt(), tr(Gb, B1).clamp(min=0).sqrt()
         if self.gamma:
             self._check_resolved(diff2, (G1, A1), (G2, A2), (G3, A3), torch.maximum(na, nb))
         return relative(diff2.clamp(min=0).sqrt(), na, nb)
+
+    def _head_group_traces(self, X: torch.Tensor, A: torch.Tensor) -> torch.Tensor:
+        """tr(X_b A_b) [H, nb] for per-head blocks X [H, nb, bs, bs] and per-group blocks A [G, ...]
+        (head h with group kv[h]); heads of a group side by side are multiplied by broadcasting,
+        without a per-head copy of A."""
+        H, G = X.shape[0], A.shape[0]
+        if H % G == 0 and torch.equal(self.kv, torch.arange(H, device=self.kv.device) // (H // G)):
+            return block_traces(X.reshape(G, H // G, *X.shape[1:]), A[:, None]).reshape(H, -1)
+        return block_traces(X, A[self.kv])
 
     def _check_resolved(self, diff2, one, cross, three, size) -> None:
         """In float32 a Gram matrix G = X^T Y carries ||dG||_F <= gamma ||X||_F ||Y||_F, so a term
@@ -110,10 +120,12 @@ class Alignment:
         is set where neither holds."""
         tr = lambda X: X.diagonal(dim1=-2, dim2=-1).sum(-1).clamp(min=0)  # noqa: E731
         fro = lambda X: torch.linalg.vector_norm(X, dim=(-2, -1))                        # noqa: E731
-        (G1, A1), (G2, A2), (G3, A3) = one, cross, three
-        e1 = tr(G1) * fro(A1) + fro(G1) * tr(A1)
-        e3 = tr(G3) * fro(A3) + fro(G3) * tr(A3)
-        e2 = (tr(G1) * tr(G3)).sqrt() * fro(A2) + fro(G2) * (tr(A3) * tr(A1)).sqrt()
+        (G1, A1), (G2, A2), (G3, A3) = one, cross, three        # G per head, A per group
+        kv = self.kv
+        tA1, tA3, fA1, fA2, fA3 = tr(A1)[kv], tr(A3)[kv], fro(A1)[kv], fro(A2)[kv], fro(A3)[kv]
+        e1 = tr(G1) * fA1 + fro(G1) * tA1
+        e3 = tr(G3) * fA3 + fro(G3) * tA3
+        e2 = (tr(G1) * tr(G3)).sqrt() * fA2 + fro(G2) * (tA3 * tA1).sqrt()
         error = self.gamma * (e1 + 2 * e2 + e3)
         resolved = (diff2 >= 1e3 * error) | (error.sqrt() <= 1e-5 * size)
         if not bool(resolved.all()):

@@ -69,8 +69,13 @@ def balancing_transforms(Ga: torch.Tensor, Gb: torch.Tensor
 
 def blocks(M: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     """Diagonal blocks of M [..., k, k] at index [nb, bs] (block i = rows and columns index[i]):
-    [..., nb, bs, bs]."""
-    return M[..., index[:, :, None], index[:, None, :]]
+    [..., nb, bs, bs]; a view of M when the one block is all of it in order (read-only use)."""
+    k = M.shape[-1]
+    nb, bs = index.shape
+    if nb == 1 and bs == k and bool((index[0] == torch.arange(k, device=index.device)).all()):
+        return M.unsqueeze(-3)
+    flat = (index[:, :, None] * k + index[:, None, :]).reshape(-1).to(M.device)
+    return M.flatten(-2).index_select(-1, flat).view(*M.shape[:-2], nb, bs, bs)
 
 
 def put_blocks(M: torch.Tensor, index: torch.Tensor, values: torch.Tensor) -> None:

@@ -16,7 +16,7 @@ from ..gauge.factors import augment
 from ..layer.attention_layer import AttentionLayer
 from ..layer.structure import unrotated_columns
 from .group_grams import GroupGrams, group_grams
-from .orbit import Algebra, imbalance_of, project_from_grams
+from .orbit import Algebra, imbalance_batch, project_from_grams_batch
 
 SIDES = ("qk", "vo")
 
@@ -113,26 +113,33 @@ class SideMetrics:
 
 def side_metrics(a: AttentionLayer, g: int, side: str, b: AttentionLayer | None = None,
                  dtype: torch.dtype = torch.float64, grams: GroupGrams | None = None) -> SideMetrics:
-    """Metrics of group ``g``'s ``side`` at ``a`` and, with ``b``, of the step b - a.
+    """Metrics of group ``g``'s ``side`` at ``a`` and, with ``b``, of the step b - a (one group of
+    :func:`side_metrics_all`)."""
+    return side_metrics_all(a, side, b, dtype, grams)[g]
+
+
+def side_metrics_all(a: AttentionLayer, side: str, b: AttentionLayer | None = None,
+                     dtype: torch.dtype = torch.float64, grams: GroupGrams | None = None) -> list[SideMetrics]:
+    """Metrics of every group's ``side`` at ``a`` and, with ``b``, of the step b - a.
 
     The factor-sized products (Gram matrices, L^T dL; :mod:`.group_grams`, all groups at once) are
     formed in ``dtype`` (float32 only for bfloat16/float16 layers,
     :func:`~idinspect.analysis.precision.comparison_precision`), everything from the k x k matrices
-    on in float64. ``grams``: that result for the layer, when the caller already has it."""
+    on in float64, batched over the groups. ``grams``: that result for the layer, when the caller
+    already has it."""
     algebra = side_algebra(a, side)
     grams = grams if grams is not None else group_grams(a, side, b, dtype)
-    GL, GR = grams.GL[g], grams.GR[g]
-    beta, tau, full = imbalance_of(GL - GR, algebra)
-    k = GL.shape[0]
-    reference = algebra.dimension / (sum(grams.rows) * k)
+    GL, GR = grams.GL, grams.GR
+    beta, tau, full = (t.tolist() for t in imbalance_batch(GL - GR, algebra))
+    reference = algebra.dimension / (sum(grams.rows) * GL.shape[-1])
     if b is None:
         zero = torch.zeros_like(GL)
-        proj = project_from_grams(GL, GR, zero, zero, 0.0, algebra)
-        return SideMetrics(beta, tau, full, proj.mu, proj.ill_posed, reference)
-    beta_b, tau_b, full_b = imbalance_of(grams.GL_b[g] - grams.GR_b[g], algebra)
-    proj = project_from_grams(GL, GR, grams.ML[g], grams.MR[g], float(grams.step_sq[g]), algebra)
-    return SideMetrics(beta, tau, full, proj.mu, proj.ill_posed, reference, beta_b, tau_b, full_b,
-                       proj.rho, proj.step_sq, proj.along_sq)
+        projs = project_from_grams_batch(GL, GR, zero, zero, torch.zeros(GL.shape[0], dtype=GL.dtype), algebra)
+        return [SideMetrics(beta[g], tau[g], full[g], p.mu, p.ill_posed, reference) for g, p in enumerate(projs)]
+    beta_b, tau_b, full_b = (t.tolist() for t in imbalance_batch(grams.GL_b - grams.GR_b, algebra))
+    projs = project_from_grams_batch(GL, GR, grams.ML, grams.MR, grams.step_sq, algebra)
+    return [SideMetrics(beta[g], tau[g], full[g], p.mu, p.ill_posed, reference, beta_b[g], tau_b[g], full_b[g],
+                        p.rho, p.step_sq, p.along_sq) for g, p in enumerate(projs)]
 
 
 def check_same_shape(a: AttentionLayer, b: AttentionLayer) -> None:
@@ -157,7 +164,8 @@ def layer_metrics(a: AttentionLayer, b: AttentionLayer | None = None, dtype: tor
     if b is not None:
         check_same_shape(a, b)
     grams = grams or {side: group_grams(a, side, b, dtype) for side in SIDES}
-    return [{side: side_metrics(a, g, side, b, dtype, grams[side]) for side in SIDES} for g in range(a.n_kv_heads)]
+    per_side = {side: side_metrics_all(a, side, b, dtype, grams[side]) for side in SIDES}
+    return [{side: per_side[side][g] for side in SIDES} for g in range(a.n_kv_heads)]
 
 
 def pooled_rho(groups: list[dict[str, SideMetrics]], sides: tuple[str, ...] = SIDES) -> float | None:

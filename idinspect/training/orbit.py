@@ -77,20 +77,22 @@ class Projection:
         return self.along_sq / self.step_sq if self.step_sq > 0 else 0.0
 
 
-def sylvester_solve(GL: torch.Tensor, GR: torch.Tensor, C: torch.Tensor) -> tuple[torch.Tensor, float, float]:
-    """Minimum-norm solution of GL X + X GR = C for symmetric PSD GL, GR [k, k] (float64).
+def sylvester_solve(GL: torch.Tensor, GR: torch.Tensor, C: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Minimum-norm solution of GL X + X GR = C for symmetric PSD GL, GR [..., k, k] (float64),
+    batched over leading dims.
 
-    Returns (X, mu = lambda_min(GL) + lambda_min(GR), top = lambda_max(GL) + lambda_max(GR));
-    entries with a_i + b_j <= ILL_POSED_RTOL * top are set to zero.
+    Returns (X, mu = lambda_min(GL) + lambda_min(GR), top = lambda_max(GL) + lambda_max(GR)), mu and
+    top [...]; entries with a_i + b_j <= ILL_POSED_RTOL * top are set to zero.
     """
     a, U = torch.linalg.eigh(GL)
     b, V = torch.linalg.eigh(GR)
     a, b = a.clamp_min(0), b.clamp_min(0)
-    denom = a[:, None] + b[None, :]
-    top = float(a[-1] + b[-1]) if a.numel() else 0.0
-    keep = denom > ILL_POSED_RTOL * top
-    Xt = torch.where(keep, (U.T @ C @ V) / torch.where(keep, denom, torch.ones_like(denom)), torch.zeros_like(denom))
-    return U @ Xt @ V.T, float(a[0] + b[0]) if a.numel() else 0.0, top
+    denom = a[..., :, None] + b[..., None, :]
+    top = a[..., -1] + b[..., -1]
+    keep = denom > ILL_POSED_RTOL * top[..., None, None]
+    Xt = torch.where(keep, (U.transpose(-1, -2) @ C @ V) / torch.where(keep, denom, torch.ones_like(denom)),
+                     torch.zeros_like(denom))
+    return U @ Xt @ V.transpose(-1, -2), a[..., 0] + b[..., 0], top
 
 
 def project_step(L: torch.Tensor, R: torch.Tensor, dL: torch.Tensor, dR: torch.Tensor,
@@ -107,7 +109,14 @@ def project_step(L: torch.Tensor, R: torch.Tensor, dL: torch.Tensor, dR: torch.T
 def project_from_grams(GL: torch.Tensor, GR: torch.Tensor, ML: torch.Tensor, MR: torch.Tensor, step_sq: float,
                        algebra: Algebra | None = None) -> Projection:
     """The projection of :func:`project_step` from GL = L^T L, GR = R^T R, ML = L^T dL, MR = R^T dR
-    [k, k] and ``step_sq`` = ||dL||^2 + ||dR||^2.
+    [k, k] and ``step_sq`` = ||dL||^2 + ||dR||^2 (one group of :func:`project_from_grams_batch`)."""
+    step = torch.tensor([float(step_sq)], dtype=torch.float64)
+    return project_from_grams_batch(GL[None], GR[None], ML[None], MR[None], step, algebra)[0]
+
+
+def project_from_grams_batch(GL: torch.Tensor, GR: torch.Tensor, ML: torch.Tensor, MR: torch.Tensor,
+                             step_sq: torch.Tensor, algebra: Algebra | None = None) -> list[Projection]:
+    """:func:`project_from_grams` of every group at once: GL, GR, ML, MR [G, k, k], step_sq [G].
 
     Without RoPE (``algebra`` None or all columns free) one Sylvester solve with C = ML - MR^T
     (= L^T dL - dR^T R); with planes, each plane's complex scalar in closed form: its two basis
@@ -116,35 +125,39 @@ def project_from_grams(GL: torch.Tensor, GR: torch.Tensor, ML: torch.Tensor, MR:
     b = (ML_ji - ML_ij + MR_ji - MR_ij) / n_p; the blocks touch disjoint columns, so their
     projections add. ||T X||^2 = <GL X, X> + <X GR, X>.
     """
-    k = GL.shape[0]
+    n, k = GL.shape[0], GL.shape[-1]
     algebra = algebra or Algebra(k)
-    X = torch.zeros(k, k, dtype=GL.dtype)
+    X = torch.zeros(n, k, k, dtype=GL.dtype)
     mus, tops = [], []
     free = algebra.free_columns
     if free:
         f = torch.tensor(free)
-        ix = (f[:, None], f[None, :])
-        Xf, mu, top = sylvester_solve(GL[ix], GR[ix], ML[ix] - MR[ix].T)
-        X[ix] = Xf
+        sub = lambda M: M.index_select(-2, f).index_select(-1, f)  # noqa: E731
+        Xf, mu, top = sylvester_solve(sub(GL), sub(GR), sub(ML) - sub(MR).transpose(-1, -2))
+        X[:, f[:, None], f[None, :]] = Xf
         mus.append(mu)
         tops.append(top)
     if algebra.planes:
         pi = torch.tensor([i for i, _ in algebra.planes])
         pj = torch.tensor([j for _, j in algebra.planes])
-        norm_sq = GL[pi, pi] + GL[pj, pj] + GR[pi, pi] + GR[pj, pj]                      # [P]
+        at = lambda M, r, c: M.flatten(-2).index_select(-1, r * k + c)  # noqa: E731   M[:, r, c] -> [G, P]
+        norm_sq = at(GL, pi, pi) + at(GL, pj, pj) + at(GR, pi, pi) + at(GR, pj, pj)
         half = norm_sq / 2      # the normal operator's eigenvalue on the plane (||X_p||_F^2 = 2)
-        top = max(tops + [float(half.max())])
-        mus.append(float(half.min()))
-        live = half > ILL_POSED_RTOL * top
+        tops.append(half.max(dim=-1).values)
+        top = torch.stack(tops).max(dim=0).values
+        mus.append(half.min(dim=-1).values)
+        live = half > ILL_POSED_RTOL * top[:, None]
         safe = torch.where(live, norm_sq, torch.ones_like(norm_sq))
-        a = torch.where(live, (ML[pi, pi] + ML[pj, pj] - MR[pi, pi] - MR[pj, pj]) / safe, 0.0)
-        b = torch.where(live, (ML[pj, pi] - ML[pi, pj] + MR[pj, pi] - MR[pi, pj]) / safe, 0.0)
-        X[pi, pi], X[pi, pj], X[pj, pi], X[pj, pj] = a, -b, b, a
+        a = torch.where(live, (at(ML, pi, pi) + at(ML, pj, pj) - at(MR, pi, pi) - at(MR, pj, pj)) / safe, 0.0)
+        b = torch.where(live, (at(ML, pj, pi) - at(ML, pi, pj) + at(MR, pj, pi) - at(MR, pi, pj)) / safe, 0.0)
+        X[:, pi, pi], X[:, pi, pj], X[:, pj, pi], X[:, pj, pj] = a, -b, b, a
     else:
-        top = max(tops) if tops else 0.0
-    along_sq = float(((GL @ X) * X).sum() + ((X @ GR) * X).sum())
-    mu = min(mus) if mus else 0.0
-    return Projection(step_sq, max(0.0, along_sq), mu, mu <= ILL_POSED_RTOL * top, X)
+        top = torch.stack(tops).max(dim=0).values if tops else torch.zeros(n, dtype=GL.dtype)
+    along_sq = ((GL @ X) * X).sum((-2, -1)) + ((X @ GR) * X).sum((-2, -1))
+    mu = torch.stack(mus).min(dim=0).values if mus else torch.zeros(n, dtype=GL.dtype)
+    ill = mu <= ILL_POSED_RTOL * top
+    return [Projection(float(s), max(0.0, float(t)), float(m), bool(i), x)
+            for s, t, m, i, x in zip(step_sq.tolist(), along_sq, mu, ill, X)]
 
 
 def imbalance(L: torch.Tensor, R: torch.Tensor, algebra: Algebra | None = None) -> tuple[float, float, float]:
@@ -155,14 +168,25 @@ def imbalance(L: torch.Tensor, R: torch.Tensor, algebra: Algebra | None = None) 
 
 def imbalance_of(D: torch.Tensor, algebra: Algebra | None = None) -> tuple[float, float, float]:
     """:func:`imbalance` of a given D = L^T L - R^T R [k, k]."""
-    full = float(torch.linalg.matrix_norm(D))
-    tau = float(torch.trace(D))
-    algebra = algebra or Algebra(D.shape[0])
+    beta, tau, full = imbalance_batch(D[None], algebra)
+    return float(beta[0]), float(tau[0]), float(full[0])
+
+
+def imbalance_batch(D: torch.Tensor, algebra: Algebra | None = None
+                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(beta, tau, beta_full) [G] of every group's D [G, k, k] (see :func:`imbalance`)."""
+    k = D.shape[-1]
+    full = torch.linalg.vector_norm(D, dim=(-2, -1))
+    diag = D.diagonal(dim1=-2, dim2=-1)
+    tau = diag.sum(-1)
+    algebra = algebra or Algebra(k)
     free = algebra.free_columns
-    sq = float((D[free][:, free] ** 2).sum()) if free else 0.0
+    sq = torch.zeros_like(tau)
+    if free:
+        f = torch.tensor(free)
+        sq = sq + (D.index_select(-2, f).index_select(-1, f) ** 2).sum((-2, -1))
     if algebra.planes:
-        diag = D.diagonal()
         pi = torch.tensor([i for i, _ in algebra.planes])
         pj = torch.tensor([j for _, j in algebra.planes])
-        sq += 0.5 * float(((diag[pi] + diag[pj]) ** 2).sum())          # sum_p ||(tr D_p / 2) I_2||^2
-    return sq ** 0.5, tau, full
+        sq = sq + 0.5 * ((diag[:, pi] + diag[:, pj]) ** 2).sum(-1)          # sum_p ||(tr D_p / 2) I_2||^2
+    return sq.sqrt(), tau, full

@@ -69,10 +69,11 @@ def _trace(G: torch.Tensor) -> torch.Tensor:
 def step_products(xa: torch.Tensor, xb: torch.Tensor) -> StepProducts | None:
     """GA, GB, M, D for the batches X_A, X_B [n, m, k] (same layout, bf16 or fp16 on the CPU), or
     None where the MKL route does not run (the caller takes its float32 route)."""
-    GA32, GB32, C32 = lp.gram_low_precision(xa), lp.gram_low_precision(xb), lp.products_low_precision(xa, xb)
-    if GA32 is None or GB32 is None or C32 is None:
+    pair = lp.pair_gram_low_precision(xa, xb)                # [n, 2k, 2k]: GA, C; C^T, GB
+    if pair is None:
         return None
-    GA, GB, C = GA32.double(), GB32.double(), C32.double()
+    k = xa.shape[-1]
+    GA, C, GB = pair[:, :k, :k].double(), pair[:, :k, k:].double(), pair[:, k:, k:].double()
     D = GA + GB - C - C.transpose(-1, -2)
     M = C - GA
     ta, tb, td = _trace(GA), _trace(GB), _trace(D)
