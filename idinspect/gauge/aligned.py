@@ -83,14 +83,19 @@ class Alignment:
         if perm is None:
             SaSa, SbSb, dSSa, dSdS = self.SaSa, self.SbSb, self.dSSa, self.dSdS
         else:
-            M = torch.zeros(perm.numel(), perm.numel(), dtype=self.Y.dtype)
-            M[perm, torch.arange(perm.numel())] = sign.to(M.dtype)              # S M: column j = sign_j S[:, perm_j]
-            C = self.Y @ M - M @ self.Y
-            Mt, Ct = M.T, C.transpose(1, 2)
-            SaSa, SbSb = Mt @ self.SaSa @ M, Mt @ self.SbSb @ M
-            dSSa = Mt @ self.dSSa @ M + Ct @ self.SbSa @ M
-            cross = Mt @ self.dSSb @ C
-            dSdS = Mt @ self.dSdS @ M + cross + cross.transpose(1, 2) + Ct @ self.SbSb @ C
+            sign = sign.to(self.Y.dtype)
+            MtGM = lambda G: _signed_permutation(G, perm, sign)  # noqa: E731
+            SaSa, SbSb, dSSa, dSdS = MtGM(self.SaSa), MtGM(self.SbSb), MtGM(self.dSSa), MtGM(self.dSdS)
+            MY = torch.empty_like(self.Y)
+            MY[:, perm, :] = self.Y * sign[:, None]                           # row perm_j of M Y = sign_j Y[j]
+            C = self.Y.index_select(-1, perm) * sign - MY                       # Y M - M Y
+            if bool(C.any()):                                                   # zero where Y commutes (Y = I)
+                M = torch.zeros(perm.numel(), perm.numel(), dtype=self.Y.dtype)
+                M[perm, torch.arange(perm.numel())] = sign                      # S M: column j = sign_j S[:, perm_j]
+                Ct = C.transpose(1, 2)
+                dSSa = dSSa + Ct @ self.SbSa @ M
+                cross = M.T @ self.dSSb @ C
+                dSdS = dSdS + cross + cross.transpose(1, 2) + Ct @ self.SbSb @ C
         A1, A2, A3, B1 = (blocks(X, index) for X in (SaSa, dSSa, dSdS, SbSb))          # per group
         G1, G2, G3, Gb = (blocks(G, index) for G in (self.G1, self.G2, self.G3, self.Gb))  # per head
         Ga = G1 + G2 + G2.transpose(-1, -2) + G3                  # P_a^T P_a, as P_a = dP + P~
@@ -130,6 +135,12 @@ class Alignment:
         resolved = (diff2 >= 1e3 * error) | (error.sqrt() <= 1e-5 * size)
         if not bool(resolved.all()):
             self.uncertain = True
+
+
+def _signed_permutation(G: torch.Tensor, perm: torch.Tensor, sign: torch.Tensor) -> torch.Tensor:
+    """M^T G M [..., k, k] for the signed permutation M[perm_j, j] = sign_j: entry (i, j) is
+    sign_i sign_j G[perm_i, perm_j] (a re-indexing, no product)."""
+    return G.index_select(-2, perm).index_select(-1, perm) * (sign[:, None] * sign[None, :])
 
 
 def align(Pa_t: torch.Tensor, pa_row: torch.Tensor | None, Pb_t: torch.Tensor, pb_row: torch.Tensor | None,
