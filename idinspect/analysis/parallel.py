@@ -61,8 +61,10 @@ def ordered_map(fn: Callable[[int, S], T], n: int, workers: int, make_state: Cal
     """``fn(0, state), ..., fn(n - 1, state)`` in order, at most ``workers`` running at once in threads.
 
     Each thread gets its own ``state = make_state()`` (e.g. reusable buffers), dropped when the run
-    ends. Work is submitted only as results are taken, so an error in item i stops the run after
-    the items already in flight.
+    ends. At most ``2 * workers`` items are submitted ahead of the one taken: a thread that finishes
+    before an earlier item's thread starts the next item instead of waiting (the queued items hold
+    nothing until a thread starts them, so memory stays bounded by ``workers``), and an error in
+    item i stops the run after the items already submitted.
     """
     if workers <= 1 or n <= 1:
         state = make_state()
@@ -81,7 +83,7 @@ def ordered_map(fn: Callable[[int, S], T], n: int, workers: int, make_state: Cal
         submitted = 0
         try:
             while submitted < n or pending:
-                while submitted < n and len(pending) < workers:
+                while submitted < n and len(pending) < 2 * workers:
                     pending.append(pool.submit(run, submitted))
                     submitted += 1
                 yield pending.popleft().result()
