@@ -7,7 +7,7 @@ are cast to float64 one group at a time, so memory stays at a few group slices p
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, fields
 
 import torch
 
@@ -108,7 +108,7 @@ class SideMetrics:
     along_sq: float | None = None
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        return {f.name: getattr(self, f.name) for f in fields(self)}    # flat: no recursive asdict copy
 
 
 def side_metrics(a: AttentionLayer, g: int, side: str, b: AttentionLayer | None = None,
