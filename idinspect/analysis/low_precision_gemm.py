@@ -154,29 +154,30 @@ def products_low_precision(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor | N
     return out
 
 
-def pair_gram_low_precision(xa: torch.Tensor, xb: torch.Tensor) -> torch.Tensor | None:
-    """[X_A X_B]^T [X_A X_B] [n, 2k, 2k] in float32 for bfloat16/float16 CPU batches X_A, X_B
-    [n, m, k] of one dtype and layout: X_A^T X_A, X_A^T X_B and X_B^T X_B in one product per member
-    (each member's pair is copied side by side into a buffer that stays in cache; one call of width
-    2k runs the matrix units better than three of width k), or None where the MKL route does not apply."""
+def pair_products_low_precision(xa: torch.Tensor, xb: torch.Tensor
+                                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
+    """(X_A^T X_A, X_A^T X_B, X_B^T X_B), each [n, k, k] float32, for bfloat16/float16 CPU batches
+    X_A, X_B [n, m, k] of one dtype and layout, or None where the MKL route does not apply. Members
+    whose rows lie far apart (o_proj's heads) are first gathered into contiguous rows, as for
+    :func:`gram_low_precision`, once for all three products."""
     if xa.dtype != xb.dtype or xa.shape != xb.shape or not (_readable(xa) and _readable(xb)):
         return None
     fn = _routine(xa.dtype) if xa.dtype in (torch.bfloat16, torch.float16) else None
     if fn is None:
         return None
     n, m, k = xa.shape
-    column_major = not _layout(xa)[0]
-    pair = torch.empty((2 * k, m) if column_major else (m, 2 * k), dtype=xa.dtype)
-    out = torch.empty((n, 2 * k, 2 * k), dtype=torch.float32)
-    for h in range(n):
-        if column_major:          # pair holds [X_A X_B]^T row-major: C = pair pair^T
-            pair[:k].copy_(xa[h].T)
-            pair[k:].copy_(xb[h].T)
-            fn(_ROW_MAJOR, _NO_TRANS, _TRANS, 2 * k, 2 * k, m, 1.0, pair.data_ptr(), m, pair.data_ptr(), m, 0.0,
-               out[h].data_ptr(), 2 * k)
-        else:
-            pair[:, :k].copy_(xa[h])
-            pair[:, k:].copy_(xb[h])
-            fn(_ROW_MAJOR, _TRANS, _NO_TRANS, 2 * k, 2 * k, m, 1.0, pair.data_ptr(), 2 * k, pair.data_ptr(), 2 * k,
-               0.0, out[h].data_ptr(), 2 * k)
-    return out
+    GA, C, GB = (torch.empty((n, k, k), dtype=torch.float32) for _ in range(3))
+    row_major, ld = _layout(xa)
+    if row_major and ld != k and m * k >= _GATHER_MIN:
+        ra, rb = torch.empty((m, k), dtype=xa.dtype), torch.empty((m, k), dtype=xa.dtype)
+        for h in range(n):
+            ra.copy_(xa[h])
+            rb.copy_(xb[h])
+            for x, y, out in ((ra, ra, GA), (ra, rb, C), (rb, rb, GB)):
+                fn(_ROW_MAJOR, _TRANS, _NO_TRANS, k, k, m, 1.0, x.data_ptr(), k, y.data_ptr(), k, 0.0,
+                   out[h].data_ptr(), k)
+        return GA, C, GB
+    _products(fn, xa, xa, GA)
+    _products(fn, xa, xb, C)
+    _products(fn, xb, xb, GB)
+    return GA, C, GB

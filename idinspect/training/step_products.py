@@ -69,11 +69,10 @@ def _trace(G: torch.Tensor) -> torch.Tensor:
 def step_products(xa: torch.Tensor, xb: torch.Tensor) -> StepProducts | None:
     """GA, GB, M, D for the batches X_A, X_B [n, m, k] (same layout, bf16 or fp16 on the CPU), or
     None where the MKL route does not run (the caller takes its float32 route)."""
-    pair = lp.pair_gram_low_precision(xa, xb)                # [n, 2k, 2k]: GA, C; C^T, GB
-    if pair is None:
+    products = lp.pair_products_low_precision(xa, xb)        # X_A^T X_A, X_A^T X_B, X_B^T X_B
+    if products is None:
         return None
-    k = xa.shape[-1]
-    GA, C, GB = pair[:, :k, :k].double(), pair[:, :k, k:].double(), pair[:, k:, k:].double()
+    GA, C, GB = (p.double() for p in products)
     D = GA + GB - C - C.transpose(-1, -2)
     M = C - GA
     ta, tb, td = _trace(GA), _trace(GB), _trace(D)
