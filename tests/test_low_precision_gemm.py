@@ -11,10 +11,10 @@ from idinspect.analysis.cholesky import cholesky_upper
 from idinspect.analysis.spectra import gram_float64
 
 
-def _hf_layouts(dtype: torch.dtype, heads: int = 3, d: int = 300, dk: int = 40) -> dict[str, torch.Tensor]:
+def _hf_layouts(dtype: torch.dtype, heads: int = 3, d: int = 300, dk: int = 40, seed: int = 1) -> dict[str, torch.Tensor]:
     """Per-head tall factors [n, d, d_k] as the adapters view them: q_proj rows (column-major heads),
     o_proj columns (strided row-major heads), and a plain contiguous batch."""
-    gen = torch.Generator().manual_seed(1)
+    gen = torch.Generator().manual_seed(seed)
     q = torch.randn(heads * dk, d, generator=gen).to(dtype)          # HF [out, in]
     o = torch.randn(d, heads * dk, generator=gen).to(dtype)
     return {"q_proj": q.view(heads, dk, d).transpose(1, 2),
@@ -108,3 +108,19 @@ def test_blocked_cholesky_reports_an_indefinite_matrix(where):
     assert info.tolist()[0] == 0 and info.tolist()[2] == 0 and info.tolist()[1] > 0
     _, ref = torch.linalg.cholesky_ex(A, upper=True)
     assert (info > 0).tolist() == (ref > 0).tolist()
+
+
+
+@pytest.mark.parametrize("layout", ["q_proj", "o_proj", "contiguous"])
+@pytest.mark.parametrize("d", [300, 1200])                      # 1200 x 64: o_proj heads are gathered first
+def test_pair_products_are_the_float32_products(layout, d):
+    """X_A^T X_A, X_A^T X_B, X_B^T X_B within the float32 sum's bound of the float64 products."""
+    xa = _hf_layouts(torch.bfloat16, heads=2, d=d, dk=64)[layout]
+    xb = _hf_layouts(torch.bfloat16, heads=2, d=d, dk=64, seed=2)[layout]
+    got = low_precision_gemm.pair_products_low_precision(xa, xb)
+    if got is None:
+        pytest.skip("no MKL mixed-precision gemm on this machine")
+    for (x, y), g in zip(((xa, xa), (xa, xb), (xb, xb)), got):
+        want = x.double().transpose(1, 2) @ y.double()
+        bound = d * precision.UNIT_ROUNDOFF_32 * x.double().norm(dim=1)[:, :, None] * y.double().norm(dim=1)[:, None, :]
+        assert ((g.double() - want).abs() <= bound).all()
