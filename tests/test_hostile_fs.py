@@ -244,3 +244,18 @@ def test_full_disk_during_export(shared_root):
     res = _child(shared_root, "export", "model", "out", fsize=20_000)
     _check_child(res, shared_root, "out")
     assert not (shared_root / "out").exists()
+
+
+def test_a_signal_just_after_the_temporary_folder_is_made_leaves_nothing(tmp_path, monkeypatch):
+    """SIGTERM/SIGHUP raise in the main thread, possibly between creating ``.OUT.idinspect-tmp-*``
+    and handing it to the export's cleanup: make_temp removes it itself."""
+    from idinspect.entry import Terminated
+    from idinspect.exporting import claim
+
+    def interrupted():
+        raise Terminated(15)
+
+    monkeypatch.setattr(claim, "_owner", interrupted)
+    with pytest.raises(Terminated):
+        claim.make_temp(tmp_path / "out")
+    assert list(tmp_path.iterdir()) == []

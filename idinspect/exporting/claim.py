@@ -111,17 +111,19 @@ def make_temp(out: Path) -> Path:
         tmp = out.parent / f".{out.name}{TEMP_MARK}{os.getpid()}-{secrets.token_hex(4)}"
         try:
             tmp.mkdir()
+            (tmp / OWNER_FILE).write_text(json.dumps(_owner()) + "\n", encoding="utf-8")
+            return tmp
         except FileExistsError:
             continue
         except OSError as exc:
+            shutil.rmtree(tmp, ignore_errors=True)
             raise IdinspectError(f"{out.parent}: cannot create the export's temporary folder there "
                                  f"({os_reason(exc)}); choose OUT in a folder you can write") from None
-        try:
-            (tmp / OWNER_FILE).write_text(json.dumps(_owner()) + "\n", encoding="utf-8")
-        except OSError as exc:
+        except BaseException:
+            # SIGTERM/SIGHUP raise in the main thread (entry.py), possibly just after the folder was
+            # made and before the caller holds it: nothing may be left behind
             shutil.rmtree(tmp, ignore_errors=True)
-            raise IdinspectError(f"{tmp}: cannot write ({os_reason(exc)})") from None
-        return tmp
+            raise
     raise IdinspectError(f"{out.parent}: cannot create a temporary folder for the export")
 
 
