@@ -80,29 +80,47 @@ def _products(fn: Callable, x: torch.Tensor, y: torch.Tensor, out: torch.Tensor)
            out[h].data_ptr(), l)
 
 
-def _call(fn: Callable, tall: torch.Tensor, out: torch.Tensor) -> None:
-    """out[i] = tall[i]^T tall[i] (float32 [n, k, k]) for tall [n, m, k] (see :func:`_products`)."""
-    n, m, k = tall.shape
-    row_major, lda = _layout(tall)
-    if row_major and lda != k and m * k >= _GATHER_MIN:
-        # rows of k entries far apart (W_O^hT inside o_proj's [d, H*d_k]): MKL reads them slowly, so
-        # each head is first gathered into contiguous rows (Llama-70B W_O, one core: 65 -> 46 ms)
-        rows = torch.empty((m, k), dtype=tall.dtype)
-        for h in range(n):
-            rows.copy_(tall[h])
-            fn(_ROW_MAJOR, _TRANS, _NO_TRANS, k, k, m, 1.0, rows.data_ptr(), k, rows.data_ptr(), k, 0.0,
-               out[h].data_ptr(), k)
+def _gathered(x: torch.Tensor) -> bool:
+    """Whether each member is row-major with its rows of k entries far apart (W_O^hT inside o_proj's
+    [d, H*d_k]): MKL reads those slowly, so they are first gathered into contiguous rows (Llama-70B
+    W_O, one core: 65 -> 46 ms)."""
+    row_major, ld = _layout(x)
+    n, m, k = x.shape
+    return row_major and ld != k and m * k >= _GATHER_MIN
+
+
+def _member_products(fn: Callable, xs: list[torch.Tensor], jobs: list[tuple[int, int, torch.Tensor]]) -> None:
+    """out[h] = xs[i][h]^T xs[j][h] (float32) for every (i, j, out) of ``jobs``; members that
+    :func:`_gathered` says so are copied into contiguous rows once for all jobs."""
+    if not _gathered(xs[0]):
+        for i, j, out in jobs:
+            _products(fn, xs[i], xs[j], out)
         return
-    _products(fn, tall, tall, out)
+    n, m, k = xs[0].shape
+    rows = [torch.empty((m, k), dtype=x.dtype) for x in xs]
+    for h in range(n):
+        for r, x in zip(rows, xs):
+            r.copy_(x[h])
+        for i, j, out in jobs:
+            fn(_ROW_MAJOR, _TRANS, _NO_TRANS, k, k, m, 1.0, rows[i].data_ptr(), k, rows[j].data_ptr(), k, 0.0,
+               out[h].data_ptr(), k)
 
 
-def _readable(tall: torch.Tensor) -> bool:
-    if tall.dim() != 3 or tall.device.type != "cpu" or min(tall.shape) == 0:
+def _readable(t: torch.Tensor) -> bool:
+    if t.dim() != 3 or t.device.type != "cpu" or min(t.shape) == 0:
         return False
-    n, m, k = tall.shape
-    if tall.stride(-1) == 1 and (m == 1 or tall.stride(-2) >= k):
-        return tall.stride(-2) < 2**31
-    return tall.stride(-2) == 1 and (k == 1 or tall.stride(-1) >= m) and tall.stride(-1) < 2**31
+    m, k = t.shape[-2:]
+    rows = t.stride(-1) == 1 and (m == 1 or t.stride(-2) >= k)
+    columns = t.stride(-2) == 1 and (k == 1 or t.stride(-1) >= m)
+    return (rows or columns) and _layout(t)[1] < 2**31
+
+
+def _routine_for(*xs: torch.Tensor) -> Callable | None:
+    """The MKL routine for batches of one bfloat16/float16 dtype that it can read, or None."""
+    dtype = xs[0].dtype
+    if dtype not in (torch.bfloat16, torch.float16) or any(x.dtype != dtype or not _readable(x) for x in xs):
+        return None
+    return _routine(dtype)
 
 
 def available(dtype: torch.dtype) -> bool:
@@ -129,26 +147,22 @@ def _self_test(fn: Callable, dtype: torch.dtype) -> bool:
 def gram_low_precision(tall: torch.Tensor) -> torch.Tensor | None:
     """W^T W [n, k, k] in float32 for a bfloat16/float16 CPU batch W [n, m, k], or None where the
     MKL route does not apply (see the module doc)."""
-    if tall.dtype not in (torch.bfloat16, torch.float16) or not _readable(tall):
-        return None
-    fn = _routine(tall.dtype)
+    fn = _routine_for(tall)
     if fn is None:
         return None
     out = torch.empty((tall.shape[0], tall.shape[2], tall.shape[2]), dtype=torch.float32)
-    _call(fn, tall, out)
+    _member_products(fn, [tall], [(0, 0, out)])
     return out
 
 
 def products_low_precision(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor | None:
     """X_i^T Y_i [n, k, l] in float32 for bfloat16/float16 CPU batches X [n, m, k], Y [n, m, l] of one
     dtype (exact products, float32 sums), or None where the MKL route does not apply."""
-    if x.dtype != y.dtype or x.dtype not in (torch.bfloat16, torch.float16) or not (_readable(x) and _readable(y)):
+    fn = _routine_for(x, y)
+    if fn is None:
         return None
     if x.shape[:2] != y.shape[:2]:
         raise ValueError(f"products of batches {tuple(x.shape)} and {tuple(y.shape)}: leading dims differ")
-    fn = _routine(x.dtype)
-    if fn is None:
-        return None
     out = torch.empty((x.shape[0], x.shape[2], y.shape[2]), dtype=torch.float32)
     _products(fn, x, y, out)
     return out
@@ -157,27 +171,12 @@ def products_low_precision(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor | N
 def pair_products_low_precision(xa: torch.Tensor, xb: torch.Tensor
                                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
     """(X_A^T X_A, X_A^T X_B, X_B^T X_B), each [n, k, k] float32, for bfloat16/float16 CPU batches
-    X_A, X_B [n, m, k] of one dtype and layout, or None where the MKL route does not apply. Members
-    whose rows lie far apart (o_proj's heads) are first gathered into contiguous rows, as for
-    :func:`gram_low_precision`, once for all three products."""
-    if xa.dtype != xb.dtype or xa.shape != xb.shape or not (_readable(xa) and _readable(xb)):
+    X_A, X_B [n, m, k] of one dtype, or None where the MKL route does not apply. Members
+    whose rows lie far apart (o_proj's heads) are gathered once for all three products."""
+    fn = _routine_for(xa, xb)
+    if fn is None or xa.shape != xb.shape:
         return None
-    fn = _routine(xa.dtype) if xa.dtype in (torch.bfloat16, torch.float16) else None
-    if fn is None:
-        return None
-    n, m, k = xa.shape
+    n, _, k = xa.shape
     GA, C, GB = (torch.empty((n, k, k), dtype=torch.float32) for _ in range(3))
-    row_major, ld = _layout(xa)
-    if row_major and ld != k and m * k >= _GATHER_MIN:
-        ra, rb = torch.empty((m, k), dtype=xa.dtype), torch.empty((m, k), dtype=xa.dtype)
-        for h in range(n):
-            ra.copy_(xa[h])
-            rb.copy_(xb[h])
-            for x, y, out in ((ra, ra, GA), (ra, rb, C), (rb, rb, GB)):
-                fn(_ROW_MAJOR, _TRANS, _NO_TRANS, k, k, m, 1.0, x.data_ptr(), k, y.data_ptr(), k, 0.0,
-                   out[h].data_ptr(), k)
-        return GA, C, GB
-    _products(fn, xa, xa, GA)
-    _products(fn, xa, xb, C)
-    _products(fn, xb, xb, GB)
+    _member_products(fn, [xa, xb], [(0, 0, GA), (0, 1, C), (1, 1, GB)])
     return GA, C, GB

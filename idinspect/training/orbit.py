@@ -77,7 +77,8 @@ class Projection:
         return self.along_sq / self.step_sq if self.step_sq > 0 else 0.0
 
 
-def sylvester_solve(GL: torch.Tensor, GR: torch.Tensor, C: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def sylvester_solve(GL: torch.Tensor, GR: torch.Tensor, C: torch.Tensor
+                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Minimum-norm solution of GL X + X GR = C for symmetric PSD GL, GR [..., k, k] (float64),
     batched over leading dims.
 
