@@ -42,15 +42,21 @@ class GroupGrams:
     heads_a: torch.Tensor | None = None
 
 
+#: Per side, (role, bias role) of L and of R, and whether that factor is per head (a group's r
+#: members) or per group (one).
+_PAIRS = {"qk": (("W_Q", "b_Q", True), ("W_K", "b_K", False)), "vo": (("W_V", "b_V", False), ("W_O", None, True))}
+
+
 def _factors(layer: AttentionLayer, side: str, dtype: torch.dtype):
     """((Lt [n_L, k, d], l_row [n_L, k] or None, heads per group of L), (Rt, r_row, heads per group of R)):
     the per-head (or per-group) pieces whose products sum to the group's Grams."""
-    r = layer.group_size
-    t = lambda x: None if x is None else x.to(dtype)  # noqa: E731
-    if side == "qk":
-        return ((layer.W_Q.to(dtype).transpose(1, 2), t(layer.b_Q), r),
-                (layer.W_K.to(dtype).transpose(1, 2), t(layer.b_K), 1))
-    return ((layer.W_V.to(dtype).transpose(1, 2), t(layer.b_V), 1), (layer.W_O.to(dtype), None, r))
+    out = []
+    for role, bias, per_head in _PAIRS[side]:
+        W = getattr(layer, role).to(dtype)
+        Xt = W if role == "W_O" else W.transpose(1, 2)          # W_O [H, d_v, d] is W_O^hT's transpose already
+        row = None if bias is None or getattr(layer, bias) is None else getattr(layer, bias).to(dtype)
+        out.append((Xt, row, layer.group_size if per_head else 1))
+    return tuple(out)
 
 
 def _per_member(Xt: torch.Tensor, x_row, Yt: torch.Tensor, y_row) -> torch.Tensor:
@@ -96,10 +102,6 @@ def group_grams(a: AttentionLayer, side: str, b: AttentionLayer | None = None,
     out.step_sq = _sq_norms(dL, dl, rl) + _sq_norms(dR, dr, rr)
     return out
 
-
-
-#: Per side, (role, bias role) of L and of R: per head (a group's r members) or per group (one).
-_PAIRS = {"qk": (("W_Q", "b_Q", True), ("W_K", "b_K", False)), "vo": (("W_V", "b_V", False), ("W_O", None, True))}
 
 
 def group_grams_from_products(a: AttentionLayer, b: AttentionLayer, side: str, factors: dict) -> GroupGrams:

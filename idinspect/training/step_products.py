@@ -57,11 +57,6 @@ class StepProducts:
     gamma: float
 
 
-def available(xa: torch.Tensor, xb: torch.Tensor) -> bool:
-    """Whether :func:`step_products` runs for these two batches (bf16/fp16 on a CPU with the MKL route)."""
-    return xa.dtype == xb.dtype and xa.device.type == "cpu" and xb.device.type == "cpu" and lp.available(xa.dtype)
-
-
 def _trace(G: torch.Tensor) -> torch.Tensor:
     return G.diagonal(dim1=-2, dim2=-1).sum(-1)
 
