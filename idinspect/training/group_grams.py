@@ -1,7 +1,7 @@
 """The k x k products the orbit metrics need, for every kv group of a layer at once.
 
 For each side the factor pair of group g is (L, R) as :func:`.metrics.group_factors` stacks it;
-the metrics of :func:`.metrics.side_metrics` depend on it only through
+the metrics of :func:`.metrics.side_metrics_all` depend on it only through
 
     GL = L^T L,  GR = R^T R          (at A, and GL_b, GR_b at B)
     ML = L^T dL, MR = R^T dR         (dL = L_B - L_A, dR = R_B - R_A)

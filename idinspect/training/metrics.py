@@ -111,13 +111,6 @@ class SideMetrics:
         return {f.name: getattr(self, f.name) for f in fields(self)}    # flat: no recursive asdict copy
 
 
-def side_metrics(a: AttentionLayer, g: int, side: str, b: AttentionLayer | None = None,
-                 dtype: torch.dtype = torch.float64, grams: GroupGrams | None = None) -> SideMetrics:
-    """Metrics of group ``g``'s ``side`` at ``a`` and, with ``b``, of the step b - a (one group of
-    :func:`side_metrics_all`)."""
-    return side_metrics_all(a, side, b, dtype, grams)[g]
-
-
 def side_metrics_all(a: AttentionLayer, side: str, b: AttentionLayer | None = None,
                      dtype: torch.dtype = torch.float64, grams: GroupGrams | None = None) -> list[SideMetrics]:
     """Metrics of every group's ``side`` at ``a`` and, with ``b``, of the step b - a.
@@ -158,7 +151,7 @@ def check_same_shape(a: AttentionLayer, b: AttentionLayer) -> None:
 def layer_metrics(a: AttentionLayer, b: AttentionLayer | None = None, dtype: torch.dtype = torch.float64,
                   grams: dict[str, GroupGrams] | None = None) -> list[dict[str, SideMetrics]]:
     """Per kv group, {"qk": SideMetrics, "vo": SideMetrics} of layer ``a`` (and the step to ``b``);
-    ``dtype`` as in :func:`side_metrics`; ``grams``: side -> :func:`.group_grams.group_grams` of
+    ``dtype`` as in :func:`side_metrics_all`; ``grams``: side -> :func:`.group_grams.group_grams` of
     the pair, when the caller already has them."""
     check_modelled(a)
     if b is not None:
