@@ -68,16 +68,27 @@ def _layout(t: torch.Tensor) -> tuple[bool, int]:
     return False, t.stride(-1)
 
 
-def _products(fn: Callable, x: torch.Tensor, y: torch.Tensor, out: torch.Tensor) -> None:
-    """out[i] = x[i]^T y[i] (float32 [n, k, l]) for x [n, m, k], y [n, m, l]. A row-major operand is
-    read as it is; a column-major one is the row-major [k, m] of its transpose."""
-    n, m, k = x.shape
-    l = y.shape[-1]
-    (x_rows, ldx), (y_rows, ldy) = _layout(x), _layout(y)
-    trans_x, trans_y = (_TRANS if x_rows else _NO_TRANS), (_NO_TRANS if y_rows else _TRANS)
-    for h in range(n):
-        fn(_ROW_MAJOR, trans_x, trans_y, k, l, m, 1.0, x[h].data_ptr(), ldx, y[h].data_ptr(), ldy, 0.0,
-           out[h].data_ptr(), l)
+def _products(fn: Callable, jobs: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]) -> None:
+    """out[h] = x[h]^T y[h] (float32 [n, k, l]) for every (x [n, m, k], y [n, m, l], out) of ``jobs``
+    (same n), member by member: jobs that share an operand find that member still in cache. A
+    row-major operand is read as it is; a column-major one is the row-major [k, m] of its transpose."""
+    calls = []
+    for x, y, out in jobs:
+        m, k = x.shape[-2:]
+        l = y.shape[-1]
+        (x_rows, ldx), (y_rows, ldy) = _layout(x), _layout(y)
+        trans_x, trans_y = (_TRANS if x_rows else _NO_TRANS), (_NO_TRANS if y_rows else _TRANS)
+        (px, sx), (py, sy), (po, so) = (_member_pointers(t) for t in (x, y, out))
+        calls.append((trans_x, trans_y, k, l, m, px, sx, ldx, py, sy, ldy, po, so))
+    for h in range(jobs[0][0].shape[0]):
+        for trans_x, trans_y, k, l, m, px, sx, ldx, py, sy, ldy, po, so in calls:
+            fn(_ROW_MAJOR, trans_x, trans_y, k, l, m, 1.0, px + h * sx, ldx, py + h * sy, ldy, 0.0, po + h * so, l)
+
+
+def _member_pointers(t: torch.Tensor) -> tuple[int, int]:
+    """(address of member 0, bytes from one member to the next) of a batch [n, ...]: member h starts
+    at the first plus h times the second (no per-member tensor views in the loops)."""
+    return t.data_ptr(), t.stride(0) * t.element_size()
 
 
 def _gathered(x: torch.Tensor) -> bool:
@@ -93,17 +104,17 @@ def _member_products(fn: Callable, xs: list[torch.Tensor], jobs: list[tuple[int,
     """out[h] = xs[i][h]^T xs[j][h] (float32) for every (i, j, out) of ``jobs``; members that
     :func:`_gathered` says so are copied into contiguous rows once for all jobs."""
     if not _gathered(xs[0]):
-        for i, j, out in jobs:
-            _products(fn, xs[i], xs[j], out)
+        _products(fn, [(xs[i], xs[j], out) for i, j, out in jobs])
         return
     n, m, k = xs[0].shape
     rows = [torch.empty((m, k), dtype=x.dtype) for x in xs]
-    for h in range(n):
-        for r, x in zip(rows, xs):
-            r.copy_(x[h])
-        for i, j, out in jobs:
-            fn(_ROW_MAJOR, _TRANS, _NO_TRANS, k, k, m, 1.0, rows[i].data_ptr(), k, rows[j].data_ptr(), k, 0.0,
-               out[h].data_ptr(), k)
+    row_ptrs = [r.data_ptr() for r in rows]
+    outs = [(i, j, *_member_pointers(out)) for i, j, out in jobs]
+    for h, members in enumerate(zip(*(x.unbind(0) for x in xs))):
+        for r, member in zip(rows, members):
+            r.copy_(member)
+        for i, j, po, so in outs:
+            fn(_ROW_MAJOR, _TRANS, _NO_TRANS, k, k, m, 1.0, row_ptrs[i], k, row_ptrs[j], k, 0.0, po + h * so, k)
 
 
 def _readable(t: torch.Tensor) -> bool:
@@ -138,7 +149,7 @@ def _self_test(fn: Callable, dtype: torch.dtype) -> bool:
     for a in (x, column_major(x)):
         for b in (y, column_major(y)):
             got = torch.empty(2, 5, 3)
-            _products(fn, a, b, got)
+            _products(fn, [(a, b, got)])
             if not torch.allclose(got.double(), want, rtol=1e-5, atol=1e-5):
                 return False
     return True
@@ -164,7 +175,7 @@ def products_low_precision(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor | N
     if x.shape[:2] != y.shape[:2]:
         raise ValueError(f"products of batches {tuple(x.shape)} and {tuple(y.shape)}: leading dims differ")
     out = torch.empty((x.shape[0], x.shape[2], y.shape[2]), dtype=torch.float32)
-    _products(fn, x, y, out)
+    _products(fn, [(x, y, out)])
     return out
 
 

@@ -75,6 +75,10 @@ def ordered_map(fn: Callable[[int, S], T], n: int, workers: int, make_state: Cal
 
     def run(i: int) -> T:
         if not hasattr(local, "state"):
+            # OpenMP's and MKL's thread counts are per thread: torch applies its own (1 here) to a new
+            # thread only at its first parallel kernel, so MKL called directly before that
+            # (analysis/low_precision_gemm.py) would start a team of its default size in every worker.
+            torch.set_num_threads(1)
             local.state = make_state()
         return fn(i, local.state)
 

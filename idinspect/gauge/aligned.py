@@ -66,6 +66,8 @@ class Alignment:
     gamma: float = 0.0
     #: Set by :meth:`errors` where a block's difference is not resolved (see :meth:`_check_resolved`).
     uncertain: bool = False
+    #: P_a^T P_a per head [H, k, k] when the caller has it (else formed as G1 + G2 + G2^T + G3).
+    Ga: torch.Tensor | None = None
 
     def errors(self, index: torch.Tensor, perm: torch.Tensor | None = None, sign: torch.Tensor | None = None
                ) -> torch.Tensor:
@@ -98,7 +100,10 @@ class Alignment:
                 dSdS = dSdS + cross + cross.transpose(1, 2) + Ct @ self.SbSb @ C
         A1, A2, A3, B1 = (blocks(X, index) for X in (SaSa, dSSa, dSdS, SbSb))          # per group
         G1, G2, G3, Gb = (blocks(G, index) for G in (self.G1, self.G2, self.G3, self.Gb))  # per head
-        Ga = G1 + G2 + G2.transpose(-1, -2) + G3                  # P_a^T P_a, as P_a = dP + P~
+        if self.Ga is not None:
+            Ga = blocks(self.Ga, index)
+        else:
+            Ga = G1 + G2 + G2.transpose(-1, -2) + G3              # P_a^T P_a, as P_a = dP + P~
         tr = self._head_group_traces
         diff2 = tr(G1, A1) + 2 * tr(G2, A2) + tr(G3, A3)
         na, nb = tr(Ga, A1).clamp(min=0).sqrt(), tr(Gb, B1).clamp(min=0).sqrt()
@@ -112,6 +117,10 @@ class Alignment:
         without a per-head copy of A."""
         H, G = X.shape[0], A.shape[0]
         if H % G == 0 and torch.equal(self.kv, torch.arange(H, device=self.kv.device) // (H // G)):
+            if X.shape[1] == 1:       # one block, all columns: tr(X_h A_g) = <vec X_h, vec A_g^T>, X read once
+                k2 = X.shape[-1] * X.shape[-2]
+                At = A.transpose(-1, -2).reshape(G, k2, 1)
+                return torch.bmm(X.reshape(G, H // G, k2), At).reshape(H, 1)
             return block_traces(X.reshape(G, H // G, *X.shape[1:]), A[:, None]).reshape(H, -1)
         return block_traces(X, A[self.kv])
 

@@ -48,11 +48,12 @@ def with_row(p: Products, row_a: torch.Tensor | None, row_b: torch.Tensor | None
 
 def identity_alignment(P: Products, S: Products, kv: torch.Tensor, gamma: float) -> Alignment:
     """The :class:`.aligned.Alignment` with Y = I of per-head factors P and per-group factors S."""
-    _, GB_P, M_P, D_P = P
+    GA_P, GB_P, M_P, D_P = P
     GA_S, GB_S, M_S, D_S = S
     Mt = M_S.transpose(-1, -2)
     eye = torch.eye(GA_S.shape[-1], dtype=GA_S.dtype).expand_as(GA_S)
-    return Alignment(G1=D_P, G2=-(M_P.transpose(-1, -2) + D_P), G3=GB_P, Gb=GB_P, Y=eye.clone(),
+    G2 = torch.add(D_P, M_P.transpose(-1, -2)).neg_()          # in D_P's (contiguous) layout
+    return Alignment(G1=D_P, G2=G2, G3=GB_P, Gb=GB_P, Y=eye.clone(), Ga=GA_P,
                      SaSa=GA_S, SbSb=GB_S, SbSa=GA_S + Mt, dSSa=-Mt, dSSb=-(Mt + D_S), dSdS=D_S, kv=kv,
                      gamma=gamma)
 

@@ -50,6 +50,14 @@ class Algebra:
     def free_columns(self) -> list[int]:
         return list(range(self.k)) if self.free is None else list(self.free)
 
+    def free_block(self, M: torch.Tensor) -> torch.Tensor:
+        """M [..., k, k] restricted to the free columns (rows and columns): M itself when they are all k."""
+        free = self.free_columns
+        if free == list(range(self.k)):
+            return M
+        f = torch.tensor(free, device=M.device)
+        return M.index_select(-2, f).index_select(-1, f)
+
     @property
     def dimension(self) -> int:
         return 2 * len(self.planes) + len(self.free_columns) ** 2
@@ -132,10 +140,13 @@ def project_from_grams_batch(GL: torch.Tensor, GR: torch.Tensor, ML: torch.Tenso
     mus, tops = [], []
     free = algebra.free_columns
     if free:
-        f = torch.tensor(free)
-        sub = lambda M: M.index_select(-2, f).index_select(-1, f)  # noqa: E731
+        sub = algebra.free_block
         Xf, mu, top = sylvester_solve(sub(GL), sub(GR), sub(ML) - sub(MR).transpose(-1, -2))
-        X[:, f[:, None], f[None, :]] = Xf
+        if len(free) == k:
+            X = Xf
+        else:
+            f = torch.tensor(free)
+            X[:, f[:, None], f[None, :]] = Xf
         mus.append(mu)
         tops.append(top)
     if algebra.planes:
@@ -184,8 +195,7 @@ def imbalance_batch(D: torch.Tensor, algebra: Algebra | None = None
     free = algebra.free_columns
     sq = torch.zeros_like(tau)
     if free:
-        f = torch.tensor(free)
-        sq = sq + (D.index_select(-2, f).index_select(-1, f) ** 2).sum((-2, -1))
+        sq = sq + (algebra.free_block(D) ** 2).sum((-2, -1))
     if algebra.planes:
         pi = torch.tensor([i for i, _ in algebra.planes])
         pj = torch.tensor([j for _, j in algebra.planes])
