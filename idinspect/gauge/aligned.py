@@ -82,23 +82,26 @@ class Alignment:
 
         every term as small as the change itself (no cancellation); M^T G M is a re-indexing.
         """
+        groups = (self.SaSa, self.dSSa, self.dSdS, self.SbSb)
         if perm is None:
-            SaSa, SbSb, dSSa, dSdS = self.SaSa, self.SbSb, self.dSSa, self.dSdS
+            A1, A2, A3, B1 = (blocks(X, index) for X in groups)                        # per group
         else:
             sign = sign.to(self.Y.dtype)
-            MtGM = lambda G: _signed_permutation(G, perm, sign)  # noqa: E731
-            SaSa, SbSb, dSSa, dSdS = MtGM(self.SaSa), MtGM(self.SbSb), MtGM(self.dSSa), MtGM(self.dSdS)
             MY = torch.empty_like(self.Y)
             MY[:, perm, :] = self.Y * sign[:, None]                           # row perm_j of M Y = sign_j Y[j]
             C = self.Y.index_select(-1, perm) * sign - MY                       # Y M - M Y
-            if bool(C.any()):                                                   # zero where Y commutes (Y = I)
+            if not bool(C.any()):          # Y commutes with M (Y = I): blocks of M^T G M re-index G's
+                s = sign[index]
+                A1, A2, A3, B1 = (blocks(X, perm[index]) * (s[:, :, None] * s[:, None, :]) for X in groups)
+            else:
+                SaSa, dSSa, dSdS, SbSb = (_signed_permutation(X, perm, sign) for X in groups)
                 M = torch.zeros(perm.numel(), perm.numel(), dtype=self.Y.dtype)
                 M[perm, torch.arange(perm.numel())] = sign                      # S M: column j = sign_j S[:, perm_j]
                 Ct = C.transpose(1, 2)
                 dSSa = dSSa + Ct @ self.SbSa @ M
                 cross = M.T @ self.dSSb @ C
                 dSdS = dSdS + cross + cross.transpose(1, 2) + Ct @ self.SbSb @ C
-        A1, A2, A3, B1 = (blocks(X, index) for X in (SaSa, dSSa, dSdS, SbSb))          # per group
+                A1, A2, A3, B1 = (blocks(X, index) for X in (SaSa, dSSa, dSdS, SbSb))
         G1, G2, G3, Gb = (blocks(G, index) for G in (self.G1, self.G2, self.G3, self.Gb))  # per head
         if self.Ga is not None:
             Ga = blocks(self.Ga, index)
