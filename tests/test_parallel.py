@@ -42,6 +42,23 @@ def test_ordered_map_keeps_order_state_per_thread_and_restores_threads():
     assert torch.get_num_threads() == before
 
 
+def test_ordered_map_workers_start_with_single_threaded_mkl():
+    """MKL's thread count is per thread and torch applies its own only at a thread's first parallel
+    kernel: a worker that calls MKL first (analysis/low_precision_gemm.py) must already see 1."""
+    import ctypes
+    import os
+
+    try:
+        lib = ctypes.CDLL(os.path.join(os.path.dirname(torch.__file__), "lib", "libtorch_cpu.so"))
+        mkl_threads = lib.MKL_Get_Max_Threads
+    except (OSError, AttributeError):
+        pytest.skip("this torch build does not export MKL")
+    mkl_threads.restype = ctypes.c_int
+    # a fresh pool per call: every item may be a thread's first
+    seen = [t for _ in range(3) for t in ordered_map(lambda i, _: mkl_threads(), 4, 2, lambda: None)]
+    assert seen == [1] * len(seen)
+
+
 def test_ordered_map_stops_after_an_error():
     started: list[int] = []
 
