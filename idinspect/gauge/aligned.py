@@ -24,11 +24,12 @@ from the same Gram matrices, k x k work only: M = J^T per plane gives the Q_p J 
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
 
-from .linalg import block_traces, blocks, gram, put_blocks, relative
+from .linalg import block_traces, blocks, blocks_of, gram, put_blocks, relative
 
 #: Alignment blocks whose least-squares Gram (or the fitted Y) is worse conditioned than this are
 #: not trusted (the identity would still hold, but rounding in Y^-1 would show): the caller then
@@ -84,7 +85,7 @@ class Alignment:
         """
         groups = (self.SaSa, self.dSSa, self.dSdS, self.SbSb)
         if perm is None:
-            A1, A2, A3, B1 = (blocks(X, index) for X in groups)                        # per group
+            A1, A2, A3, B1 = blocks_of(index, *groups)                                   # per group
         else:
             sign = sign.to(self.Y.dtype)
             MY = torch.empty_like(self.Y)
@@ -92,7 +93,7 @@ class Alignment:
             C = self.Y.index_select(-1, perm) * sign - MY                       # Y M - M Y
             if not bool(C.any()):          # Y commutes with M (Y = I): blocks of M^T G M re-index G's
                 s = sign[index]
-                A1, A2, A3, B1 = (blocks(X, perm[index]) * (s[:, :, None] * s[:, None, :]) for X in groups)
+                A1, A2, A3, B1 = (X * (s[:, :, None] * s[:, None, :]) for X in blocks_of(perm[index], *groups))
             else:
                 SaSa, dSSa, dSdS, SbSb = (_signed_permutation(X, perm, sign) for X in groups)
                 M = torch.zeros(perm.numel(), perm.numel(), dtype=self.Y.dtype)
@@ -101,10 +102,11 @@ class Alignment:
                 dSSa = dSSa + Ct @ self.SbSa @ M
                 cross = M.T @ self.dSSb @ C
                 dSdS = dSdS + cross + cross.transpose(1, 2) + Ct @ self.SbSb @ C
-                A1, A2, A3, B1 = (blocks(X, index) for X in (SaSa, dSSa, dSdS, SbSb))
-        G1, G2, G3, Gb = (blocks(G, index) for G in (self.G1, self.G2, self.G3, self.Gb))  # per head
-        if self.Ga is not None:
-            Ga = blocks(self.Ga, index)
+                A1, A2, A3, B1 = blocks_of(index, SaSa, dSSa, dSdS, SbSb)
+        per_head = (self.G1, self.G2, self.G3, self.Gb) + (() if self.Ga is None else (self.Ga,))
+        G1, G2, G3, Gb, *known = blocks_of(index, *per_head)                           # per head
+        if known:
+            Ga = known[0]
         else:
             Ga = G1 + G2 + G2.transpose(-1, -2) + G3              # P_a^T P_a, as P_a = dP + P~
         tr = self._head_group_traces
@@ -119,13 +121,19 @@ class Alignment:
         (head h with group kv[h]); heads of a group side by side are multiplied by broadcasting,
         without a per-head copy of A."""
         H, G = X.shape[0], A.shape[0]
-        if H % G == 0 and torch.equal(self.kv, torch.arange(H, device=self.kv.device) // (H // G)):
+        if self._groups_in_order:
             if X.shape[1] == 1:       # one block, all columns: tr(X_h A_g) = <vec X_h, vec A_g^T>, X read once
                 k2 = X.shape[-1] * X.shape[-2]
                 At = A.transpose(-1, -2).reshape(G, k2, 1)
                 return torch.bmm(X.reshape(G, H // G, k2), At).reshape(H, 1)
             return block_traces(X.reshape(G, H // G, *X.shape[1:]), A[:, None]).reshape(H, -1)
         return block_traces(X, A[self.kv])
+
+    @functools.cached_property
+    def _groups_in_order(self) -> bool:
+        """Whether head h is in group h // (H / G) (kv's usual layout: a group's heads side by side)."""
+        H, G = self.kv.numel(), self.SaSa.shape[0]
+        return H % G == 0 and torch.equal(self.kv, torch.arange(H, device=self.kv.device) // (H // G))
 
     def _check_resolved(self, diff2, one, cross, three, size) -> None:
         """In float32 a Gram matrix G = X^T Y carries ||dG||_F <= gamma ||X||_F ||Y||_F, so a term
@@ -138,11 +146,11 @@ class Alignment:
         tr = lambda X: X.diagonal(dim1=-2, dim2=-1).sum(-1).clamp(min=0)  # noqa: E731
         fro = lambda X: torch.linalg.vector_norm(X, dim=(-2, -1))                        # noqa: E731
         (G1, A1), (G2, A2), (G3, A3) = one, cross, three        # G per head, A per group
-        kv = self.kv
-        tA1, tA3, fA1, fA2, fA3 = tr(A1)[kv], tr(A3)[kv], fro(A1)[kv], fro(A2)[kv], fro(A3)[kv]
-        e1 = tr(G1) * fA1 + fro(G1) * tA1
-        e3 = tr(G3) * fA3 + fro(G3) * tA3
-        e2 = (tr(G1) * tr(G3)).sqrt() * fA2 + fro(G2) * (tA3 * tA1).sqrt()
+        tA1, tA3, fA1, fA2, fA3 = torch.stack((tr(A1), tr(A3), fro(A1), fro(A2), fro(A3)))[:, self.kv]
+        tG1, tG3 = tr(G1), tr(G3)
+        e1 = tG1 * fA1 + fro(G1) * tA1
+        e3 = tG3 * fA3 + fro(G3) * tA3
+        e2 = (tG1 * tG3).sqrt() * fA2 + fro(G2) * (tA3 * tA1).sqrt()
         error = self.gamma * (e1 + 2 * e2 + e3)
         resolved = (diff2 >= 1e3 * error) | (error.sqrt() <= 1e-5 * size)
         if not bool(resolved.all()):

@@ -70,12 +70,17 @@ def balancing_transforms(Ga: torch.Tensor, Gb: torch.Tensor
 def blocks(M: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     """Diagonal blocks of M [..., k, k] at index [nb, bs] (block i = rows and columns index[i]):
     [..., nb, bs, bs]; a view of M when the one block is all of it in order (read-only use)."""
-    k = M.shape[-1]
+    return blocks_of(index, M)[0]
+
+
+def blocks_of(index: torch.Tensor, *Ms: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """:func:`blocks` of several matrices [..., k, k] (same k and device) at one index [nb, bs]."""
+    k = Ms[0].shape[-1]
     nb, bs = index.shape
     if nb == 1 and bs == k and bool((index[0] == torch.arange(k, device=index.device)).all()):
-        return M.unsqueeze(-3)
-    flat = (index[:, :, None] * k + index[:, None, :]).reshape(-1).to(M.device)
-    return M.flatten(-2).index_select(-1, flat).view(*M.shape[:-2], nb, bs, bs)
+        return tuple(M.unsqueeze(-3) for M in Ms)
+    flat = (index[:, :, None] * k + index[:, None, :]).reshape(-1).to(Ms[0].device)
+    return tuple(M.flatten(-2).index_select(-1, flat).view(*M.shape[:-2], nb, bs, bs) for M in Ms)
 
 
 def put_blocks(M: torch.Tensor, index: torch.Tensor, values: torch.Tensor) -> None:
