@@ -152,24 +152,28 @@ def project_from_grams_batch(GL: torch.Tensor, GR: torch.Tensor, ML: torch.Tenso
     if algebra.planes:
         pi = torch.tensor([i for i, _ in algebra.planes])
         pj = torch.tensor([j for _, j in algebra.planes])
-        at = lambda M, r, c: M.flatten(-2).index_select(-1, r * k + c)  # noqa: E731   M[:, r, c] -> [G, P]
-        norm_sq = at(GL, pi, pi) + at(GL, pj, pj) + at(GR, pi, pi) + at(GR, pj, pj)
+        # entries (i, i), (j, j), (i, j), (j, i) of every plane of GL, GR, ML, MR in one gather: [4, 4, G, P]
+        flat = torch.cat((pi * k + pi, pj * k + pj, pi * k + pj, pj * k + pi))
+        entries = torch.stack((GL, GR, ML, MR)).flatten(-2).index_select(-1, flat).unflatten(-1, (4, -1))
+        (GLii, GLjj, _, _), (GRii, GRjj, _, _), (MLii, MLjj, MLij, MLji), (MRii, MRjj, MRij, MRji) = \
+            entries.transpose(1, 2)
+        norm_sq = GLii + GLjj + GRii + GRjj
         half = norm_sq / 2      # the normal operator's eigenvalue on the plane (||X_p||_F^2 = 2)
         tops.append(half.max(dim=-1).values)
         top = torch.stack(tops).max(dim=0).values
         mus.append(half.min(dim=-1).values)
         live = half > ILL_POSED_RTOL * top[:, None]
         safe = torch.where(live, norm_sq, torch.ones_like(norm_sq))
-        a = torch.where(live, (at(ML, pi, pi) + at(ML, pj, pj) - at(MR, pi, pi) - at(MR, pj, pj)) / safe, 0.0)
-        b = torch.where(live, (at(ML, pj, pi) - at(ML, pi, pj) + at(MR, pj, pi) - at(MR, pi, pj)) / safe, 0.0)
+        a = torch.where(live, (MLii + MLjj - MRii - MRjj) / safe, 0.0)
+        b = torch.where(live, (MLji - MLij + MRji - MRij) / safe, 0.0)
         X[:, pi, pi], X[:, pi, pj], X[:, pj, pi], X[:, pj, pj] = a, -b, b, a
     else:
         top = torch.stack(tops).max(dim=0).values if tops else torch.zeros(n, dtype=GL.dtype)
     along_sq = ((GL @ X) * X).sum((-2, -1)) + ((X @ GR) * X).sum((-2, -1))
     mu = torch.stack(mus).min(dim=0).values if mus else torch.zeros(n, dtype=GL.dtype)
     ill = mu <= ILL_POSED_RTOL * top
-    return [Projection(float(s), max(0.0, float(t)), float(m), bool(i), x)
-            for s, t, m, i, x in zip(step_sq.tolist(), along_sq, mu, ill, X)]
+    return [Projection(s, max(0.0, t), m, i, x)
+            for s, t, m, i, x in zip(step_sq.tolist(), along_sq.tolist(), mu.tolist(), ill.tolist(), X.unbind(0))]
 
 
 def imbalance(L: torch.Tensor, R: torch.Tensor, algebra: Algebra | None = None) -> tuple[float, float, float]:
