@@ -123,13 +123,16 @@ def side_metrics_all(a: AttentionLayer, side: str, b: AttentionLayer | None = No
     algebra = side_algebra(a, side)
     grams = grams if grams is not None else group_grams(a, side, b, dtype)
     GL, GR = grams.GL, grams.GR
-    beta, tau, full = (t.tolist() for t in imbalance_batch(GL - GR, algebra))
     reference = algebra.dimension / (sum(grams.rows) * GL.shape[-1])
     if b is None:
+        beta, tau, full = (t.tolist() for t in imbalance_batch(GL - GR, algebra))
         zero = torch.zeros_like(GL)
         projs = project_from_grams_batch(GL, GR, zero, zero, torch.zeros(GL.shape[0], dtype=GL.dtype), algebra)
         return [SideMetrics(beta[g], tau[g], full[g], p.mu, p.ill_posed, reference) for g, p in enumerate(projs)]
-    beta_b, tau_b, full_b = (t.tolist() for t in imbalance_batch(grams.GL_b - grams.GR_b, algebra))
+    n = GL.shape[0]                               # A's groups, then B's, in one batch
+    imbalances = imbalance_batch(torch.cat((GL - GR, grams.GL_b - grams.GR_b)), algebra)
+    (beta, tau, full), (beta_b, tau_b, full_b) = ((t[:n].tolist() for t in imbalances),
+                                                  (t[n:].tolist() for t in imbalances))
     projs = project_from_grams_batch(GL, GR, grams.ML, grams.MR, grams.step_sq, algebra)
     return [SideMetrics(beta[g], tau[g], full[g], p.mu, p.ill_posed, reference, beta_b[g], tau_b[g], full_b[g],
                         p.rho, p.step_sq, p.along_sq) for g, p in enumerate(projs)]
