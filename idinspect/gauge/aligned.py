@@ -118,8 +118,9 @@ class Alignment:
 
     def _head_group_traces(self, X: torch.Tensor, A: torch.Tensor) -> torch.Tensor:
         """tr(X_b A_b) [H, nb] for per-head blocks X [H, nb, bs, bs] and per-group blocks A [G, ...]
-        (head h with group kv[h]); heads of a group side by side are multiplied by broadcasting,
-        without a per-head copy of A."""
+        (head h with group kv[h]); heads of a group side by side meet their group's A without a
+        per-head copy of it: one batched product per group for a single block (X read once),
+        broadcasting for many small ones."""
         H, G = X.shape[0], A.shape[0]
         if self._groups_in_order:
             if X.shape[1] == 1:       # one block, all columns: tr(X_h A_g) = <vec X_h, vec A_g^T>, X read once
