@@ -109,12 +109,21 @@ class Alignment:
             Ga = known[0]
         else:
             Ga = G1 + G2 + G2.transpose(-1, -2) + G3              # P_a^T P_a, as P_a = dP + P~
-        tr = self._head_group_traces
-        diff2 = tr(G1, A1) + 2 * tr(G2, A2) + tr(G3, A3)
-        na, nb = tr(Ga, A1).clamp(min=0).sqrt(), tr(Gb, B1).clamp(min=0).sqrt()
+        t1, t2, t3, ta, tb = self._traces(((G1, A1), (G2, A2), (G3, A3), (Ga, A1), (Gb, B1)))
+        diff2 = t1 + 2 * t2 + t3
+        na, nb = ta.clamp(min=0).sqrt(), tb.clamp(min=0).sqrt()
         if self.gamma:
             self._check_resolved(diff2, (G1, A1), (G2, A2), (G3, A3), torch.maximum(na, nb))
         return relative(diff2.clamp(min=0).sqrt(), na, nb)
+
+    def _traces(self, pairs: tuple[tuple[torch.Tensor, torch.Tensor], ...]) -> list[torch.Tensor]:
+        """:meth:`_head_group_traces` of several (X, A) pairs on the same blocks; many small blocks
+        go side by side through one call (fewer, larger kernels)."""
+        if pairs[0][0].shape[1] == 1:
+            return [self._head_group_traces(X, A) for X, A in pairs]
+        nb = pairs[0][0].shape[1]
+        X, A = (torch.cat(side, dim=1) for side in zip(*pairs))
+        return list(self._head_group_traces(X, A).split(nb, dim=1))
 
     def _head_group_traces(self, X: torch.Tensor, A: torch.Tensor) -> torch.Tensor:
         """tr(X_b A_b) [H, nb] for per-head blocks X [H, nb, bs, bs] and per-group blocks A [G, ...]
