@@ -42,21 +42,45 @@ def test_ordered_map_keeps_order_state_per_thread_and_restores_threads():
     assert torch.get_num_threads() == before
 
 
-def test_ordered_map_workers_start_with_single_threaded_mkl():
-    """MKL's thread count is per thread and torch applies its own only at a thread's first parallel
-    kernel: a worker that calls MKL first (analysis/low_precision_gemm.py) must already see 1."""
+def _mkl_threads():
+    """MKL's thread count for the calling thread (MKL_Get_Max_Threads), or skip without MKL."""
     import ctypes
     import os
 
     try:
         lib = ctypes.CDLL(os.path.join(os.path.dirname(torch.__file__), "lib", "libtorch_cpu.so"))
-        mkl_threads = lib.MKL_Get_Max_Threads
+        fn = lib.MKL_Get_Max_Threads
     except (OSError, AttributeError):
         pytest.skip("this torch build does not export MKL")
-    mkl_threads.restype = ctypes.c_int
+    fn.restype = ctypes.c_int
+    return fn
+
+
+def test_ordered_map_workers_start_with_single_threaded_mkl():
+    """MKL's thread count is per thread and torch applies its own only at a thread's first parallel
+    kernel: a worker that calls MKL first (analysis/low_precision_gemm.py) must already see 1."""
+    mkl_threads = _mkl_threads()
     # a fresh pool per call: every item may be a thread's first
     seen = [t for _ in range(3) for t in ordered_map(lambda i, _: mkl_threads(), 4, 2, lambda: None)]
     assert seen == [1] * len(seen)
+
+
+def test_export_workers_start_with_single_threaded_mkl(tiny_dir, monkeypatch):
+    """The export's gauge-fixing threads too: float64 products and LAPACK run in MKL, whose sums
+    depend on its thread count, so a thread's first layer computed with MKL's default team would
+    make exports differ in their last bits with the scheduling (seen once in
+    tests/test_hostile_kill.py)."""
+    from idinspect.exporting import layers as export_layers
+
+    mkl_threads = _mkl_threads()
+    seen: list[int] = []
+    fix = export_layers.fix_layer
+    monkeypatch.setattr(export_layers, "fix_layer", lambda *a, **k: (seen.append(mkl_threads()), fix(*a, **k))[1])
+    with idinspect.load(tiny_dir("llama-gqa")) as model:
+        for _ in range(3):                                   # a fresh pool each time
+            with export_layers.LayerStream(model, None, list(range(model.num_layers)), workers=2) as stream:
+                stream.summary()
+    assert len(seen) == 3 * model.num_layers and seen == [1] * len(seen)
 
 
 def test_ordered_map_stops_after_an_error():

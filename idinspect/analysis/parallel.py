@@ -57,6 +57,17 @@ def single_threaded_kernels() -> Iterator[None]:
         torch.set_num_threads(before)
 
 
+def pin_thread_kernels() -> None:
+    """Give the calling (new) thread torch's thread count for its OpenMP and MKL work now.
+
+    Both counts are per thread, and torch applies its own to a thread only at its first parallel
+    kernel. MKL called directly before that (analysis/low_precision_gemm.py) would run a team of
+    MKL's default size: wasted cores, and sums taken in an order that depends on which item a
+    thread happened to start with (exports then differ in their last bits from run to run).
+    A pool's ``initializer``."""
+    torch.set_num_threads(torch.get_num_threads())
+
+
 def ordered_map(fn: Callable[[int, S], T], n: int, workers: int, make_state: Callable[[], S]) -> Iterator[T]:
     """``fn(0, state), ..., fn(n - 1, state)`` in order, at most ``workers`` running at once in threads.
 
@@ -75,14 +86,11 @@ def ordered_map(fn: Callable[[int, S], T], n: int, workers: int, make_state: Cal
 
     def run(i: int) -> T:
         if not hasattr(local, "state"):
-            # OpenMP's and MKL's thread counts are per thread: torch applies its own (1 here) to a new
-            # thread only at its first parallel kernel, so MKL called directly before that
-            # (analysis/low_precision_gemm.py) would start a team of its default size in every worker.
-            torch.set_num_threads(1)
             local.state = make_state()
         return fn(i, local.state)
 
-    with single_threaded_kernels(), ThreadPoolExecutor(workers, thread_name_prefix="idinspect-layer") as pool:
+    with single_threaded_kernels(), ThreadPoolExecutor(workers, thread_name_prefix="idinspect-layer",
+                                                       initializer=pin_thread_kernels) as pool:
         pending: deque[Future] = deque()
         submitted = 0
         try:

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import torch
 
 from ..analysis.findings import overflow_limit
-from ..analysis.parallel import single_threaded_kernels, usable_cpus
+from ..analysis.parallel import pin_thread_kernels, single_threaded_kernels, usable_cpus
 from ..analysis.precision import comparison_precision
 from ..analysis.spectra import all_finite
 from ..errors import IdinspectError
@@ -137,10 +137,11 @@ class LayerStream:
         self.errors: dict[int, InvariantError] = {}
         self.degeneracies: dict[int, list[Degeneracy]] = {}
         self.workers = gauge_workers(model) if workers is None else max(1, int(workers))
-        self._pool = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="idinspect-gauge")
         self._local = threading.local()                      # one float64 workspace per worker thread
         self._kernels = single_threaded_kernels() if self.workers > 1 else contextlib.nullcontext()
         self._kernels.__enter__()
+        self._pool = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="idinspect-gauge",
+                                        initializer=pin_thread_kernels)
         self._pending: deque[tuple[int, Future]] = deque()
         self._position = 0
         self._submit_ahead()
