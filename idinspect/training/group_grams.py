@@ -103,7 +103,6 @@ def group_grams(a: AttentionLayer, side: str, b: AttentionLayer | None = None,
     return out
 
 
-
 def group_grams_from_products(a: AttentionLayer, b: AttentionLayer, side: str, factors: dict) -> GroupGrams:
     """:func:`group_grams` of the pair from the per-member products of its weights (``factors``: role ->
     (GA, GB, M, D) [n, k, k] float64 with GA = X_a^T X_a, GB = X_b^T X_b, M = X_a^T dX, D = dX^T dX,
