@@ -91,18 +91,15 @@ class Alignment:
             MY = torch.empty_like(self.Y)
             MY[:, perm, :] = self.Y * sign[:, None]                           # row perm_j of M Y = sign_j Y[j]
             C = self.Y.index_select(-1, perm) * sign - MY                       # Y M - M Y
-            if not bool(C.any()):          # Y commutes with M (Y = I): blocks of M^T G M re-index G's
-                s = sign[index]
-                A1, A2, A3, B1 = (X * (s[:, :, None] * s[:, None, :]) for X in blocks_of(perm[index], *groups))
-            else:
-                SaSa, dSSa, dSdS, SbSb = (_signed_permutation(X, perm, sign) for X in groups)
+            s = sign[index]                # blocks of M^T G M: entries sign_i sign_j G[perm_i, perm_j]
+            A1, A2, A3, B1 = (X * (s[:, :, None] * s[:, None, :]) for X in blocks_of(perm[index], *groups))
+            if bool(C.any()):                                                   # zero where Y commutes (Y = I)
                 M = torch.zeros(perm.numel(), perm.numel(), dtype=self.Y.dtype)
                 M[perm, torch.arange(perm.numel())] = sign                      # S M: column j = sign_j S[:, perm_j]
                 Ct = C.transpose(1, 2)
-                dSSa = dSSa + Ct @ self.SbSa @ M
                 cross = M.T @ self.dSSb @ C
-                dSdS = dSdS + cross + cross.transpose(1, 2) + Ct @ self.SbSb @ C
-                A1, A2, A3, B1 = blocks_of(index, SaSa, dSSa, dSdS, SbSb)
+                dA2, dA3 = blocks_of(index, Ct @ self.SbSa @ M, cross + cross.transpose(1, 2) + Ct @ self.SbSb @ C)
+                A2, A3 = A2 + dA2, A3 + dA3
         per_head = (self.G1, self.G2, self.G3, self.Gb) + (() if self.Ga is None else (self.Ga,))
         G1, G2, G3, Gb, *known = blocks_of(index, *per_head)                           # per head
         if known:
@@ -166,11 +163,6 @@ class Alignment:
         if not bool(resolved.all()):
             self.uncertain = True
 
-
-def _signed_permutation(G: torch.Tensor, perm: torch.Tensor, sign: torch.Tensor) -> torch.Tensor:
-    """M^T G M [..., k, k] for the signed permutation M[perm_j, j] = sign_j: entry (i, j) is
-    sign_i sign_j G[perm_i, perm_j] (a re-indexing, no product)."""
-    return G.index_select(-2, perm).index_select(-1, perm) * (sign[:, None] * sign[None, :])
 
 
 def align(Pa_t: torch.Tensor, pa_row: torch.Tensor | None, Pb_t: torch.Tensor, pb_row: torch.Tensor | None,
