@@ -3,7 +3,8 @@ the generic tests bound, as one table (for notes and docs; the tests are the pro
 
 Columns: attention blocks; the largest relative error of the float64 reference attention over the
 canonical form against the HF module (test bound 1e-10); the relative error of the logits of a
-float64 gauge-fixed export read back by stock transformers (test bound: the variant's export_bound);
+float64 gauge-fixed export read back by stock transformers (test bound: idinspect.equivalence.bounds, see
+bench/export_bounds.py);
 the Jacobian nullity and idinspect's count summed over blocks (must be equal).
 """
 

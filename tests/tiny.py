@@ -24,17 +24,12 @@ import transformers as tf
 
 @dataclass(frozen=True)
 class Variant:
-    """One family variant: how to build its config, the model class, tags, and the export bound.
-
-    ``export_bound``: relative logit error allowed after a float64 export read by stock
-    transformers (1e-12 where the family computes in float64 end to end; 1e-6 where transformers
-    rounds inside, e.g. RMSNorm in float32).
-    """
+    """One family variant: how to build its config, the model class and tags. (How far an export's
+    outputs may move is not a property of the variant: idinspect.equivalence.bounds derives it.)"""
 
     config: Callable[[], object]
     model_class: type
     tags: frozenset[str] = field(default_factory=frozenset)
-    export_bound: float = 1e-6
 
     def __iter__(self):  # (config factory, model class), as the registry's entries once were
         return iter((self.config, self.model_class))

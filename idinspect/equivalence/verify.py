@@ -18,13 +18,15 @@ Multi-head latent attention (DeepSeek-V2/V3) has no per-head invariants: ``invar
 and the function-level checks decide; float32/float64 checkpoints only, with the functional check on
 (anything else is refused by name, exit 2).
 
-Tolerances follow B's stored dtype. float64: invariants 1e-10, outputs 1e-6 (transformers
-computes some norms in float32); float32: 1e-6 and 1e-6. For these two, an invariant's tolerance is raised to
-the rounding bound of its own head's (or rotary plane's) stored factors where that is larger:
-``CONDITION_FACTOR (eps_A amp_A + eps_B amp_B)`` with amp = ||X||_F ||Y||_F / ||X Y||_F of that
-head's factors (:func:`factor_amplification`), so a checkpoint moved along the gauge orbit into lopsided
+Tolerances follow B's stored dtype and are bounds, not constants (:mod:`.bounds`, one place for
+verify and the tests). float32/float64: an invariant's tolerance is the rounding bound of its own
+head's (or rotary plane's) stored factors, ``CONDITION_FACTOR (eps_A amp_A + eps_B amp_B)`` with
+amp = ||X||_F ||Y||_F / ||X Y||_F of that head's factors (:func:`~.bounds.factor_amplification`), over a
+floor of 1e-10 (float64) / 1e-6 (float32), so a checkpoint moved along the gauge orbit into lopsided
 factors (a value factor of condition number 1,650) is judged by what its dtype can store, while a
-well-conditioned head beside it keeps the tight tolerance; the bound used is stated in the output. bfloat16/float16: judged against the
+well-conditioned head beside it keeps the tight tolerance; the outputs' tolerance
+(:func:`~.bounds.output_bound`) adds those layer bounds over the depth, with the float32 norms and the
+compute dtype's arithmetic; the bound used is stated in the output. bfloat16/float16: judged against the
 *rounding baseline*: A's attention moved by an exact scalar gauge (W_Q c, W_K / c, W_V c, W_O / c,
 c = 8/7, so every entry needs rounding) and rounded to B's dtype, every other tensor rounded too.
 The export passes when its error is at most ``BASELINE_FACTOR`` times the baseline's.
@@ -39,14 +41,14 @@ import torch
 
 from ..layer.attention_layer import AttentionLayer
 from ..gauge import INVARIANTS, InvariantError, invariant_error_tensors, invariant_errors
-from ..gauge.factors import augment
-from ..gauge.qk_gain_trade import cast_norm, gain_product_amplification, trade, tradable
-from ..layer.structure import noop_key_bias_columns, unrotated_columns
+from ..gauge.qk_gain_trade import cast_norm, trade, tradable
 from ..sources.model import Model, load
 from . import functional as fn
+from .bounds import (CONDITION_FACTOR, INVARIANT_FLOOR, OutputBound, eps, factor_amplification, invariant_bound,
+                     largest_amplification, layer_amplification, output_bound)
 
-FIXED_TOLERANCES = {torch.float64: {"invariants": 1e-10, "functional": 1e-6},
-                    torch.float32: {"invariants": 1e-6, "functional": 1e-6}}
+#: Stored dtypes judged by rounding bounds (:mod:`.bounds`); the others against the rounding baseline.
+BOUNDED_DTYPES = tuple(INVARIANT_FLOOR)
 BASELINE_FACTOR = 4.0
 BASELINE_SCALE = 8.0 / 7.0
 _IGNORED_CONFIG = {"dtype", "torch_dtype", "_name_or_path", "transformers_version", "_commit_hash",
@@ -127,7 +129,7 @@ def _verify(A: Model, B: Model, functional: bool, tokens: int, decode: int, seed
             max_memory: int | None, progress: Progress = _no_progress) -> VerifyResult:
     dtype = stored_dtype(B)
     latent = bool(getattr(A.adapter, "latent", False))
-    if latent and (not functional or dtype not in FIXED_TOLERANCES):
+    if latent and (not functional or dtype not in BOUNDED_DTYPES):
         A.require_per_head("verify --no-functional" if not functional else f"verify of a {dtype} checkpoint "
                            "(its rounding baseline moves per-head factors)")
     checks = [_config_check(A, B)]
@@ -135,11 +137,14 @@ def _verify(A: Model, B: Model, functional: bool, tokens: int, decode: int, seed
     checks.append(structure)
     if structure.passed:
         checks.append(_tensor_check(A, B, progress))
+        amps: tuple[list[float], list[float]] = ([], [])
         checks.append(Check("invariants", None, detail="skipped: multi-head latent attention has no per-head "
                             "invariants; judged by the functional check") if latent
-                      else _invariant_check(A, B, dtype, progress))
+                      else _invariant_check(A, B, dtype, progress, amps))
         if functional:
-            checks += _functional_checks(A, B, dtype, tokens, decode, seed, max_memory, progress)
+            if len(amps[0]) != A.num_layers:
+                amps = (_amplifications(A), _amplifications(B))
+            checks += _functional_checks(A, B, dtype, tokens, decode, seed, max_memory, amps, progress)
         else:
             checks.append(Check("functional", None, detail="skipped (--no-functional)"))
     return VerifyResult(A.provenance.source, B.provenance.source, str(dtype).removeprefix("torch."), checks)
@@ -235,73 +240,6 @@ def _tensor_check(A: Model, B: Model, progress: Progress = _no_progress) -> Chec
     return Check("tensors", True, error=worst, detail=detail)
 
 
-#: Rounding bound factor: a factor stored with relative error eps moves its product by at most
-#: eps * ||X||_F ||Y||_F / ||X Y||_F (relative); both sides' roundings count, with this margin.
-CONDITION_FACTOR = 8.0
-
-
-def factor_amplification(layer: AttentionLayer) -> dict[str, torch.Tensor]:
-    """How much a relative rounding of the stored factors can move each invariant, shaped as
-    :func:`~idinspect.gauge.invariants.invariant_error_tensors`: ``W_QK``, ``W_OV`` [H],
-    ``plane_QK``, ``plane_QJK`` [H, P], ``output_bias`` [] (the worst head's); ``qk_factors`` [H] = 1
-    under a q/k norm (the factors are compared themselves: a relative rounding moves them by as much),
-    and ``qk_gains`` [H] where it has gains (:func:`~idinspect.gauge.qk_gain_trade.gain_product_amplification`).
-
-    amp = ||X||_F ||Y||_F / ||X Y^T||_F for the factors X, Y of that head's (or plane's) invariant:
-    1 for a balanced rank-1 head, about sqrt(k) for balanced well-conditioned ones, and the square
-    of the gauge's condition number where a gauge move made the factors lopsided. From k x k
-    Grams: ||X Y^T||_F^2 = tr(X^T X Y^T Y), never a d x d product.
-    """
-    L = layer.to(torch.float64)
-    kv = torch.arange(L.n_heads) // L.group_size
-    cols = list(unrotated_columns(L))
-    noop = list(noop_key_bias_columns(L))
-    key_bias = L.b_K.clone() if L.b_K is not None else None
-    if key_bias is not None and noop:
-        key_bias[:, noop] = 0                                          # the no-op part is not a factor
-    Q = augment(L.W_Q, L.b_Q if L.b_Q is not None else L.W_Q.new_zeros(L.n_heads, L.d_k))
-    K = augment(L.W_K, key_bias) if key_bias is not None else L.W_K
-    gq, gk = Q.transpose(1, 2) @ Q, (K.transpose(1, 2) @ K)[kv]                # [H, d_k, d_k]
-    out: dict[str, torch.Tensor] = {}
-    if getattr(L, "qk_norm", None) is not None:
-        out["qk_factors"] = torch.ones(L.n_heads, dtype=torch.float64)
-        if L.qk_norm.q_gain is not None:
-            out["qk_gains"] = gain_product_amplification(L)
-    if cols:
-        U = torch.tensor(cols)
-        out["W_QK"] = _amplification(gq[:, U][:, :, U], gk[:, U][:, :, U])
-    if L.positional.kind == "rope":
-        planes = torch.tensor(L.positional.rotary.plane_columns())                # [P, 2]
-        px = gq[:, planes[:, :, None], planes[:, None, :]]                         # [H, P, 2, 2]
-        py = gk[:, planes[:, :, None], planes[:, None, :]]
-        J = torch.tensor([[0.0, 1.0], [-1.0, 0.0]], dtype=torch.float64)
-        out["plane_QK"] = _amplification(px, py)
-        out["plane_QJK"] = _amplification(px, py, J.T @ px @ J)
-    go = L.W_O @ L.W_O.transpose(1, 2)                                          # [H, d_v, d_v]
-    V = augment(L.W_V, L.b_V) if L.sinks is not None and L.b_V is not None else L.W_V   # per-head b_V under sinks
-    gv = (V.transpose(1, 2) @ V)[kv]
-    out["W_OV"] = _amplification(go, gv)
-    out["output_bias"] = out["W_OV"].max()
-    if L.sinks is not None:
-        out["sinks"] = torch.tensor(1.0, dtype=torch.float64)          # stored as they are: nothing amplifies
-    return out
-
-
-def _amplification(gx: torch.Tensor, gy: torch.Tensor, gx_product: torch.Tensor | None = None) -> torch.Tensor:
-    """sqrt(tr Gx tr Gy / tr(Gx' Gy)) over the last two dims (Gx' = Gx, or its J-twisted form); 1
-    where the product vanishes or is not finite (nothing to amplify)."""
-    gxp = gx if gx_product is None else gx_product
-    product = (gxp * gy.transpose(-1, -2)).sum(dim=(-1, -2)).clamp_min(0).sqrt()
-    factors = (gx.diagonal(dim1=-2, dim2=-1).sum(-1) * gy.diagonal(dim1=-2, dim2=-1).sum(-1)).clamp_min(0).sqrt()
-    amp = torch.where(product > 0, factors / torch.where(product > 0, product, torch.ones_like(product)),
-                      torch.ones_like(product))
-    return torch.nan_to_num(amp, nan=1.0, posinf=1.0)
-
-
-def _eps(layer: AttentionLayer) -> float:
-    return float(torch.finfo(layer.W_Q.dtype).eps) if layer.W_Q.is_floating_point() else 0.0
-
-
 @dataclass
 class _Judged:
     """One layer's errors of one invariant kind, with the conditioning bound of each entry."""
@@ -313,9 +251,36 @@ class _Judged:
     amp_b: torch.Tensor
 
 
-def _invariant_check(A: Model, B: Model, dtype: torch.dtype, progress: Progress = _no_progress) -> Check:
-    """Every invariant of every head (and rotary plane) within max(the dtype's tolerance, the rounding
-    bound of that head's own factors)."""
+def output_tolerance(a, b, compute: torch.dtype = torch.float64) -> OutputBound:
+    """The relative output tolerance for checkpoints (or :class:`Model`) ``a`` and ``b`` run in
+    ``compute`` (:func:`~.bounds.output_bound` from both sides' per-layer amplifications and stored
+    dtypes): what the functional check of :func:`verify` applies, for callers that run the models
+    themselves (the test suite does)."""
+    A = a if isinstance(a, Model) else load(a)
+    try:
+        B = b if isinstance(b, Model) else load(b)
+        try:
+            return output_bound(_amplifications(A), _amplifications(B), stored_dtype(A), stored_dtype(B), compute)
+        finally:
+            if B is not b:
+                B.close()
+    finally:
+        if A is not a:
+            A.close()
+
+
+def _amplifications(model: Model) -> list[float]:
+    """:func:`~.bounds.layer_amplification` of every layer (1 for multi-head latent attention, whose
+    factors have no per-head products to amplify)."""
+    if getattr(model.adapter, "latent", False):
+        return [1.0] * model.num_layers
+    return [layer_amplification(model.layer(i)) for i in range(model.num_layers)]
+
+
+def _invariant_check(A: Model, B: Model, dtype: torch.dtype, progress: Progress = _no_progress,
+                     amps: tuple[list[float], list[float]] = ([], [])) -> Check:
+    """Every invariant of every head (and rotary plane) within max(the dtype's floor, the rounding
+    bound of that head's own factors). Appends each layer's largest amplification to ``amps`` (A, B)."""
     judged: dict[str, list[_Judged]] = {k: [] for k in INVARIANTS}
     base = {k: 0.0 for k in INVARIANTS}
     for i in range(A.num_layers):
@@ -330,18 +295,21 @@ def _invariant_check(A: Model, B: Model, dtype: torch.dtype, progress: Progress 
             errors = invariant_error_tensors(la, lb)
         except ValueError as exc:
             return Check("invariants", False, detail=str(exc))
-        amp_a, amp_b, eps_a, eps_b = factor_amplification(la), factor_amplification(lb), _eps(la), _eps(lb)
+        amp_a, amp_b = factor_amplification(la), factor_amplification(lb)
+        eps_a, eps_b = eps(la.W_Q.dtype), eps(lb.W_Q.dtype)
+        for side, amp in zip(amps, (amp_a, amp_b)):
+            side.append(largest_amplification(amp))
         for kind, err in errors.items():
-            # float32/float64: the flat tolerance is raised to the factors' rounding bound; bf16/fp16
+            # float32/float64: the flat floor is raised to the factors' rounding bound; bf16/fp16
             # are judged against the rounding baseline, which already moves and rounds these factors
-            bound = (CONDITION_FACTOR * (eps_a * amp_a[kind] + eps_b * amp_b[kind]) if dtype in FIXED_TOLERANCES
+            bound = (invariant_bound(eps_a, amp_a[kind], eps_b, amp_b[kind]) if dtype in BOUNDED_DTYPES
                      else torch.zeros_like(err))
             judged[kind].append(_Judged(i, err, bound, amp_a[kind], amp_b[kind]))
         for kind, e in invariant_errors(la, rounding_baseline(la, dtype)).items():
             base[kind] = max(base[kind], e.error)
     progress("invariants", A.num_layers, A.num_layers)
     present = [k for k in INVARIANTS if judged[k]]
-    per_kind = {k: _worst_against_tolerance(k, judged[k], _tolerance(dtype, "invariants", base[k]), base[k])
+    per_kind = {k: _worst_against_tolerance(k, judged[k], _invariant_floor(dtype, base[k]), base[k])
                 for k in present}
     passed = all(v["error"] <= v["tolerance"] for v in per_kind.values())
     top = max(present, key=lambda k: per_kind[k]["error"] / per_kind[k]["tolerance"])
@@ -376,14 +344,17 @@ def _worst_against_tolerance(kind: str, layers: list[_Judged], flat: float, base
 
 
 def _functional_checks(A: Model, B: Model, dtype: torch.dtype, tokens: int, decode: int, seed: int,
-                       max_memory: int | None, progress: Progress = _no_progress) -> list[Check]:
+                       max_memory: int | None, amps: tuple[list[float], list[float]],
+                       progress: Progress = _no_progress) -> list[Check]:
+    """The outputs of A and B within the rounding bound (float32/float64, :func:`~.bounds.output_bound`
+    from the per-layer amplifications ``amps``) or against the rounding baseline (bf16/fp16)."""
     ids = fn.probe_ids(A.hf_config, tokens, decode, seed)
     size = max(_parameter_bytes_f64(A), _parameter_bytes_f64(B))
     stored = max(_parameter_bytes(A), _parameter_bytes(B))
     largest = max(_largest_tensor_f64(A), _largest_tensor_f64(B))
     plan = fn.plan_loading(size, max_memory, stored_bytes=stored, largest_f64_bytes=largest)
     how = plan.describe()
-    runs = 2 if dtype in FIXED_TOLERANCES or plan.offload else 3
+    runs = 2 if dtype in BOUNDED_DTYPES or plan.offload else 3
     progress("functional", 0, runs)
     out_a = fn.run_model(A.provenance.path, ids, decode, plan)
     progress("functional", 1, runs)
@@ -393,14 +364,20 @@ def _functional_checks(A: Model, B: Model, dtype: torch.dtype, tokens: int, deco
     scale = float(out_a.values.abs().max())
     err = err_abs / scale if scale > 0 else err_abs
     baseline, base_out = None, None
-    if dtype not in FIXED_TOLERANCES and not plan.offload:
+    if dtype not in BOUNDED_DTYPES and not plan.offload:
         base_out = fn.run_model(A.provenance.path, ids, decode, plan, edit=lambda m: _apply_baseline(m, A, dtype))
         progress("functional", 3, runs)
         baseline = float((out_a.values - base_out.values).abs().max()) / (scale or 1.0)
-    tol = _tolerance(dtype, "functional", baseline, compute=plan.compute_dtype)
+    extra: dict = {"max_abs": err_abs, "kind": out_a.kind}
+    if dtype in BOUNDED_DTYPES:
+        bound = output_bound(amps[0], amps[1], stored_dtype(A), dtype, plan.compute_dtype)
+        tol, why = bound.tolerance, f"; tolerance: {bound.describe()}"
+        extra["bound"] = asdict(bound)
+    else:
+        tol, why = _baseline_tolerance(dtype, baseline), ""
     checks = [Check("functional", err <= tol, error=err, tolerance=tol, baseline=baseline,
-                    detail=f"{out_a.kind} on {tuple(ids.shape)} seeded random ids ({how}); max abs {err_abs:.2e}",
-                    extra={"max_abs": err_abs, "kind": out_a.kind})]
+                    detail=f"{out_a.kind} on {tuple(ids.shape)} seeded random ids ({how}); max abs {err_abs:.2e}{why}",
+                    extra=extra)]
     if out_a.decoded is not None:
         same = torch.equal(out_a.decoded, out_b.decoded)
         base_same = None if base_out is None else torch.equal(out_a.decoded, base_out.decoded)
@@ -422,12 +399,14 @@ def _apply_baseline(model, A: Model, dtype: torch.dtype) -> None:
     fn.round_parameters(model, dtype, skip=touched)
 
 
-def _tolerance(dtype: torch.dtype, kind: str, baseline: float | None, compute: torch.dtype = torch.float64) -> float:
-    if dtype in FIXED_TOLERANCES:
-        tol = FIXED_TOLERANCES[dtype][kind]
-        if compute == torch.float32 and kind == "functional":
-            tol = max(tol, 1e-4)  # float32 arithmetic in both runs
-        return tol
+def _invariant_floor(dtype: torch.dtype, baseline: float) -> float:
+    """The flat floor of an invariant's tolerance: :data:`~.bounds.INVARIANT_FLOOR` for float32/float64,
+    else the rounding baseline's."""
+    return INVARIANT_FLOOR[dtype] if dtype in BOUNDED_DTYPES else _baseline_tolerance(dtype, baseline)
+
+
+def _baseline_tolerance(dtype: torch.dtype, baseline: float | None) -> float:
+    """bf16/fp16: ``BASELINE_FACTOR`` times the rounding baseline's error, at least one rounding."""
     if baseline is None:  # no baseline (offloaded): 16 units of rounding
         return 16 * torch.finfo(dtype).eps
     return max(BASELINE_FACTOR * baseline, torch.finfo(dtype).eps)  # floor: one rounding (zero invariants)
@@ -470,4 +449,4 @@ def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
     return diff / scale if scale > 0 else diff
 
 
-__all__ = ["Check", "VerifyResult", "rounding_baseline", "verify"]
+__all__ = ["Check", "VerifyResult", "output_tolerance", "rounding_baseline", "verify"]

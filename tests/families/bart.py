@@ -12,17 +12,17 @@ SEQ2SEQ = frozenset({"cross", "seq2seq"})
 
 VARIANTS = {
     "bart": Variant(lambda: tf.BartConfig(**_SIZES, **_TOKENS, max_position_embeddings=64),
-                    tf.BartForConditionalGeneration, SEQ2SEQ, export_bound=1e-12),
+                    tf.BartForConditionalGeneration, SEQ2SEQ),
     "bart-base-model": Variant(lambda: tf.BartConfig(**{**_SIZES, "encoder_attention_heads": 2,
                                                         "decoder_attention_heads": 2, "decoder_layers": 1},
                                                      **_TOKENS, max_position_embeddings=64),
-                               tf.BartModel, CROSS, export_bound=1e-12),
+                               tf.BartModel, CROSS),
     "mbart": Variant(lambda: tf.MBartConfig(**_SIZES, **_TOKENS, max_position_embeddings=64),
-                     tf.MBartForConditionalGeneration, SEQ2SEQ, export_bound=1e-12),
+                     tf.MBartForConditionalGeneration, SEQ2SEQ),
     "marian": Variant(lambda: tf.MarianConfig(**_SIZES, **_TOKENS, max_position_embeddings=64),
-                      tf.MarianMTModel, SEQ2SEQ, export_bound=1e-12),
+                      tf.MarianMTModel, SEQ2SEQ),
     "whisper": Variant(lambda: tf.WhisperConfig(**_SIZES, **_TOKENS, num_mel_bins=4, max_source_positions=8,
                                                 max_target_positions=64, suppress_tokens=None,
                                                 begin_suppress_tokens=None),
-                       tf.WhisperForConditionalGeneration, SEQ2SEQ, export_bound=1e-12),
+                       tf.WhisperForConditionalGeneration, SEQ2SEQ),
 }

@@ -12,15 +12,14 @@ def _bert(cls=tf.BertConfig, **kw):
 
 
 VARIANTS = {
-    "bert": Variant(lambda: _bert(), tf.BertForMaskedLM, export_bound=1e-12),
-    "bert-base-model": Variant(lambda: _bert(num_attention_heads=2), tf.BertModel, export_bound=1e-12),
-    "bert-decoder": Variant(lambda: _bert(is_decoder=True), tf.BertForMaskedLM, export_bound=1e-12),
+    "bert": Variant(lambda: _bert(), tf.BertForMaskedLM),
+    "bert-base-model": Variant(lambda: _bert(num_attention_heads=2), tf.BertModel),
+    "bert-decoder": Variant(lambda: _bert(is_decoder=True), tf.BertForMaskedLM),
     "bert-cross": Variant(lambda: _bert(is_decoder=True, add_cross_attention=True), tf.BertLMHeadModel,
-                          frozenset({"cross"}), export_bound=1e-12),
-    "roberta": Variant(lambda: _bert(tf.RobertaConfig), tf.RobertaForMaskedLM, export_bound=1e-12),
-    "xlm-roberta": Variant(lambda: _bert(tf.XLMRobertaConfig), tf.XLMRobertaForMaskedLM, export_bound=1e-12),
-    "electra": Variant(lambda: _bert(tf.ElectraConfig, embedding_size=8), tf.ElectraForMaskedLM, export_bound=1e-12),
+                          frozenset({"cross"})),
+    "roberta": Variant(lambda: _bert(tf.RobertaConfig), tf.RobertaForMaskedLM),
+    "xlm-roberta": Variant(lambda: _bert(tf.XLMRobertaConfig), tf.XLMRobertaForMaskedLM),
+    "electra": Variant(lambda: _bert(tf.ElectraConfig, embedding_size=8), tf.ElectraForMaskedLM),
     "distilbert": Variant(lambda: tf.DistilBertConfig(dim=16, n_heads=4, n_layers=2, hidden_dim=32, vocab_size=64,
-                                                      max_position_embeddings=64), tf.DistilBertForMaskedLM,
-                          export_bound=1e-12),
+                                                      max_position_embeddings=64), tf.DistilBertForMaskedLM),
 }

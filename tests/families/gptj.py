@@ -14,7 +14,6 @@ def _gptj(**kw):
 
 VARIANTS = {
     # head_dim 8: the first 4 dims rotated in interleaved planes (0,1), (2,3); 4 unrotated
-    "gptj": Variant(lambda: _gptj(), tf.GPTJForCausalLM, ROPE_LM, export_bound=1e-12),
-    "gptj-full-rotary": Variant(lambda: _gptj(n_head=4, rotary_dim=4), tf.GPTJForCausalLM, ROPE_LM,
-                                export_bound=1e-12),
+    "gptj": Variant(lambda: _gptj(), tf.GPTJForCausalLM, ROPE_LM),
+    "gptj-full-rotary": Variant(lambda: _gptj(n_head=4, rotary_dim=4), tf.GPTJForCausalLM, ROPE_LM),
 }

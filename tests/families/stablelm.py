@@ -15,17 +15,17 @@ def _stablelm(**kw):
 
 VARIANTS = {
     # head_dim 8, StableLmConfig's default partial_rotary_factor 0.25: 2 rotated dims
-    "stablelm": Variant(lambda: _stablelm(), tf.StableLmForCausalLM, ROPE_LM, export_bound=1e-12),
+    "stablelm": Variant(lambda: _stablelm(), tf.StableLmForCausalLM, ROPE_LM),
     # StableLM-2 style: q/k/v biases, GQA, half rotated, parallel residual
     "stablelm-qkv-bias-gqa": Variant(lambda: _stablelm(num_attention_heads=4, num_key_value_heads=2, use_qkv_bias=True,
                                                        use_parallel_residual=True,
                                                        rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
                                                                         "partial_rotary_factor": 0.5}),
-                                     tf.StableLmForCausalLM, ROPE_LM, export_bound=1e-12),
+                                     tf.StableLmForCausalLM, ROPE_LM),
 }
 # StableLM-2-12B style: per-head LayerNorm (no bias) on queries and keys, GQA, partial RoPE
 VARIANTS["stablelm-qk-layernorm"] = Variant(lambda: _stablelm(num_attention_heads=4, num_key_value_heads=2,
                                                               qk_layernorm=True, layer_norm_eps=1e-7,
                                                               rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
                                                                                "partial_rotary_factor": 0.5}),
-                                            tf.StableLmForCausalLM, ROPE_LM, export_bound=1e-12)
+                                            tf.StableLmForCausalLM, ROPE_LM)

@@ -14,7 +14,7 @@ def _sc2(**kw):
 
 
 VARIANTS = {
-    "starcoder2": Variant(lambda: _sc2(), tf.Starcoder2ForCausalLM, ROPE_LM, export_bound=1e-12),
+    "starcoder2": Variant(lambda: _sc2(), tf.Starcoder2ForCausalLM, ROPE_LM),
     "starcoder2-no-bias-sliding": Variant(lambda: _sc2(use_bias=False, sliding_window=4, num_key_value_heads=1),
-                                          tf.Starcoder2ForCausalLM, ROPE_LM, export_bound=1e-12),
+                                          tf.Starcoder2ForCausalLM, ROPE_LM),
 }

@@ -15,7 +15,6 @@ def _vit(**kw):
 
 
 VARIANTS = {
-    "vit": Variant(lambda: _vit(), tf.ViTForImageClassification, export_bound=1e-12),
-    "vit-base-model-no-qkv-bias": Variant(lambda: _vit(num_attention_heads=2, qkv_bias=False), tf.ViTModel,
-                                          export_bound=1e-12),
+    "vit": Variant(lambda: _vit(), tf.ViTForImageClassification),
+    "vit-base-model-no-qkv-bias": Variant(lambda: _vit(num_attention_heads=2, qkv_bias=False), tf.ViTModel),
 }
