@@ -121,7 +121,9 @@ class Llama4TextAdapter(LlamaAdapter):
 
         m.apply_rotary_emb = apply_rotary_emb
         try:
-            with exact_norms({m.Llama4TextWeightlessRMSNorm: lambda mod, x: rms(x, mod.variance_epsilon),
+            # the weightless q/k norm: Llama4TextWeightlessRMSNorm from transformers 5.25, Llama4TextL2Norm before
+            weightless = getattr(m, "Llama4TextWeightlessRMSNorm", None) or m.Llama4TextL2Norm
+            with exact_norms({weightless: lambda mod, x: rms(x, getattr(mod, "variance_epsilon", getattr(mod, "eps", None))),
                               m.Llama4TextRMSNorm: weighted_rms}):
                 yield
         finally:
