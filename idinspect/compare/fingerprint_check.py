@@ -145,9 +145,9 @@ def unit_roundoff_of(name: str) -> float:
 
 
 def check_declared_sizes(path: Path, data: dict) -> None:
-    """Heads and shapes consistent and within :data:`MAX_HEADS`, before any array is decoded."""
-    total = 0
-    last = -1
+    """Heads and shapes consistent and within :data:`MAX_HEADS` (all layers first), then each array's
+    base64 length against its declared shape: nothing is decoded or allocated before."""
+    total, last = 0, -1
     for i, entry in enumerate(data["layers"]):
         s = entry["structure"]
         H, G, dk = int(s["heads"]), int(s["kv_heads"]), int(s["d_k"])
@@ -170,13 +170,14 @@ def check_declared_sizes(path: Path, data: dict) -> None:
             raise IdinspectError(f"{path}: {where}.nonfinite_heads names head {bad[0]}, but the layer has {H} heads "
                                  f"(0..{H - 1}); {FIX}")
         total += H
-        if total > MAX_HEADS:
-            raise IdinspectError(f"{path}: declares more than {MAX_HEADS} heads in all (by layer {entry['index']}); "
-                                 f"compare would need {total}^2 x 8 bytes per distance matrix; {FIX}")
-        for key, shape in array_shapes(s, entry).items():
+    if total > MAX_HEADS:
+        raise IdinspectError(f"{path}: declares {total} heads, more than {MAX_HEADS} heads in all; compare would need "
+                             f"{total}^2 x 8 bytes per distance matrix; {FIX}")
+    for i, entry in enumerate(data["layers"]):
+        for key, shape in array_shapes(entry["structure"], entry).items():
             need = 4 * math.ceil(4 * math.prod(shape) / 3)
             if len(entry[key]) != need:
-                raise IdinspectError(f"{path}: {where}.{key} holds {len(entry[key])} base64 characters where the "
+                raise IdinspectError(f"{path}: layers[{i}].{key} holds {len(entry[key])} base64 characters where the "
                                      f"declared shape {list(shape)} needs {need}; the file is damaged; {FIX}")
 
 
@@ -221,7 +222,7 @@ def check_figures(path: Path, index: int, arrays: dict[str, torch.Tensor], finit
     """Every figure of a finite head finite and >= 0, every radius within :func:`radius_range`."""
     heads = finite.nonzero().flatten()
     for key, a in arrays.items():
-        rows = a[heads].reshape(len(heads), -1)
+        rows = a[heads].reshape(len(heads), math.prod(a.shape[1:]))
         bad = (~torch.isfinite(rows) | (rows < 0)).any(dim=1)
         if bool(bad.any()):
             row = int(bad.nonzero()[0, 0])

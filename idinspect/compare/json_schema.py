@@ -85,6 +85,10 @@ _TYPES = {
 }
 
 
+_NAMES = {"object": "an object", "array": "an array", "string": "a string", "boolean": "true or false",
+          "null": "null", "integer": "an integer", "number": "a number"}
+
+
 def _show(value: Any) -> str:
     if isinstance(value, NotFinite):
         return f"{value} (not a finite number)"
@@ -103,7 +107,7 @@ def _validate(v: Any, s: dict, root: dict, where: str) -> None:
     if "type" in s:
         types = s["type"] if isinstance(s["type"], list) else [s["type"]]
         if not any(_TYPES[t](v) for t in types):
-            raise SchemaError(where, f"is {_show(v)}, not {' or '.join(types)}")
+            raise SchemaError(where, f"is {_show(v)}, not {' or '.join(_NAMES[t] for t in types)}")
     if "const" in s and not _equal(v, s["const"]):
         raise SchemaError(where, f"is {_show(v)}, expected {json.dumps(s['const'])}")
     if "enum" in s and not any(_equal(v, e) for e in s["enum"]):
