@@ -174,11 +174,15 @@ def _diff_finite(A: Model, B: Model, i: int) -> dict:
             if not bool(torch.isfinite(t).all()):
                 raise IdinspectError(f"{side} ({model.provenance.source}) layer {i} {role} holds NaN or Inf; diff needs "
                                      "finite weights ('idinspect inspect' names the tensors)")
-    record = diff_layer(la, lb)
-    if not _all_finite(record):
+    try:
+        record = diff_layer(la, lb)
+    except torch.linalg.LinAlgError:     # finite weights whose products overflow reach an SVD as Inf
+        record = None
+    if record is None or not _all_finite(record):
         biggest = max(float(t.abs().max()) for layer in (la, lb) for t in layer.tensors().values() if t.numel())
-        raise IdinspectError(f"layer {i}: the diff's figures overflow float64 (largest |weight| {biggest:.3g}; their "
-                             "squares exceed 1.8e308): diff cannot measure this pair; keep weights below about 1e150")
+        raise IdinspectError(f"layer {i}: the diff's figures overflow float64 (largest |weight| {biggest:.3g}; its Gram "
+                             "matrices and their products grow like |w|^2 and |w|^4): diff cannot measure this pair; "
+                             "rescale both checkpoints by one factor (rho does not change)")
     return record
 
 
