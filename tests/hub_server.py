@@ -111,7 +111,8 @@ class Fault:
 
     kind: str            # 'status', 'drop' (connection closed mid-body), 'short' (206 for part of the range),
     #                      'ignore_range', 'wrong_commit', 'gzip' (a 206 whose body is the range gzip-compressed,
-    #                      with Content-Encoding: gzip, whatever Accept-Encoding asked for)
+    #                      with Content-Encoding: gzip, whatever Accept-Encoding asked for), 'corrupt' (a whole
+    #                      file served with its last byte flipped: not the bytes the API's sha256 names)
     host: str = "cdn"
     path: str = ""
     status: int = 500
@@ -257,8 +258,11 @@ def _handler(hub: LocalHub, role: str):
                 return
             rng = _RANGE.match(self.headers.get("Range") or "")
             headers = {"ETag": f'"{hashlib.md5(blob.sha256.encode()).hexdigest()}"', "Accept-Ranges": "bytes"}
-            if rng is None or (fault is not None and fault.kind == "ignore_range"):
-                self._send(200, headers, b"" if head else blob.read(0, blob.size), head, length=blob.size)
+            if rng is None or (fault is not None and fault.kind in ("ignore_range", "corrupt")):
+                body = b"" if head else blob.read(0, blob.size)
+                if fault is not None and fault.kind == "corrupt" and body:   # same size, one byte not the blob's
+                    body = body[:-1] + bytes([body[-1] ^ 0xFF])
+                self._send(200, headers, body, head, length=blob.size)
                 return
             a = int(rng.group(1))
             b = min(int(rng.group(2)) + 1 if rng.group(2) else blob.size, blob.size)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.hostile import run_case
+from tests.hostile import cache_snapshot, run_case
 
 #: command -> (arguments before the output, given the model folder M) and its output options.
 WRITERS = {
@@ -31,23 +31,12 @@ WRITERS = {
 PAIRS = [(command, option) for command, (_, options) in WRITERS.items() for option in options]
 
 
-def _snapshot(root: Path, base: Path) -> tuple[Path, Path]:
-    """A hub-snapshot-like checkpoint: files are links into a blobs/ folder beside it."""
-    blobs, snap = root / "blobs", root / "snap"
-    blobs.mkdir()
-    snap.mkdir()
-    for f in sorted(base.iterdir()):
-        shutil.copy(f, blobs / f"blob-{f.name}")
-        (snap / f.name).symlink_to(Path("..") / "blobs" / f"blob-{f.name}")
-    return snap, blobs / "blob-model.safetensors"
-
-
 def _target(kind: str, root: Path, base: Path) -> tuple[Path, str, str]:
     """(model argument, output path, what the message must name) for one kind of target."""
     model = root / "model"
     if kind == "snapshot blob":
-        snap, blob = _snapshot(root, base)
-        return snap, blob, "an input file"
+        snap = cache_snapshot(base, root / "models--org--x", "0" * 40)
+        return snap, (snap / "model.safetensors").resolve(), "an input file"
     shutil.copytree(base, model)
     if kind == "new file inside":
         return model, model / "out.txt", "input checkpoint"
