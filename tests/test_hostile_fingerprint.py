@@ -347,3 +347,14 @@ def test_fingerprint_files_are_never_opened_beyond_regular_files(tmp_path, model
 
     with pytest.raises(IdinspectError, match="not a regular file"):
         read_fingerprint(fifo)
+
+
+@pytest.mark.parametrize("variant", ["llama-gqa", "bert", "gpt2"])
+def test_a_fingerprint_read_back_and_written_again_is_the_same_file(tiny_dir, tmp_path, variant):
+    """Radii capped at the top of their range (float64 tiny models: the 1e-9 term of unbalanced
+    factors) stay within it read back, and writing the file again changes nothing."""
+    first = tmp_path / "fp.json"
+    assert run_cli("fingerprint", tiny_dir(variant), "-o", first).code == 0
+    again = run_cli("fingerprint", first)
+    assert again.code == 0 and again.stdout == first.read_text()
+    assert run_cli("compare", first, tiny_dir(variant)).code == 0

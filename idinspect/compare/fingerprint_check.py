@@ -214,8 +214,11 @@ def radius_range(values: torch.Tensor, u: float, u_kind: float) -> tuple[torch.T
 
 
 def cap_radius(radius: torch.Tensor, values: torch.Tensor, u: float) -> torch.Tensor:
-    """The radius the writer records: at most the format's upper bound (see the module docstring)."""
-    return torch.minimum(radius, radius_range(values, u, 0.0)[1])
+    """The radius the writer records: at most the format's upper bound (see the module docstring),
+    taken of the values as stored (float32), so that a fingerprint read back and written again
+    is the same file."""
+    stored = values.to(torch.float32).to(torch.float64)
+    return torch.minimum(radius.to(torch.float64), radius_range(stored, u, 0.0)[1])
 
 
 def check_figures(path: Path, index: int, arrays: dict[str, torch.Tensor], finite: torch.Tensor, dtype: str) -> None:
