@@ -79,6 +79,9 @@ def test_an_input_file_is_never_an_output(tiny_dir, tmp_path):
     run_case(tmp_path, "fingerprint", model, "-o", fp, code=0, one_line=False, protected=(model,))
     for option in ("--json", "--html"):
         run_case(tmp_path, "compare", fp, model, option, fp, code=2, names=(str(fp), option, "an input file"))
+    run_case(tmp_path, "fingerprint", fp, "-o", fp, code=2, names=(str(fp), "--output", "an input file"))
+    run_case(tmp_path, "diff", model, model, "--json", fp.parent / "." / "fp.json", code=0, one_line=False,
+             protected=(model,))                                  # diff's inputs are the models: fp.json is no input
     listing = tmp_path / "in" / "models.txt"
     listing.write_text(f"{model}\n")
     for option in ("--jsonl", "--html"):
