@@ -7,10 +7,15 @@ Format ``idinspect-fingerprint`` version 1 (keys only ever added within a versio
      "encoding": "base64 float32 little-endian, row-major",
      "layers": [{"index", "structure": {...}, "qk": [H, d_k], "ov": [H, d_v], "planes": [H, P, 2] | null,
                  "radius_qk": [H], "radius_ov": [H], "radius_planes": [H, P] | null,
-                 "nonfinite_heads": [h, ...]}]}
+                 "nonfinite_heads": [h, ...]}],
+     "integrity": "sha256:..."}
 
 Arrays are float32 (each value's relative rounding 2^-24 is added to the comparison tolerance;
-radii are rounded up, so a bound stays a bound). Llama-3.2-1B: ~0.4 MB; all-MiniLM-L6-v2: ~25 kB.
+radii are rounded up, so a bound stays a bound, and capped at the top of the range the dtype allows,
+:func:`.fingerprint_check.cap_radius`). Llama-3.2-1B: ~0.4 MB; all-MiniLM-L6-v2: ~25 kB.
+The schema is ``idinspect/schemas/fingerprint.schema.json``; ``integrity`` is the SHA-256 of the
+canonical JSON of every other key; what a reader checks before believing a figure is
+:mod:`.fingerprint_check` (files without ``integrity``, written before it existed, are read).
 
 The digest (:func:`fingerprint_digest`, ``idinspect fingerprint --digest``, the ``fingerprint``
 column of ``idinspect survey --fingerprint``) is ``sha256:`` + the SHA-256 of the canonical JSON
@@ -60,7 +65,11 @@ def fingerprint_dict(inv: ModelInvariants, revision: str | None = None) -> dict:
     fp = {"format": FORMAT, "version": VERSION, "tool": f"idinspect {__version__}", "source": inv.source,
           "revision": revision, "model": inv.model, "dtype": inv.dtype, "unit_roundoff": inv.unit_roundoff,
           "gains_folded": inv.gains_folded, "encoding": ENCODING, "layers": layers}
-    fp = json.loads(json.dumps(fp, allow_nan=False))        # as a reader will see it (lists, not tuples)
+    try:
+        fp = json.loads(json.dumps(fp, allow_nan=False))    # as a reader will see it (lists, not tuples)
+    except ValueError:
+        raise IdinspectError(f"{inv.source}: its structure holds a non-finite number (NaN or Inf), which a "
+                             "fingerprint cannot record; fix the model's config") from None
     fp["integrity"] = canonical_digest(fp)
     return fp
 
