@@ -28,7 +28,6 @@ MODELS = 24
 TRIALS = {
     "one worker, Ctrl-C": (1, "group", 2, ()),
     "two workers, Ctrl-C": (2, "group", 3, ()),
-    "two workers, Ctrl-C later": (2, "group", 8, ()),
     "two workers, kill -INT parent": (2, "parent", 3, ()),
     "Ctrl-C with Parquet and HTML": (2, "group", 3, ("--parquet", "rows.parquet", "--html", "summary.html")),
 }
