@@ -99,7 +99,7 @@ SCHEMA_CASES = {
     "heads 10^12": (setter("layers", 0, "structure", "heads", value=10 ** 12), "above the maximum"),
     "d_k 2^40": (setter("layers", 0, "structure", "d_k", value=2 ** 40), "above the maximum"),
     "heads null": (setter("layers", 0, "structure", "heads", value=None), "not an integer"),
-    "unknown layer key": (setter("layers", 0, "extra", value=[1]), "not a key of this format"),
+    "layer an array": (setter("layers", 0, value=lambda layer: list(layer)), "layers[0] is an array of"),
     "dtype int8": (setter("dtype", value="int8"), "dtype"),
     "gains_folded a string": (setter("gains_folded", value="yes"), "gains_folded"),
     "unit_roundoff a string": (setter("unit_roundoff", value="tiny"), "unit_roundoff"),
@@ -304,6 +304,19 @@ def test_a_sound_fingerprint_still_compares(tmp_path, models, fingerprint):
         case = run_case(root, "compare", path, models["model"], "--format", "json", code=0, one_line=False)
         record = json.loads(case.out)
         assert record["verdict"] == "same-function" and record["a"]["integrity"] == integrity
+
+
+def test_keys_added_within_the_version_are_read(tmp_path, models, fingerprint):
+    """Version 1 only ever gains keys: a newer writer's extra keys (top level, per layer) are ignored
+    by this reader, the integrity digest covering them. (A structure key it does not know is a
+    property it cannot check on its own side: the layers then differ, and compare says so.)"""
+    def newer(fp: dict) -> None:
+        fp["future"] = {"x": [1, 2]}
+        for layer in fp["layers"]:
+            layer["future_array"] = "AAAA"
+    path = write_case(tmp_path, fingerprint, edit=newer)
+    case = run_case(tmp_path, "compare", path, models["model"], "--format", "json", code=0, one_line=False)
+    assert json.loads(case.out)["a"]["integrity"] == "verified"
 
 
 def test_written_fingerprints_satisfy_the_schema_and_their_digest(models, fingerprint, minilm_dir):
