@@ -102,3 +102,13 @@ def test_each_writer_still_writes_outside_its_input(tiny_dir, tmp_path, command,
     if option in ("--json", "-o"):
         json.loads(out.read_text())
     assert not [p for p in os.listdir(tmp_path) if p.startswith(".out.file")]
+
+
+@pytest.mark.parametrize("command,option", [("audit", "--output"), ("inspect", "--json"), ("fingerprint", "-o"),
+                                            ("compare", "--json"), ("diff", "--html")])
+def test_a_relative_name_run_inside_the_input_is_refused(tiny_dir, tmp_path, command, option):
+    """``cd model && idinspect audit . --output -``: '-' is a file name there, in the input."""
+    model = tmp_path / "model"
+    shutil.copytree(tiny_dir("llama-gqa"), model)
+    args, _ = WRITERS[command]
+    run_case(model, *args("."), option, "-", code=2, names=("-", option, "input checkpoint"), protected=(model,))

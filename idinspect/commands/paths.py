@@ -85,7 +85,7 @@ def check_output_paths(outputs: Iterable[tuple[str, str | Path | None]], inputs:
     """:func:`check_report_path` for each (option, path) given (None: not asked for), before any work."""
     inputs = list(inputs)
     for option, path in outputs:
-        if path is not None and str(path) != "-":
+        if path is not None:
             check_report_path(path, inputs, option)
 
 
