@@ -41,6 +41,24 @@ def tree_hashes(root: Path) -> dict[str, str]:
     return out
 
 
+def cache_snapshot(src: Path, repo: Path, commit: str) -> Path:
+    """``src`` laid out as huggingface_hub's cache does: ``repo/snapshots/<commit>/NAME`` links to
+    ``repo/blobs/<digest>``, the sha256 of the bytes for safetensors (LFS) files, the git blob sha1
+    for the others. Returns the snapshot folder."""
+    snapshot = repo / "snapshots" / commit
+    snapshot.mkdir(parents=True)
+    (repo / "blobs").mkdir(exist_ok=True)
+    for f in sorted(Path(src).iterdir()):
+        data = f.read_bytes()
+        if f.suffix == ".safetensors":
+            digest = hashlib.sha256(data).hexdigest()
+        else:
+            digest = hashlib.sha1(f"blob {len(data)}\0".encode() + data).hexdigest()
+        (repo / "blobs" / digest).write_bytes(data)
+        (snapshot / f.name).symlink_to(Path("..") / ".." / "blobs" / digest)
+    return snapshot
+
+
 def case_dir(base: Path, tmp: Path, name: str = "model") -> Path:
     """A private copy of the saved checkpoint ``base`` at ``tmp/name``."""
     dst = tmp / name

@@ -110,12 +110,15 @@ class Fault:
     """Applied to the next request whose path contains ``path`` on ``host`` ('hub' or 'cdn')."""
 
     kind: str            # 'status', 'drop' (connection closed mid-body), 'short' (206 for part of the range),
-    #                      'ignore_range', 'wrong_commit'
+    #                      'ignore_range', 'wrong_commit', 'gzip' (a 206 whose body is the range gzip-compressed,
+    #                      with Content-Encoding: gzip, whatever Accept-Encoding asked for), 'corrupt' (a whole
+    #                      file served with its last byte flipped: not the bytes the API's sha256 names)
     host: str = "cdn"
     path: str = ""
     status: int = 500
     headers: dict = field(default_factory=dict)
     keep: float = 0.5    # 'drop': fraction of the body sent before closing
+    after: int = 0       # matching requests let through untouched before this one applies
 
 
 class LocalHub:
@@ -164,6 +167,9 @@ class LocalHub:
         with self._lock:
             for i, f in enumerate(self.faults):
                 if f.host == host and f.path in path:
+                    if f.after > 0:
+                        f.after -= 1
+                        return None
                     return self.faults.pop(i)
         return None
 
@@ -229,10 +235,12 @@ def _handler(hub: LocalHub, role: str):
         def _serve(self, head: bool) -> None:
             path = unquote(urlparse(self.path).path)
             entry = {"host": role, "method": self.command, "path": path, "range": self.headers.get("Range"),
-                     "auth": self.headers.get("Authorization"), "user_agent": self.headers.get("User-Agent")}
+                     "auth": self.headers.get("Authorization"), "user_agent": self.headers.get("User-Agent"),
+                     "accept_encoding": self.headers.get("Accept-Encoding")}
             with hub._lock:
                 hub.log.append(entry)
             fault = hub.take_fault(role, path)
+            entry["fault"] = fault.kind if fault is not None else None
             if fault is not None and fault.kind == "status":
                 self._send(fault.status, fault.headers, b'{"error": "injected"}', head)
                 return
@@ -250,8 +258,11 @@ def _handler(hub: LocalHub, role: str):
                 return
             rng = _RANGE.match(self.headers.get("Range") or "")
             headers = {"ETag": f'"{hashlib.md5(blob.sha256.encode()).hexdigest()}"', "Accept-Ranges": "bytes"}
-            if rng is None or (fault is not None and fault.kind == "ignore_range"):
-                self._send(200, headers, b"" if head else blob.read(0, blob.size), head, length=blob.size)
+            if rng is None or (fault is not None and fault.kind in ("ignore_range", "corrupt")):
+                body = b"" if head else blob.read(0, blob.size)
+                if fault is not None and fault.kind == "corrupt" and body:   # same size, one byte not the blob's
+                    body = body[:-1] + bytes([body[-1] ^ 0xFF])
+                self._send(200, headers, body, head, length=blob.size)
                 return
             a = int(rng.group(1))
             b = min(int(rng.group(2)) + 1 if rng.group(2) else blob.size, blob.size)
@@ -261,6 +272,13 @@ def _handler(hub: LocalHub, role: str):
             if fault is not None and fault.kind == "short" and b - a > 1:   # a valid 206 for less than was asked
                 b = a + max(1, int((b - a) * fault.keep))
             headers["Content-Range"] = f"bytes {a}-{b - 1}/{blob.size}"
+            if fault is not None and fault.kind == "gzip":
+                import gzip
+
+                body = gzip.compress(blob.read(a, b), mtime=0)
+                headers["Content-Encoding"] = fault.headers.get("Content-Encoding", "gzip")
+                self._send(206, headers, b"" if head else body, head, length=len(body))
+                return
             keep = fault.keep if fault is not None and fault.kind == "drop" else None
             self._send(206, headers, b"" if head else blob.read(a, b), head, length=b - a, keep=keep)
 

@@ -156,11 +156,10 @@ def audit_command(ctx: click.Context, models: tuple[str, ...], fail_on: str | No
     """
     err = Console(stderr=True, highlight=False)
     _debug_logging()
-    from .paths import check_report_path
+    from .paths import check_output_paths
 
-    for option, path in (("--output", output), ("--write-baseline", write_baseline)):
-        if path is not None:  # before any work, and before any document is written: never into an input
-            check_report_path(path, _targets(models), option)
+    # before any work, and before any document is written: never into an input
+    check_output_paths([("--output", output), ("--write-baseline", write_baseline)], _targets(models))
     try:
         policy = load_policy(Path(config) if config else None, isolated=no_config)
         policy = policy.with_cli(cli_settings(severity, disable, require_gauge_fixed, gauge_rtol, max_unidentified_ratio),

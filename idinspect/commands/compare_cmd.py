@@ -45,7 +45,9 @@ def compare_command(ctx: click.Context, a: str, b: str, expect: str, alpha: floa
     from ..analysis.device import resolve_device
     from ..compare import compare
     from ..reports.atomic import write_text_atomic
+    from .paths import check_output_paths
 
+    check_output_paths([("--json", json_path), ("--html", html_path)], [a, b])   # before any work
     result = compare(a, b, alpha=alpha, permutations=permutations, seed=seed, token=token, cache_dir=cache_dir,
                      local_files_only=offline, device=str(resolve_device(device)))
     record = result.to_dict()

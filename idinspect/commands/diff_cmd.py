@@ -33,7 +33,9 @@ def diff_command(a: str, b: str, token: str | None, cache_dir: str | None, offli
     from ..reports.diff_text import render_diff
     from ..training.diff import diff
     from ..textsafe import visible
+    from .paths import check_output_paths
 
+    check_output_paths([("--json", json_path), ("--html", html_path)], [a, b])   # before any work
     doc = diff(a, b, token=token, cache_dir=cache_dir, local_files_only=offline)
     text = json.dumps(doc, indent=1, allow_nan=False)
     for kind, path, write in (("JSON", json_path, lambda p: write_text_atomic(p, text + "\n")),

@@ -44,6 +44,8 @@ def export_command(model: str, out: str, dtype: str, force: bool, revision: str 
                             progress=bars.callback({"gauge": "gauge-fixing layers", "write": "writing tensors"}))
     for d in result.degeneracies:
         err.print(f"[yellow]note:[/] {escape(visible(d.describe()))}", soft_wrap=True)
+    if result.revision_note:
+        err.print(f"[yellow]note:[/] no revision recorded: {escape(visible(result.revision_note))}", soft_wrap=True)
     for f in result.skipped_files:
         err.print(f"[yellow]note:[/] not copied: {escape(visible(f))} (weights in another format would not be "
                   "gauge-fixed)", soft_wrap=True)

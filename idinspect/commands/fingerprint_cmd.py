@@ -27,7 +27,9 @@ def fingerprint_command(model: str, revision: str | None, token: str | None, cac
     from ..analysis.device import resolve_device
     from ..compare import fingerprint_dict, fingerprint_digest, invariants_of
     from ..reports.atomic import write_text_atomic
+    from .paths import check_output_paths
 
+    check_output_paths([("--output", output)], [model])   # before any work: never over the input
     inv = invariants_of(model, revision=revision, token=token, cache_dir=cache_dir, local_files_only=offline,
                         device=str(resolve_device(device)))
     fp = fingerprint_dict(inv, inv.revision)

@@ -53,11 +53,10 @@ def inspect_command(model: str, revision: str | None, token: str | None, cache_d
     from ..reports.emit import emit
     from ..reports.json_report import timestamp_now
 
-    from .paths import check_report_path
+    from .paths import check_output_paths
 
-    for option, path in (("--json", json_path), ("--html", html_path)):
-        if path is not None:  # before any work: a report never lands in its input, or in no folder
-            check_report_path(path, [model], option)
+    # before any work: a report never lands in its input, or in no folder
+    check_output_paths([("--json", json_path), ("--html", html_path)], [model])
     silence_library_progress()
     with ProgressReporter("never" if quiet or fmt == "json" else progress) as bars:
         with bars.stage(f"opening {model}"):

@@ -60,6 +60,10 @@ def survey_command(sources: tuple[str, ...], from_file: str | None, jsonl: str |
     models = list(sources) + (read_sources(from_file) if from_file else [])
     if not models:
         raise click.UsageError("no models: give SOURCE... or --from FILE")
+    from .paths import check_output_paths
+
+    check_output_paths([("--jsonl", None if jsonl == "-" else jsonl), ("--parquet", parquet), ("--html", html_path)],
+                       [*dict.fromkeys(models), from_file])   # before any work: never over an input
     if jsonl == "-" and not no_resume and not quiet:
         click.echo("survey: rows go to stdout; nothing to resume from", err=True)
     budget = parse_size(memory) if memory else None

@@ -69,7 +69,8 @@ def _json_safe(x):
 
 def _side(m: ModelInvariants) -> dict:
     return {"source": m.source, "origin": m.origin, "dtype": m.dtype, "unit_roundoff": m.unit_roundoff,
-            "gains_folded": m.gains_folded, "layers": len(m.layers), "model": m.model}
+            "gains_folded": m.gains_folded, "layers": len(m.layers), "model": m.model,
+            "integrity": m.integrity}
 
 
 def compare_invariants(a: ModelInvariants, b: ModelInvariants, *, alpha: float = ALPHA,

@@ -7,10 +7,15 @@ Format ``idinspect-fingerprint`` version 1 (keys only ever added within a versio
      "encoding": "base64 float32 little-endian, row-major",
      "layers": [{"index", "structure": {...}, "qk": [H, d_k], "ov": [H, d_v], "planes": [H, P, 2] | null,
                  "radius_qk": [H], "radius_ov": [H], "radius_planes": [H, P] | null,
-                 "nonfinite_heads": [h, ...]}]}
+                 "nonfinite_heads": [h, ...]}],
+     "integrity": "sha256:..."}
 
 Arrays are float32 (each value's relative rounding 2^-24 is added to the comparison tolerance;
-radii are rounded up, so a bound stays a bound). Llama-3.2-1B: ~0.4 MB; all-MiniLM-L6-v2: ~25 kB.
+radii are rounded up, so a bound stays a bound, and capped at the top of the range the dtype allows,
+:func:`.fingerprint_check.cap_radius`). Llama-3.2-1B: ~0.4 MB; all-MiniLM-L6-v2: ~25 kB.
+The schema is ``idinspect/schemas/fingerprint.schema.json``; ``integrity`` is the SHA-256 of the
+canonical JSON of every other key; what a reader checks before believing a figure is
+:mod:`.fingerprint_check` (files without ``integrity``, written before it existed, are read).
 
 The digest (:func:`fingerprint_digest`, ``idinspect fingerprint --digest``, the ``fingerprint``
 column of ``idinspect survey --fingerprint``) is ``sha256:`` + the SHA-256 of the canonical JSON
@@ -30,6 +35,8 @@ import numpy as np
 import torch
 
 from ..errors import IdinspectError
+from .fingerprint_check import (array_shapes, canonical_digest, cap_radius, check_declared_sizes, check_figures,
+                                check_integrity, check_schema, decode, read_document, unit_roundoff_of)
 from .invariants import LayerInvariants, ModelInvariants
 
 FORMAT = "idinspect-fingerprint"
@@ -40,21 +47,31 @@ FLOAT32_RTOL = 2.0 ** -24
 
 
 def fingerprint_dict(inv: ModelInvariants, revision: str | None = None) -> dict:
-    """The fingerprint of computed invariants (deterministic: no timestamp)."""
+    """The fingerprint of computed invariants (deterministic: no timestamp), with its ``integrity``
+    digest; radii above the format's range are recorded at its upper end (:func:`.fingerprint_check.cap_radius`)."""
     from .. import __version__
 
+    u = unit_roundoff_of(inv.dtype)
     layers = []
     for L in inv.layers:
+        cap = lambda r, values: _enc(cap_radius(r, values, u), up=True)  # noqa: E731
         layers.append({
             "index": L.index, "structure": L.structure,
             "qk": _enc(L.qk), "ov": _enc(L.ov), "planes": None if L.planes is None else _enc(L.planes),
-            "radius_qk": _enc(L.radius_qk, up=True), "radius_ov": _enc(L.radius_ov, up=True),
-            "radius_planes": None if L.radius_planes is None else _enc(L.radius_planes, up=True),
+            "radius_qk": cap(L.radius_qk, L.qk), "radius_ov": cap(L.radius_ov, L.ov),
+            "radius_planes": None if L.radius_planes is None else cap(L.radius_planes, L.planes),
             "nonfinite_heads": [int(h) for h in (~L.finite).nonzero().flatten().tolist()],
         })
-    return {"format": FORMAT, "version": VERSION, "tool": f"idinspect {__version__}", "source": inv.source,
-            "revision": revision, "model": inv.model, "dtype": inv.dtype, "unit_roundoff": inv.unit_roundoff,
-            "gains_folded": inv.gains_folded, "encoding": ENCODING, "layers": layers}
+    fp = {"format": FORMAT, "version": VERSION, "tool": f"idinspect {__version__}", "source": inv.source,
+          "revision": revision, "model": inv.model, "dtype": inv.dtype, "unit_roundoff": inv.unit_roundoff,
+          "gains_folded": inv.gains_folded, "encoding": ENCODING, "layers": layers}
+    try:
+        fp = json.loads(json.dumps(fp, allow_nan=False))    # as a reader will see it (lists, not tuples)
+    except ValueError:
+        raise IdinspectError(f"{inv.source}: its structure holds a non-finite number (NaN or Inf), which a "
+                             "fingerprint cannot record; fix the model's config") from None
+    fp["integrity"] = canonical_digest(fp)
+    return fp
 
 
 #: The fingerprint's keys that its digest covers (what the model computes, not where it came from).
@@ -81,41 +98,42 @@ def is_fingerprint_file(source) -> bool:
 
 
 def read_fingerprint(path: str | Path) -> ModelInvariants:
-    """Parse a fingerprint file; IdinspectError naming the file and the problem if it is not one."""
+    """Parse and check a fingerprint file (:mod:`.fingerprint_check`); IdinspectError naming the
+    file and the problem if it is not one, is damaged, or claims figures its dtype cannot hold."""
     p = Path(path).expanduser()
-    try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise IdinspectError(f"{p}: not a readable JSON fingerprint ({exc}); write one with 'idinspect fingerprint MODEL -o FILE'")
-    if not isinstance(data, dict) or data.get("format") != FORMAT:
-        raise IdinspectError(f"{p}: not an idinspect fingerprint (no \"format\": \"{FORMAT}\"); "
-                             "write one with 'idinspect fingerprint MODEL -o FILE'")
-    if data.get("version") != VERSION:
-        raise IdinspectError(f"{p}: fingerprint version {data.get('version')!r} is not supported (this idinspect "
-                             f"reads version {VERSION}); rewrite it with this idinspect's 'fingerprint'")
-    try:
-        layers = [_layer(entry) for entry in data["layers"]]
-        return ModelInvariants(source=str(data.get("source") or p), model=dict(data.get("model") or {}),
-                               dtype=str(data["dtype"]), unit_roundoff=float(data["unit_roundoff"]),
-                               gains_folded=bool(data["gains_folded"]), layers=layers,
-                               value_rtol=FLOAT32_RTOL, origin=f"fingerprint {p.name}")
-    except (KeyError, TypeError, ValueError) as exc:
-        raise IdinspectError(f"{p}: malformed fingerprint ({type(exc).__name__}: {exc}); rewrite it with "
-                             "'idinspect fingerprint MODEL -o FILE'")
+    data = read_document(p)
+    integrity = check_integrity(p, data) if isinstance(data, dict) else "absent"
+    check_schema(p, data, VERSION)
+    check_declared_sizes(p, data)
+    if data["unit_roundoff"] != unit_roundoff_of(data["dtype"]):
+        raise IdinspectError(f"{p}: unit_roundoff {data['unit_roundoff']!r} is not that of its dtype {data['dtype']} "
+                             f"({unit_roundoff_of(data['dtype'])!r}); a fingerprint cannot claim another precision; "
+                             "write it again with 'idinspect fingerprint MODEL -o FILE'")
+    layers = [_layer(p, entry, data["dtype"]) for entry in data["layers"]]
+    return ModelInvariants(source=str(data.get("source") or p), model=dict(data.get("model") or {}),
+                           dtype=data["dtype"], unit_roundoff=unit_roundoff_of(data["dtype"]),
+                           gains_folded=data["gains_folded"], layers=layers, value_rtol=FLOAT32_RTOL,
+                           origin=f"fingerprint {p.name}", integrity=integrity)
 
 
-def _layer(entry: dict) -> LayerInvariants:
+def _layer(path: Path, entry: dict, dtype: str) -> LayerInvariants:
+    """One layer's arrays, decoded at their declared shapes (sizes checked already) and checked."""
     s = entry["structure"]
-    H, dk, dv = int(s["heads"]), int(s["d_k"]), int(s["d_v"])
-    P = int(s.get("rotary_dim") or 0) // 2
-    planes = None if entry.get("planes") is None else _dec(entry["planes"], (H, P, 2))
-    rp = None if entry.get("radius_planes") is None else _dec(entry["radius_planes"], (H, P))
-    finite = torch.ones(H, dtype=torch.bool)
+    index = int(entry["index"])
+    arrays = {key: decode(path, f"layer {index} {key}", entry[key], shape)
+              for key, shape in array_shapes(s, entry).items()}
+    finite = torch.ones(int(s["heads"]), dtype=torch.bool)
     for h in entry.get("nonfinite_heads") or []:
         finite[int(h)] = False
-    return LayerInvariants(index=int(entry["index"]), qk=_dec(entry["qk"], (H, dk)), ov=_dec(entry["ov"], (H, dv)),
-                           planes=planes, radius_qk=_dec(entry["radius_qk"], (H,)), radius_ov=_dec(entry["radius_ov"], (H,)),
-                           radius_planes=rp, finite=finite, structure=dict(s))
+    check_figures(path, index, arrays, finite, dtype)
+    structure = {k: (int(v) if k in _INTEGER_KEYS and v is not None else v) for k, v in s.items()}
+    return LayerInvariants(index=index, qk=arrays["qk"], ov=arrays["ov"], planes=arrays.get("planes"),
+                           radius_qk=arrays["radius_qk"], radius_ov=arrays["radius_ov"],
+                           radius_planes=arrays.get("radius_planes"), finite=finite, structure=structure)
+
+
+#: Structure keys the schema types as integers (a JSON 4.0 is read as 4).
+_INTEGER_KEYS = ("heads", "kv_heads", "d_model", "d_k", "d_v", "rotary_dim")
 
 
 def _enc(t: torch.Tensor, up: bool = False) -> str:
@@ -125,12 +143,3 @@ def _enc(t: torch.Tensor, up: bool = False) -> str:
         low = f.astype(np.float64) < a
         f[low] = np.nextafter(f[low], np.float32(np.inf))
     return base64.b64encode(np.ascontiguousarray(f).tobytes()).decode("ascii")
-
-
-def _dec(text: str, shape: tuple[int, ...]) -> torch.Tensor:
-    raw = base64.b64decode(text.encode("ascii"), validate=True)
-    a = np.frombuffer(raw, dtype="<f4")
-    n = int(np.prod(shape))
-    if a.size != n:
-        raise ValueError(f"array of {a.size} values where the structure implies {list(shape)}")
-    return torch.from_numpy(a.astype(np.float64).reshape(shape))

@@ -95,6 +95,8 @@ class ModelInvariants:
     value_rtol: float = 0.0
     origin: str = "weights"
     revision: str | None = None
+    #: Fingerprint files: "verified" (its integrity digest matched) or "absent" (written before the field).
+    integrity: str | None = None
 
 
 def layer_invariants(layer: AttentionLayer, gain: torch.Tensor | None, *, device: torch.device | str = "cpu",

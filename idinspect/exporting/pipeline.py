@@ -42,6 +42,7 @@ from ..sources.validate import os_reason
 from .claim import TEMP_MARK, check_out, make_temp, publish
 from .files import config_text, copy_files, index_text, plan_copies
 from .layers import LayerStream
+from .provenance import verified_commit
 from ..gauge import GAUGE_NAME, GAUGE_VERSION, Degeneracy
 from ..gauge.latent import LATENT_GAUGE_NAME
 from ..sources.hub import EXPORT_PATTERNS
@@ -86,6 +87,8 @@ class ExportResult:
     worst_invariant: str
     degeneracies: list[Degeneracy] = field(default_factory=list)
     gauge: str = GAUGE_NAME
+    #: Why the source's commit is not recorded (its bytes could not be verified), else None.
+    revision_note: str | None = None
 
     def to_dict(self) -> dict:
         return {"out": str(self.out), "source": self.source, "revision": self.revision, "dtype": self.dtype,
@@ -94,7 +97,7 @@ class ExportResult:
                 "gauge_fixed_tensors": self.gauge_fixed_tensors, "copied_files": self.copied_files,
                 "skipped_files": self.skipped_files, "max_invariant_error": self.max_invariant_error,
                 "worst_invariant": self.worst_invariant, "unique": not self.degeneracies,
-                "degeneracies": [d.describe() for d in self.degeneracies]}
+                "degeneracies": [d.describe() for d in self.degeneracies], "revision_note": self.revision_note}
 
 
 def export(source, out: str | Path, *, dtype: str = "keep", force: bool = False, revision: str | None = None,
@@ -143,8 +146,10 @@ def _export(model: Model, out: Path, dtype_name: str, target: torch.dtype | None
         copies, skipped = plan_copies(Path(src))
         rewritten = set(reader.shard_files) | {INDEX_FILE}
         skipped = [f for f in skipped if f not in rewritten]
+        read = [CONFIG_FILE, *copies, *reader.shard_files, *([INDEX_FILE] if reader.index_path is not None else [])]
+        revision, revision_note = verified_commit(model.provenance.revision, Path(src), list(dict.fromkeys(read)))
         copy_files(Path(src), tmp, copies)
-        info, slots = _provenance(model, dtype_name)
+        info, slots = _provenance(model, dtype_name, revision)
         total, count, n_tensors = 0, 0, len(reader.keys())
         patches: dict[str, dict[str, tuple[int, int]]] = {}
         with LayerStream(model, target, _schedule(plans, owner), progress) as layers, \
@@ -186,11 +191,11 @@ def _export(model: Model, out: Path, dtype_name: str, target: torch.dtype | None
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    return ExportResult(out=out, source=model.provenance.source, revision=model.provenance.revision, dtype=dtype_name,
+    return ExportResult(out=out, source=model.provenance.source, revision=revision, dtype=dtype_name,
                         shards=list(reader.shard_files), total_size=total, tensors=count,
                         gauge_fixed_tensors=len(owner), copied_files=[CONFIG_FILE, *copies], skipped_files=skipped,
                         max_invariant_error=worst, worst_invariant=where, degeneracies=degeneracies,
-                        gauge=gauge_name(model))
+                        gauge=gauge_name(model), revision_note=revision_note)
 
 
 def _shard_specs(reader: SafetensorsCheckpoint, fname: str, target: torch.dtype | None) -> dict[str, TensorSpec]:
@@ -229,7 +234,7 @@ def gauge_name(model: Model) -> str:
     return LATENT_GAUGE_NAME if getattr(model.adapter, "latent", False) else GAUGE_NAME
 
 
-def _provenance(model: Model, dtype_name: str) -> tuple[str, dict[str, Slot]]:
+def _provenance(model: Model, dtype_name: str, revision: str | None) -> tuple[str, dict[str, Slot]]:
     """The ``idinspect`` metadata string (compact JSON, sorted keys) with placeholder slots.
 
     ``max_invariant_error`` and ``unique`` are known only after every layer: their values are
@@ -239,7 +244,7 @@ def _provenance(model: Model, dtype_name: str) -> tuple[str, dict[str, Slot]]:
     from .. import __version__
 
     info = {"tool": "idinspect", "version": __version__, "gauge": {"name": gauge_name(model), "version": GAUGE_VERSION},
-            "source": model.provenance.source, "revision": model.provenance.revision, "dtype": dtype_name,
+            "source": model.provenance.source, "revision": revision, "dtype": dtype_name,
             **{key: None for key in SLOT_WIDTHS}}
     text, slots = "{", {}
     for n, key in enumerate(sorted(info)):

@@ -145,6 +145,26 @@ class RemoteCheckpoint(TensorReader):
         return bytes(buf)
 
     def _header(self, fname: str) -> tuple[int, dict[str, tuple[str, tuple[int, ...], int, int]]]:
+        """:meth:`_read_header`, with the range cache checked against it: a cached header that does not
+        read (a poisoned or damaged range) is dropped and fetched again once, and cached ranges that
+        the header puts outside the file or across its header/data boundary are dropped."""
+        cached = not self.cache.missing(fname, 0, 8)
+        try:
+            length, entries = self._read_header(fname)
+        except IdinspectError as exc:
+            if not cached:
+                raise
+            self.cache.drop(fname)
+            if self.fetcher is None:
+                raise IdinspectError(f"{exc} (read from the range cache, which held bad bytes and has dropped them; "
+                                     "run once online to fetch them again)") from None
+            length, entries = self._read_header(fname)
+        size = self.files[fname].size if fname in self.files else -1
+        end = size if size >= 0 else max((e[3] for e in entries.values()), default=length)
+        self.cache.drop_outside(fname, length, end)
+        return length, entries
+
+    def _read_header(self, fname: str) -> tuple[int, dict[str, tuple[str, tuple[int, ...], int, int]]]:
         """(8 + header length, name -> (dtype code, shape, first byte, end byte)) of one shard, read as
         huggingface_hub's safetensors-metadata helper does: the 8-byte length, then the JSON."""
         size = self.files[fname].size if fname in self.files else -1
@@ -156,6 +176,8 @@ class RemoteCheckpoint(TensorReader):
         try:
             header = json.loads(self._bytes(fname, 8, 8 + n))
             return 8 + n, tensor_entries(header, 8 + n, size if size >= 0 else None)
+        except RecursionError:
+            raise IdinspectError(f"{self._ref(fname)}: not a readable safetensors header (JSON nested too deeply)") from None
         except ValueError as exc:  # JSON errors and HeaderError
             raise IdinspectError(f"{self._ref(fname)}: not a readable safetensors header ({exc})") from None
 

@@ -140,6 +140,21 @@ class RangeCache:
         if pos < end:
             raise KeyError(filename)
 
+    def drop(self, filename: str, spans: list[tuple[int, int]] | None = None) -> None:
+        """Remove cached ranges of ``filename`` (all of them by default): they failed a check, and the
+        next read asks the server again."""
+        for a, b in self.spans(filename) if spans is None else spans:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self._dir(filename) / f"{a}-{b}")
+        self._spans.pop(filename, None)
+
+    def drop_outside(self, filename: str, data_start: int, size: int) -> None:
+        """Drop cached ranges that the file's safetensors header rules out: past the file's end
+        ``size``, or across the boundary ``data_start`` between the header and the tensor data."""
+        bad = [(a, b) for a, b in self.spans(filename) if b > size or a < data_start < b]
+        if bad:
+            self.drop(filename, bad)
+
     def _dir(self, filename: str) -> Path:
         return self.root / filename
 

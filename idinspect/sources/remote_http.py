@@ -100,6 +100,7 @@ class RangeFetcher:
                             response.read()
                         hf_raise_for_status(response)
                         self._check_pinned(response, file)
+                        self._check_encoding(response, file, pos, end)
                         self._check_range(response, file, pos, end)
                         for chunk in response.iter_raw():
                             room = end - pos
@@ -149,6 +150,16 @@ class RangeFetcher:
         if file.etag is not None and etag is not None and etag != file.etag and response.history:
             raise IdinspectError(f"{self.repo_id}/{file.name}: its content changed during the run (ETag {etag}, expected "
                                  f"{file.etag} at commit {self.commit}); rerun")
+
+    def _check_encoding(self, response, file: RemoteFile, pos: int, end: int) -> None:
+        """Ranges are asked for with ``Accept-Encoding: identity``: a body in any other content coding
+        (gzip, br, ...) is not the file's bytes, and is refused before any of it is stored."""
+        coding = (response.headers.get("Content-Encoding") or "identity").strip().lower()
+        if coding != "identity":
+            raise IdinspectError(f"{self.url(file.name)}: the server answered bytes {pos}-{end - 1} with Content-Encoding "
+                                 f"{coding!r} although idinspect asked for identity (the file's own bytes); nothing was "
+                                 "cached. Use an endpoint (HF_ENDPOINT) or proxy that serves plain byte ranges, or pass "
+                                 "--download")
 
     def _check_range(self, response, file: RemoteFile, pos: int, end: int) -> None:
         if response.status_code == 206:

@@ -52,8 +52,15 @@ def worker_context():
 
 def _init_worker(threads: int, environ: dict[str, str]) -> None:
     """Torch threads, and the environment the parent had when it made the pool (the fork server's
-    is older; huggingface_hub, which reads HF_* settings on import, is not imported there yet)."""
+    is older; huggingface_hub, which reads HF_* settings on import, is not imported there yet).
+
+    Ctrl-C reaches every process of the terminal's process group: a worker ignores it (no
+    traceback of its own), and the parent, which gets it too, stops the workers (:func:`stop_workers`)."""
+    import signal
+
     import torch
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
     os.environ.clear()
     os.environ.update(environ)
@@ -63,6 +70,19 @@ def _init_worker(threads: int, environ: dict[str, str]) -> None:
 
 def _run_one(source: str, options: dict) -> dict:
     return survey_row(source, options)
+
+
+def stop_workers(executor: ProcessPoolExecutor) -> None:
+    """Terminate the pool's worker processes (SIGTERM, then SIGKILL after 2 s) so that shutting it
+    down does not wait for the models they hold."""
+    processes = list((getattr(executor, "_processes", None) or {}).values())
+    for process in processes:
+        process.terminate()
+    for process in processes:
+        process.join(2.0)
+        if process.is_alive():
+            process.kill()
+            process.join(2.0)
 
 
 def died_row(source: str, why: str) -> dict:
@@ -107,6 +127,9 @@ class LocalPool:
                     executor.shutdown(wait=True, cancel_futures=True)
                     self.stats.restarts += 1
                     executor = self._executor()
+        except BaseException:  # Ctrl-C, SIGTERM: the models in flight are not waited for (their rows were never final)
+            stop_workers(executor)
+            raise
         finally:
             executor.shutdown(wait=True, cancel_futures=True)
         self.stats.peak_models = admission.peak_models

@@ -141,7 +141,7 @@ def diff(a, b, *, token: str | None = None, cache_dir: str | None = None, local_
         _check_same_model(A, B)
         n = A.num_layers
         layers = []
-        for i, record in enumerate(ordered_map(lambda i, _: diff_layer(A.layer(i), B.layer(i)), n,
+        for i, record in enumerate(ordered_map(lambda i, _: _diff_finite(A, B, i), n,
                                                layer_workers(_pair_bytes_in_flight(A), n, torch.device("cpu")),
                                                lambda: None)):
             layers.append(record)
@@ -163,6 +163,37 @@ def diff(a, b, *, token: str | None = None, cache_dir: str | None = None, local_
                    "invariant_change_max": max((L["invariant_change_max"] for L in layers), default=0.0)},
         "layers": layers,
     }
+
+
+def _diff_finite(A: Model, B: Model, i: int) -> dict:
+    """:func:`diff_layer` of layer ``i``, refused in one line where a weight is not finite or where the
+    figures overflow float64 (weights near 1e154 and beyond: their squares do)."""
+    la, lb = A.layer(i), B.layer(i)
+    for side, model, layer in (("A", A, la), ("B", B, lb)):
+        for role, t in layer.tensors().items():
+            if not bool(torch.isfinite(t).all()):
+                raise IdinspectError(f"{side} ({model.provenance.source}) layer {i} {role} holds NaN or Inf; diff needs "
+                                     "finite weights ('idinspect inspect' names the tensors)")
+    try:
+        record = diff_layer(la, lb)
+    except torch.linalg.LinAlgError:     # finite weights whose products overflow reach an SVD as Inf
+        record = None
+    if record is None or not _all_finite(record):
+        biggest = max(float(t.abs().max()) for layer in (la, lb) for t in layer.tensors().values() if t.numel())
+        raise IdinspectError(f"layer {i}: the diff's figures overflow float64 (largest |weight| {biggest:.3g}; its Gram "
+                             "matrices and their products grow like |w|^2 and |w|^4): diff cannot measure this pair; "
+                             "rescale both checkpoints by one factor (rho does not change)")
+    return record
+
+
+def _all_finite(x) -> bool:
+    if isinstance(x, float):
+        return math.isfinite(x)
+    if isinstance(x, dict):
+        return all(_all_finite(v) for v in x.values())
+    if isinstance(x, (list, tuple)):
+        return all(_all_finite(v) for v in x)
+    return True
 
 
 def _pair_bytes_in_flight(model: Model) -> int:
