@@ -87,10 +87,7 @@ class DeepseekAdapter(Adapter):
         return self._rope
 
     def scale(self, site: Site) -> float:
-        try:   # transformers >= 5.25 shares it; before, DeepSeek-V3's modelling file defines the same function
-            from transformers.modeling_rope_utils import yarn_apply_mscale
-        except ImportError:
-            from transformers.models.deepseek_v3.modeling_deepseek_v3 import yarn_apply_mscale
+        from transformers.modeling_rope_utils import yarn_apply_mscale
 
         return float(yarn_apply_mscale(self._full.rope_parameters or {}, self.head_dim ** -0.5))
 

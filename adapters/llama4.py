@@ -121,9 +121,7 @@ class Llama4TextAdapter(LlamaAdapter):
 
         m.apply_rotary_emb = apply_rotary_emb
         try:
-            # the weightless q/k norm: Llama4TextWeightlessRMSNorm from transformers 5.25, Llama4TextL2Norm before
-            weightless = getattr(m, "Llama4TextWeightlessRMSNorm", None) or m.Llama4TextL2Norm
-            with exact_norms({weightless: lambda mod, x: rms(x, getattr(mod, "variance_epsilon", getattr(mod, "eps", None))),
+            with exact_norms({m.Llama4TextWeightlessRMSNorm: lambda mod, x: rms(x, mod.variance_epsilon),
                               m.Llama4TextRMSNorm: weighted_rms}):
                 yield
         finally:
