@@ -15,12 +15,12 @@ from pathlib import Path
 
 from ..errors import IdinspectError, TransientError, first_line
 from .file_names import CONFIG_FILE, INDEX_FILE, SHARD_PATTERN, SINGLE_FILE
+from .hub_guard import COMMIT_SHA
 
 #: ``org/name``, or a legacy name without an organisation (``gpt2``, ``bert-base-uncased``).
 HUB_ID = re.compile(r"^(?:[A-Za-z0-9][A-Za-z0-9._-]*/)?[A-Za-z0-9][A-Za-z0-9._-]*$")
 #: File names a user points at on disk; no hub repository is named like this.
 _FILE_SUFFIXES = (".safetensors", ".gguf", ".json", ".bin", ".pt", ".pth", ".ckpt", ".pkl")
-COMMIT_SHA = re.compile(r"^[0-9a-f]{40}$")
 
 #: What inspection needs: the config and the transformers-named safetensors (never pickles,
 #: never other copies of the weights such as Mistral's ``consolidated.safetensors``).

@@ -115,12 +115,13 @@ def fetch_revision(repo_id: str, revision: str | None, token: str | bool | None,
     headers = build_hf_headers(token=token)
     for attempt in range(1, tries + 1):
         with get_session().stream("GET", url, headers=headers, params={"blobs": True}) as response:
-            if response.status_code == 429 and attempt < tries:
+            if response.status_code == 429:
                 after = response.headers.get("Retry-After")
                 wait = retry_after(after, backoff * 2 ** attempt)
-                if wait > max_wait:
-                    raise TransientError(f"{shown}: rate limited by the hub (HTTP 429, Retry-After {visible(after)[:40]} s); "
-                                         "retry later, or pass --token (authenticated requests get a higher limit)")
+                if wait > max_wait or attempt == tries:
+                    raise TransientError(f"{shown}: rate limited by the hub (HTTP 429, Retry-After {visible(after)[:40]}, "
+                                         f"{attempt} tries); retry later, or pass --token (authenticated requests get "
+                                         "a higher limit)")
                 (sleep or time.sleep)(wait)
                 continue
             if response.status_code >= 400:

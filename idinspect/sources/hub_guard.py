@@ -27,9 +27,9 @@ from collections.abc import Iterator
 from ..errors import IdinspectError, TransientError
 from ..textsafe import visible
 
-COMMIT_SHA = re.compile(r"^[0-9a-f]{40}$")
-SHA256 = re.compile(r"^[0-9a-f]{64}$")
-_ETAG = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9._-]{0,199}$")
+COMMIT_SHA = re.compile(r"\A[0-9a-f]{40}\Z")
+SHA256 = re.compile(r"\A[0-9a-f]{64}\Z")
+_ETAG = re.compile(r"\A[A-Za-z0-9_-][A-Za-z0-9._-]{0,199}\Z")
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
 #: Longest repository path accepted (the hub's own limit is far below).
 MAX_PATH = 1000
