@@ -230,6 +230,9 @@ def run() -> None:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     if os.environ.get("IDINSPECT_NO_FAST_EXIT", "").strip() not in ("", "0"):
         sys.exit(code)
+    from .entry import finish_multiprocessing
+
+    finish_multiprocessing()
     logging.shutdown()
     for stream in (sys.stdout, sys.stderr):
         try:

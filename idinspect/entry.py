@@ -141,7 +141,19 @@ def run() -> None:
         _quiet_exit(interrupted_code(exc))
 
 
+def finish_multiprocessing() -> None:
+    """multiprocessing's own exit handler (the atexit function that ``os._exit`` skips): ends the
+    fork server and worker processes a survey started and removes their ``pymp-*`` temp folder."""
+    util = sys.modules.get("multiprocessing.util")
+    if util is not None:
+        try:
+            util._exit_function()
+        except Exception:  # noqa: BLE001 - the command's outputs are complete; leave as before
+            pass
+
+
 def _quiet_exit(code: int) -> None:
+    finish_multiprocessing()
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()

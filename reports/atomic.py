@@ -15,9 +15,10 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
     An interrupted write leaves at most a hidden ``.NAME.*.tmp`` file, never a truncated output,
     and an existing file stays as it was. The file gets the permissions a plain ``open`` would
     (0o666 less the umask). Raises OSError (no such folder, not writable, disk full); returns the
-    final path.
+    final path. A lone surrogate (a file name that is not UTF-8, as Python decodes it) is written as
+    its visible escape ``\\udcXX``, so the file stays valid UTF-8.
     """
-    return write_atomic(path, lambda fh: fh.write(str.encode(text, "utf-8")))  # TypeError if not text
+    return write_atomic(path, lambda fh: fh.write(str.encode(text, "utf-8", "backslashreplace")))  # TypeError if not text
 
 
 def write_atomic(path: str | os.PathLike, write: Callable[[BinaryIO], object]) -> Path:

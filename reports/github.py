@@ -4,7 +4,9 @@ Workflow-command annotations (``::error file=...,line=1,title=...::message``), w
 most :data:`LIMIT` per kind (GitHub shows no more per step) followed by one notice counting the
 rest; and a markdown job summary that the command appends to ``$GITHUB_STEP_SUMMARY``.
 Escaping follows the runner's rules: ``%``, CR and LF in messages; additionally ``:`` and ``,``
-in properties.
+in properties. Every other control character (ESC, BEL, OSC 52 and the like, from tensor or folder
+names) is then made visible (:func:`~idinspect.textsafe.visible`): the runner echoes annotation text
+to the job log, where a raw escape sequence would be interpreted.
 """
 
 from __future__ import annotations
@@ -20,8 +22,9 @@ _KIND = {"error": "error", "warning": "warning", "note": "notice"}
 
 
 def escape_data(text: str) -> str:
-    """Escape a workflow-command message."""
-    return str(text).replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+    """Escape a workflow-command message: ``%``, CR and LF as the runner unescapes them, any other
+    control character as a visible ``\\xNN``."""
+    return visible(str(text).replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A"))
 
 
 def escape_property(text: str) -> str:

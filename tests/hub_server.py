@@ -111,14 +111,20 @@ class Fault:
 
     kind: str            # 'status', 'drop' (connection closed mid-body), 'short' (206 for part of the range),
     #                      'ignore_range', 'wrong_commit', 'gzip' (a 206 whose body is the range gzip-compressed,
-    #                      with Content-Encoding: gzip, whatever Accept-Encoding asked for), 'corrupt' (a whole
-    #                      file served with its last byte flipped: not the bytes the API's sha256 names)
+    #                      with Content-Encoding: gzip, whatever Accept-Encoding asked for), 'corrupt_file' (a whole
+    #                      file served with its last byte flipped: not the bytes the API's sha256 names), 'body'
+    #                      (answer ``status``/``headers``/``body`` instead), 'drip' (the real answer, one byte per
+    #                      ``delay`` seconds), 'headers' (the real answer with ``headers`` set over its own),
+    #                      'corrupt' (one body byte flipped)
     host: str = "cdn"
     path: str = ""
     status: int = 500
     headers: dict = field(default_factory=dict)
     keep: float = 0.5    # 'drop': fraction of the body sent before closing
     after: int = 0       # matching requests let through untouched before this one applies
+    body: bytes = b""
+    delay: float = 0.0
+    times: int = 1       # how many requests it applies to before it is used up
 
 
 class LocalHub:
@@ -170,8 +176,17 @@ class LocalHub:
                     if f.after > 0:
                         f.after -= 1
                         return None
-                    return self.faults.pop(i)
+                    f.times -= 1
+                    if f.times <= 0:
+                        self.faults.pop(i)
+                    return f
         return None
+
+    def api_body(self, repo_id: str, rev: str = "main") -> dict:
+        """The revision API's JSON for ``repo_id@rev`` as the hub serves it (to edit into a 'body' fault)."""
+        repo = self.repos[repo_id]
+        commit = repo.refs.get(rev, rev)
+        return _api_json(repo_id, commit, repo.commits[commit], repo.gated)
 
     def blob_by_sha(self, sha: str) -> Blob | None:
         for repo in self.repos.values():
@@ -208,6 +223,9 @@ def _handler(hub: LocalHub, role: str):
                   keep: float | None = None) -> None:
             self.send_response(status)
             headers = {"Content-Length": str(len(body) if length is None else length), **headers}
+            fault = getattr(self, "_fault", None)
+            if fault is not None and fault.kind == "headers":
+                headers.update(fault.headers)
             for k, v in headers.items():
                 self.send_header(k, str(v))
             self.end_headers()
@@ -216,11 +234,22 @@ def _handler(hub: LocalHub, role: str):
             if keep is not None:
                 body = body[:int(len(body) * keep)]
                 self.close_connection = True
+            fault = getattr(self, "_fault", None)
+            if fault is not None and fault.kind == "corrupt" and body:
+                body = bytes([body[0] ^ 0xFF]) + body[1:]
             with hub._lock:           # counted before the write: a client that has the body sees the count
                 hub.bytes_served[role] += len(body)
             try:
-                self.wfile.write(body)
-                self.wfile.flush()
+                if fault is not None and fault.kind == "drip":
+                    import time
+
+                    for i in range(len(body)):
+                        self.wfile.write(body[i:i + 1])
+                        self.wfile.flush()
+                        time.sleep(fault.delay)
+                else:
+                    self.wfile.write(body)
+                    self.wfile.flush()
             except (BrokenPipeError, ConnectionResetError):
                 with hub._lock:
                     hub.bytes_served[role] -= len(body)
@@ -241,8 +270,12 @@ def _handler(hub: LocalHub, role: str):
                 hub.log.append(entry)
             fault = hub.take_fault(role, path)
             entry["fault"] = fault.kind if fault is not None else None
+            self._fault = fault
             if fault is not None and fault.kind == "status":
                 self._send(fault.status, fault.headers, b'{"error": "injected"}', head)
+                return
+            if fault is not None and fault.kind == "body":
+                self._send(fault.status, fault.headers, fault.body, head)
                 return
             if role == "cdn":
                 self._cdn(path, head, fault)
@@ -258,9 +291,9 @@ def _handler(hub: LocalHub, role: str):
                 return
             rng = _RANGE.match(self.headers.get("Range") or "")
             headers = {"ETag": f'"{hashlib.md5(blob.sha256.encode()).hexdigest()}"', "Accept-Ranges": "bytes"}
-            if rng is None or (fault is not None and fault.kind in ("ignore_range", "corrupt")):
+            if rng is None or (fault is not None and fault.kind in ("ignore_range", "corrupt_file")):
                 body = b"" if head else blob.read(0, blob.size)
-                if fault is not None and fault.kind == "corrupt" and body:   # same size, one byte not the blob's
+                if fault is not None and fault.kind == "corrupt_file" and body:   # same size, one byte not the blob's
                     body = body[:-1] + bytes([body[-1] ^ 0xFF])
                 self._send(200, headers, body, head, length=blob.size)
                 return
@@ -319,15 +352,7 @@ def _handler(hub: LocalHub, role: str):
                 if move is not None and hub.api_calls >= move[0] and move[1] == repo_id:
                     hub.repos[repo_id].refs[move[2]] = move[3]
                     hub.move_after = None
-            siblings = []
-            for name, blob in sorted(repo.commits[commit].items()):
-                s = {"rfilename": name, "size": blob.size, "blobId": blob.git_sha}
-                if _lfs(name):
-                    s["lfs"] = {"sha256": blob.sha256, "size": blob.size, "pointerSize": 134}
-                siblings.append(s)
-            body = json.dumps({"_id": "x", "id": repo_id, "modelId": repo_id, "sha": commit, "private": False,
-                               "gated": "auto" if repo.gated else False, "disabled": False, "downloads": 0,
-                               "likes": 0, "tags": [], "siblings": siblings}).encode()
+            body = json.dumps(_api_json(repo_id, commit, repo.commits[commit], repo.gated)).encode()
             self._send(200, {"Content-Type": "application/json"}, body, head)
 
         def _tree(self, repo_id: str, rev: str, head: bool) -> None:
@@ -367,6 +392,18 @@ def _handler(hub: LocalHub, role: str):
             self._send(200, headers, b"" if head else blob.read(0, blob.size), head, length=blob.size)
 
     return Handler
+
+
+def _api_json(repo_id: str, commit: str, files: dict[str, Blob], gated: bool) -> dict:
+    siblings = []
+    for name, blob in sorted(files.items()):
+        s = {"rfilename": name, "size": blob.size, "blobId": blob.git_sha}
+        if _lfs(name):
+            s["lfs"] = {"sha256": blob.sha256, "size": blob.size, "pointerSize": 134}
+        siblings.append(s)
+    return {"_id": "x", "id": repo_id, "modelId": repo_id, "sha": commit, "private": False,
+            "gated": "auto" if gated else False, "disabled": False, "downloads": 0,
+            "likes": 0, "tags": [], "siblings": siblings}
 
 
 def served_files(folder) -> dict[str, bytes]:

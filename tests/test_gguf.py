@@ -261,12 +261,12 @@ def test_export_refuses_gguf_input(tmp_path):
 def hub(monkeypatch):
     from huggingface_hub import constants as hf_constants
 
-    from idinspect.sources import remote_gguf
+    from idinspect.sources import gguf_header
     from tests.hub_server import LocalHub
 
     monkeypatch.setattr(hf_constants, "HF_HUB_OFFLINE", False)
     monkeypatch.delenv("HF_TOKEN", raising=False)
-    monkeypatch.setattr(remote_gguf, "HEADER_GUESS", 256)     # tiny files: make the header grow
+    monkeypatch.setattr(gguf_header, "FIRST_READ", 256)     # tiny files: make the header reads grow
     with LocalHub() as server:
         monkeypatch.setattr(hf_constants, "ENDPOINT", server.endpoint)
         monkeypatch.setattr(hf_constants, "HUGGINGFACE_CO_URL_TEMPLATE",
@@ -292,7 +292,7 @@ def test_gguf_in_a_hub_repo_reads_header_and_attention_only(hub, tmp_path):
     attention = sum(int(t.n_bytes) for t in reader.tensors if ".attn_" in t.name and "norm" not in t.name)
     fetch = got["model"]["fetch"]
     assert fetch["attention_bytes"] == attention and fetch["checkpoint_bytes"] == len(data)
-    assert reader.data_offset <= fetch["header_bytes"] < 4 * reader.data_offset    # grown x4 until it parsed
+    assert reader.data_offset - 32 <= fetch["header_bytes"] < 4 * reader.data_offset    # doubling reads
     served = hub.bytes_served["hub"] + hub.bytes_served["cdn"]
     assert fetch["bytes_fetched"] <= fetch["header_bytes"] + attention < len(data)
     hub.reset_counts()
@@ -360,7 +360,8 @@ def test_gguf_in_a_hub_repo_under_faults(fault, hub, tmp_path, monkeypatch):
     assert r.code == 0, r.stderr
     fetch = json.loads(r.stdout)["model"]["fetch"]
     injected = len(b'{"error": "injected"}') if fault == "429" else 0     # the 429 answer's own body
-    assert hub.bytes_served["cdn"] - injected == fetch["bytes_fetched"] == fetch["header_bytes"] + fetch["attention_bytes"]
+    # the header's last read may reach into tensor data that the attention fetch then finds cached
+    assert hub.bytes_served["cdn"] - injected == fetch["bytes_fetched"] <= fetch["header_bytes"] + fetch["attention_bytes"]
     assert json.loads(r.stdout)["layers"] == inspect(idinspect.load(path))["layers"]
     assert (2.0 in waits) == (fault == "429")
 

@@ -85,7 +85,7 @@ def test_bytes_edited_in_the_cache_drop_the_commit(hub, served, cache, tmp_path,
 
 def test_bytes_served_unlike_the_hubs_digest_never_record_the_commit(hub, served, cache, tmp_path):
     commit = hub.add_repo(REPO, served_files(served))
-    hub.faults.append(Fault("corrupt", host="cdn", path=""))
+    hub.faults.append(Fault("corrupt_file", host="cdn", path=""))
     result = run_cli("export", REPO, tmp_path / "out", "--cache-dir", cache, "--format", "json")
     both = result.stdout + result.stderr
     assert result.code in (0, 2) and "Traceback" not in both and "internal error" not in both, both

@@ -272,11 +272,15 @@ def head_spectra(layer: AttentionLayer, scratch: Float64Buffers | None = None,
     R_O, fin_O, cert_O = _r_factor(layer.W_O.transpose(-1, -2), scratch)     # [H, k, dv]   (W_O^hT = Q R)
     finite = {"W_Q": fin_Q, "W_K": fin_K, "W_V": fin_V, "W_O": fin_O}
     certified = {"R_Q": cert_Q.cpu(), "R_K": cert_K.cpu(), "R_V": cert_V.cpu(), "R_O": cert_O.cpu()}
-    qk_ok = finite["W_Q"] & finite["W_K"][kv]
-    ov_ok = finite["W_V"][kv] & finite["W_O"]
     low = layer.W_Q.dtype in precision.LOW_PRECISION
-    qk = core_singular_values(R_Q @ R_K[kv].transpose(-1, -2), low & cert_Q & cert_K[kv])
-    ov = core_singular_values(R_V[kv] @ R_O.transpose(-1, -2), low & cert_V[kv] & cert_O)
+    qk_core, qk_fits = _finite_cores(R_Q @ R_K[kv].transpose(-1, -2))
+    ov_core, ov_fits = _finite_cores(R_V[kv] @ R_O.transpose(-1, -2))
+    # a head whose factors are finite but whose product overflows float64 (entries past ~1e154, the
+    # ``overflow`` finding) has no float64 spectrum: skipped like a head holding NaN/Inf
+    qk_ok = finite["W_Q"] & finite["W_K"][kv] & qk_fits
+    ov_ok = finite["W_V"][kv] & finite["W_O"] & ov_fits
+    qk = core_singular_values(qk_core, low & cert_Q & cert_K[kv])
+    ov = core_singular_values(ov_core, low & cert_V[kv] & cert_O)
 
     planes = None
     pos = layer.positional
@@ -287,12 +291,21 @@ def head_spectra(layer: AttentionLayer, scratch: Float64Buffers | None = None,
         Qp = R_Q[:, :, cols].permute(0, 2, 1, 3)                              # [H, planes, d_k, 2]
         Kp = R_K[:, :, cols].permute(0, 2, 1, 3)                              # [G, planes, d_k, 2]
         core = _qr_r(Qp) @ _qr_r(Kp)[kv].transpose(-1, -2)                    # [H, planes, 2, 2]
-        planes = torch.linalg.svdvals(core).cpu()
+        planes = torch.linalg.svdvals(_finite_cores(core)[0]).cpu()
 
     finite.update({role: finite_slices(t) for role, t in layer.tensors().items() if role not in finite})
     return HeadSpectra(qk=qk.cpu(), ov=ov.cpu(), qk_planes=planes, qk_ok=qk_ok.cpu(), ov_ok=ov_ok.cpu(),
                        rtol=rank_rtol(d, dk), factors={"R_Q": R_Q, "R_K": R_K, "R_V": R_V, "R_O": R_O},
                        finite=finite, certified=certified)
+
+
+def _finite_cores(core: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(core with every non-finite matrix replaced by zeros, [n] bool: that matrix was finite). A
+    product of finite factors is non-finite only where it overflowed float64."""
+    fits = torch.isfinite(core).flatten(1).all(dim=1) if core.dim() > 1 else torch.isfinite(core)
+    if bool(fits.all()):
+        return core, fits
+    return torch.where(fits.reshape(-1, *([1] * (core.dim() - 1))), core, torch.zeros_like(core)), fits
 
 
 def _condition(values: torch.Tensor) -> list[float | None]:

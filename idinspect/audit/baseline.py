@@ -54,7 +54,9 @@ class Baseline:
     @classmethod
     def read(cls, path: Path) -> "Baseline":
         try:
-            data = json.loads(Path(path).read_text(encoding="utf-8"))
+            from ..sources.regular_file import read_regular
+
+            data = json.loads(read_regular(path, fix="pass a baseline JSON file").decode("utf-8"))
         except FileNotFoundError:
             raise BaselineError(f"{path}: baseline file does not exist; create it with --write-baseline {path}") from None
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:

@@ -71,13 +71,15 @@ def unsupported_model_type(directory: Path | None) -> str | None:
     Used only after loading failed, to tell "not supported" (a finding) from "not readable" (an error).
     """
     from ..adapters import supported_model_types
+    from ..errors import IdinspectError
+    from ..sources.regular_file import read_regular
 
     if directory is None:
         return None
     cfg = Path(directory) / CONFIG_FILE
     try:
-        raw = json.loads(cfg.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+        raw = json.loads(read_regular(cfg).decode("utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError, IdinspectError):
         return None
     model_type = raw.get("model_type") if isinstance(raw, dict) else None
     if not isinstance(model_type, str) or model_type in supported_model_types():

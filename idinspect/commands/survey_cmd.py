@@ -24,6 +24,12 @@ def parse_size(text: str) -> int:
     return int(float(m.group(1)) * 1024 ** " KMGT".index((m.group(2) or " ").upper()))
 
 
+def _finite(value: float, name: str) -> float:
+    if value != value:   # NaN passes FloatRange's comparisons
+        raise click.BadParameter(f"{value!r} is not a number of seconds", param_hint=name)
+    return value
+
+
 @click.command("survey")
 @click.argument("sources", nargs=-1)
 @click.option("--from", "from_file", type=click.Path(dir_okay=False), metavar="FILE",
@@ -39,6 +45,13 @@ def parse_size(text: str) -> int:
 @click.option("--ray", "ray_address", is_flag=False, flag_value="local", default=None, metavar="[ADDRESS]",
               help="Run on Ray (needs idinspect[ray]): alone, a local instance; 'auto' or host:port joins a "
                    "cluster. Write --ray=ADDRESS or put --ray after the models.")
+@click.option("--timeout", "timeout", type=click.FloatRange(min=0, min_open=True, max=1e9), default=3600.0,
+              callback=lambda ctx, param, value: _finite(value, "--timeout"),
+              show_default=True, help="Local pool: seconds one model may take; past it the model fails with "
+                                      "'timed out' in its row (not retried).")
+@click.option("--model-memory", "model_memory", metavar="SIZE",
+              help="Local pool: memory one model's inspection may allocate beyond its worker's own (default: "
+                   "the --memory budget less the workers' base); past it the model fails in its row (not retried).")
 @click.option("--retries", type=click.IntRange(min=0), default=2, show_default=True,
               help="Extra attempts for a model that failed transiently (network, worker died); bad input is never retried.")
 @click.option("--fingerprint", is_flag=True,
@@ -50,7 +63,8 @@ def parse_size(text: str) -> int:
 @click.option("-q", "--quiet", is_flag=True, help="No per-model lines on stderr (errors still print).")
 @debug_option
 def survey_command(sources: tuple[str, ...], from_file: str | None, jsonl: str | None, parquet: str | None,
-                   html_path: str | None, workers: int | None, memory: str | None, ray_address: str | None, retries: int,
+                   html_path: str | None, workers: int | None, memory: str | None, ray_address: str | None,
+                   timeout: float, model_memory: str | None, retries: int,
                    fingerprint: bool, no_resume: bool, device: str, token: str | None, cache_dir: str | None, offline: bool,
                    quiet: bool) -> None:
     """Inspect many models and write one row per model (JSONL and/or Parquet, plus an HTML summary)."""
@@ -69,7 +83,8 @@ def survey_command(sources: tuple[str, ...], from_file: str | None, jsonl: str |
     budget = parse_size(memory) if memory else None
     silence_library_progress()
     options = SurveyOptions(token=token, cache_dir=cache_dir, offline=offline, device=device,
-                            fingerprint=fingerprint)
+                            fingerprint=fingerprint, timeout=timeout,
+                            model_memory=parse_size(model_memory) if model_memory else None)
     backend = None
     if ray_address is not None:
         from ..survey.ray_backend import RayBackend, require_ray

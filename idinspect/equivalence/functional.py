@@ -15,7 +15,10 @@ bf16/fp16/fp32 weights.
 
 from __future__ import annotations
 
+import contextlib
 import gc
+import os
+import shutil
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -120,9 +123,38 @@ def available_memory() -> int:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
+#: Where torch's compilers keep their caches (``torchinductor_<user>``, triton's): inside a run they
+#: are pointed at a folder idinspect owns and removes (:func:`private_compile_caches`).
+COMPILE_CACHE_VARIABLES = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
+
+
+@contextlib.contextmanager
+def private_compile_caches():
+    """Point torch's compile caches at a temporary folder of ours for the block, then remove it
+    (a cache folder the user chose through the environment is left alone)."""
+    chosen = [k for k in COMPILE_CACHE_VARIABLES if os.environ.get(k)]
+    folder = tempfile.mkdtemp(prefix="idinspect-compile-")
+    set_here = [k for k in COMPILE_CACHE_VARIABLES if k not in chosen]
+    for k in set_here:
+        os.environ[k] = os.path.join(folder, k.split("_")[0].lower())
+    try:
+        yield
+    finally:
+        for k in set_here:
+            os.environ.pop(k, None)
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 def run_model(path: Path, ids: torch.Tensor, decode: int, plan: LoadPlan,
               edit: Callable[[torch.nn.Module], None] | None = None) -> Outputs:
-    """Load ``path`` with stock transformers, optionally ``edit`` its weights, run the probe."""
+    """Load ``path`` with stock transformers, optionally ``edit`` its weights, run the probe (torch's
+    compile caches in a folder of ours, :func:`private_compile_caches`)."""
+    with private_compile_caches():
+        return _run_model(path, ids, decode, plan, edit)
+
+
+def _run_model(path: Path, ids: torch.Tensor, decode: int, plan: LoadPlan,
+               edit: Callable[[torch.nn.Module], None] | None) -> Outputs:
     from transformers import AutoConfig
 
     config = AutoConfig.from_pretrained(str(path))

@@ -360,6 +360,9 @@ def _functional_checks(A: Model, B: Model, dtype: torch.dtype, tokens: int, deco
     progress("functional", 1, runs)
     out_b = fn.run_model(B.provenance.path, ids, decode, plan)
     progress("functional", 2, runs)
+    undefined = _undefined_outputs(out_a, out_b, ids)
+    if undefined is not None:
+        return [undefined]
     err_abs = float((out_a.values - out_b.values).abs().max())
     scale = float(out_a.values.abs().max())
     err = err_abs / scale if scale > 0 else err_abs
@@ -387,6 +390,24 @@ def _functional_checks(A: Model, B: Model, dtype: torch.dtype, tokens: int, deco
         checks.append(Check("decode", same or excused, detail=detail,
                             extra={"a": out_a.decoded.tolist(), "b": out_b.decoded.tolist()}))
     return checks
+
+
+def _undefined_outputs(out_a, out_b, ids: torch.Tensor) -> Check | None:
+    """A skipped functional check when transformers' own run of A gives NaN/Inf (weights whose
+    products overflow its arithmetic, e.g. a float32 softmax over float64 scores): the function is
+    not defined there, so the invariants decide; B non-finite at the same places only. None otherwise."""
+    bad_a = ~torch.isfinite(out_a.values)
+    if not bool(bad_a.any()):
+        return None
+    bad_b = ~torch.isfinite(out_b.values)
+    n, total = int(bad_a.sum()), bad_a.numel()
+    if not torch.equal(bad_a, bad_b):
+        return Check("functional", False, detail=f"{out_a.kind} on {tuple(ids.shape)} seeded random ids: A's are not "
+                                                  f"finite at {n} of {total} values, B's at {int(bad_b.sum())} "
+                                                  "(not the same places)")
+    return Check("functional", None, detail=f"skipped: transformers' own {out_a.kind} of A are not finite at {n} of "
+                                           f"{total} values (its arithmetic overflows on these weights), and B's at "
+                                           "the same places; the invariants decide")
 
 
 def _apply_baseline(model, A: Model, dtype: torch.dtype) -> None:

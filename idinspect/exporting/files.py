@@ -16,6 +16,7 @@ from pathlib import Path
 
 from ..errors import IdinspectError
 from ..sources.file_names import CONFIG_FILE, WEIGHT_SUFFIXES
+from ..sources.regular_file import read_regular
 
 SKIPPED_DIRS = (".git", ".cache", ".huggingface")
 _DTYPE_FIELD = re.compile(r'("(?:torch_)?dtype"\s*:\s*)(?:"[^"]*"|null)')
@@ -104,7 +105,7 @@ def config_text(source: Path, new_dtype: str | None) -> str:
     """
     path = source / CONFIG_FILE
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_regular(path).decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise IdinspectError(f"{path}: cannot read ({exc})") from None
     if new_dtype is None:
@@ -120,7 +121,7 @@ def config_text(source: Path, new_dtype: str | None) -> str:
 
 def index_text(index_path: Path, total_size: int) -> str:
     """The input index with ``metadata.total_size`` set; weight_map and key order kept."""
-    data = json.loads(index_path.read_text(encoding="utf-8"))
+    data = json.loads(read_regular(index_path).decode("utf-8"))
     meta = data.get("metadata")
     if not isinstance(meta, dict):
         meta = {}

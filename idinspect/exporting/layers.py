@@ -52,6 +52,25 @@ class FixedLayer:
     degeneracies: list[Degeneracy]
 
 
+def check_representable(layer: AttentionLayer, role: str, exact: torch.Tensor, cast: torch.Tensor) -> None:
+    """Refuse (naming the tensor, the reason and the largest value) a gauge-fixed tensor that its output
+    dtype cannot hold: one that overflows it, or one whose largest entry is subnormal there (stored
+    with fewer significant bits than the dtype's precision, it no longer computes the same function
+    to that dtype's rounding)."""
+    name = layer.tensor_names.get(role, role)
+    kind = str(cast.dtype).removeprefix("torch.")
+    largest = float(exact.abs().max()) if exact.numel() else 0.0
+    if not all_finite(cast):
+        raise IdinspectError(f"layer {layer.index}: the gauge-fixed {name} is not finite in {kind} (the balanced "
+                             f"form's largest value {largest:.3g} overflows it, whose maximum is "
+                             f"{torch.finfo(cast.dtype).max:.3g}); export with --dtype float64, or keep the checkpoint as it is")
+    if cast.dtype.is_floating_point and 0 < largest < torch.finfo(cast.dtype).tiny:
+        raise IdinspectError(f"layer {layer.index}: the gauge-fixed {name} has largest value {largest:.3g}, below "
+                             f"{kind}'s smallest normal number {torch.finfo(cast.dtype).tiny:.3g}: stored as subnormals "
+                             f"it keeps too few significant bits to compute the same function; export with --dtype "
+                             "float64, or rescale the checkpoint")
+
+
 def fix_layer(layer: AttentionLayer, target: torch.dtype | None, workspace: Float64Buffers | None = None) -> FixedLayer:
     """Canonicalise ``layer`` in float64, cast each tensor once (to ``target``, or its stored dtype),
     and measure the largest invariant change between the original and the cast result.
@@ -70,10 +89,7 @@ def fix_layer(layer: AttentionLayer, target: torch.dtype | None, workspace: Floa
     if fixed.qk_norm is not None:                           # the balanced norm gains, cast the same way
         cast = cast.replace(qk_norm=cast_norm(fixed.qk_norm, layer.qk_norm, target))
     for role, t in cast.tensors().items():
-        if not all_finite(t):
-            raise IdinspectError(f"layer {layer.index}: the gauge-fixed {layer.tensor_names.get(role, role)} is not "
-                                 f"finite in {str(t.dtype).removeprefix('torch.')} (the balanced form overflows it); "
-                                 "export with --dtype float32 or float64, or keep the checkpoint as it is")
+        check_representable(layer, role, getattr(fixed, role), t)
     if comparison_precision(layer.W_Q.dtype, cast.W_Q.dtype) == torch.float32:   # bf16/fp16 in and out:
         error = largest_invariant_error(layer, cast, grams_a=report.head_grams,   # the same values, half the
                                         precision=torch.float32)                   # bytes to widen

@@ -105,13 +105,14 @@ def setting_optional(config, name: str, default: Any = None) -> Any:
 def read_config(folder: Path) -> CheckpointConfig:
     """``folder/config.json`` for a supported ``model_type``; every failure is a one-line error naming the file."""
     from ..adapters import ADAPTERS, supported_model_types  # the adapters' table (they import this module)
+    from .regular_file import read_regular
 
     path = Path(folder) / CONFIG_FILE
-    if not path.is_file():
+    if not path.exists():
         raise IdinspectError(f"{folder}: no config.json; a Hugging Face checkpoint directory needs one "
                              "(save_pretrained writes it)")
     try:
-        settings = json.loads(path.read_text(encoding="utf-8"))
+        settings = json.loads(read_regular(path, fix="fix or re-download it").decode("utf-8"))
     except (OSError, ValueError, RecursionError) as exc:
         raise IdinspectError(f"{path}: not valid JSON ({one_line(exc)}); fix or re-download it") from None
     if not isinstance(settings, dict):

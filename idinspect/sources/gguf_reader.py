@@ -20,6 +20,7 @@ pairs computes what transformers' half-split rotation computes: per head, rows `
 from __future__ import annotations
 
 import json
+import math
 import re
 import tempfile
 from collections.abc import Callable
@@ -29,7 +30,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..errors import IdinspectError
+from ..errors import IdinspectError, one_line
+from ..textsafe import visible
 from .checkpoint import TensorReader
 from .file_names import CONFIG_FILE
 
@@ -103,13 +105,21 @@ class GGUFCheckpoint(TensorReader):
     in part, :mod:`.remote_gguf`, fetches what it does not hold yet)."""
 
     def __init__(self, path: str | Path, ensure: Callable[[int, int], None] | None = None):
+        from .gguf_header import check_file
+        from .validate import os_reason
+
         gguf = _gguf()
         self.path = Path(path)
         self._ensure = ensure
         try:
+            self.header = check_file(self.path)    # counts, sizes and offsets against the file, before parsing
             self._file = gguf.GGUFReader(str(self.path), "r")
-        except (OSError, ValueError, KeyError, IndexError) as exc:
-            raise IdinspectError(f"{self.path}: not a readable GGUF file ({exc})") from None
+        except OSError as exc:
+            raise IdinspectError(f"{self.path}: {os_reason(exc)}") from None
+        except (ValueError, KeyError, IndexError, OverflowError, MemoryError, UnicodeDecodeError,
+                RecursionError) as exc:
+            raise IdinspectError(f"{self.path}: not a readable GGUF file ({visible(one_line(exc))}); "
+                                 "re-download or convert it again") from None
         self.gguf_architecture = str(self._field("general.architecture", ""))
         family = FAMILIES.get(self.gguf_architecture)
         if family is None:
@@ -230,10 +240,11 @@ class GGUFCheckpoint(TensorReader):
         """Undo llama.cpp's ``permute``: rows (h, j, s) back to (h, s, j) for 'normal' rotary families."""
         if self.family.rope != "normal":
             return w
+        md = _Checked(self)
         if name.endswith(("self_attn.q_proj.weight", "self_attn.q_proj.bias")):
-            n = int(self.metadata("attention.head_count"))
+            n = md.count("attention.head_count")
         elif name.endswith(("self_attn.k_proj.weight", "self_attn.k_proj.bias")):
-            n = int(self.metadata("attention.head_count_kv", self.metadata("attention.head_count")))
+            n = md.count("attention.head_count_kv", md.count("attention.head_count"))
         else:
             return w
         rows = w.shape[0]
@@ -247,23 +258,23 @@ class GGUFCheckpoint(TensorReader):
 def synthesised_config(reader: GGUFCheckpoint) -> dict:
     """The config.json settings of the GGUF's metadata, for the adapter of its family."""
     f = reader.family
-    md = reader.metadata
-    heads = int(md("attention.head_count"))
-    kv = md("attention.head_count_kv", heads)
-    kv = int(kv[0] if isinstance(kv, list) else kv)
+    md = _Checked(reader)
+    heads = md.count("attention.head_count", hi=1 << 16)
+    kv = md.count("attention.head_count_kv", heads, hi=heads)
+    layers = md.count("block_count", hi=max(1, len(reader.header.tensors)))
+    hidden = md.count("embedding_length", hi=1 << 24)
     if f.model_type == "gpt2":
-        return {"model_type": "gpt2", "architectures": [f.architecture], "n_embd": int(md("embedding_length")),
-                "n_layer": int(md("block_count")), "n_head": heads, "n_positions": int(md("context_length", 1024)),
-                "layer_norm_epsilon": _decimal(md("attention.layer_norm_epsilon", 1e-5)),
+        return {"model_type": "gpt2", "architectures": [f.architecture], "n_embd": hidden,
+                "n_layer": layers, "n_head": heads, "n_positions": md.count("context_length", 1024),
+                "layer_norm_epsilon": _decimal(md.number("attention.layer_norm_epsilon", 1e-5)),
                 "vocab_size": _vocab(reader)}
-    hidden = int(md("embedding_length"))
-    head_dim = int(md("attention.key_length", hidden // heads))
+    head_dim = md.count("attention.key_length", max(1, hidden // heads), hi=1 << 20)
     cfg = {"model_type": f.model_type, "architectures": [f.architecture], "hidden_size": hidden,
-           "num_hidden_layers": int(md("block_count")), "num_attention_heads": heads, "num_key_value_heads": kv,
-           "head_dim": head_dim, "intermediate_size": int(md("feed_forward_length", 4 * hidden)),
-           "max_position_embeddings": int(md("context_length", 4096)),
-           "rms_norm_eps": _decimal(md("attention.layer_norm_rms_epsilon", 1e-6)),
-           "rope_theta": _decimal(md("rope.freq_base", 10000.0)), "vocab_size": _vocab(reader),
+           "num_hidden_layers": layers, "num_attention_heads": heads, "num_key_value_heads": kv,
+           "head_dim": head_dim, "intermediate_size": md.count("feed_forward_length", 4 * hidden),
+           "max_position_embeddings": md.count("context_length", 4096),
+           "rms_norm_eps": _decimal(md.number("attention.layer_norm_rms_epsilon", 1e-6)),
+           "rope_theta": _decimal(md.number("rope.freq_base", 10000.0)), "vocab_size": _vocab(reader),
            "tie_word_embeddings": "lm_head.weight" not in reader}
     if f.model_type in ("llama", "mistral", "granite", "qwen3", "gemma3_text"):
         cfg["attention_bias"] = "model.layers.0.self_attn.q_proj.bias" in reader
@@ -271,20 +282,20 @@ def synthesised_config(reader: GGUFCheckpoint) -> dict:
         for key, name in (("attention.scale", "attention_multiplier"), ("embedding_scale", "embedding_multiplier"),
                           ("residual_scale", "residual_multiplier"), ("logit_scale", "logits_scaling")):
             if md(key) is not None:
-                cfg[name] = _decimal(md(key))
+                cfg[name] = _decimal(md.number(key, 1.0))
     scaling = md("rope.scaling.type")
-    factor = md("rope.scaling.factor")
+    factor = md.number("rope.scaling.factor", 1.0) if md("rope.scaling.factor") is not None else None
     if scaling in ("linear", "yarn") and factor:
         cfg["rope_scaling"] = {"rope_type": scaling, "factor": _decimal(factor)}
         if scaling == "yarn":
-            cfg["rope_scaling"]["original_max_position_embeddings"] = int(md("rope.scaling.original_context_length",
-                                                                                cfg["max_position_embeddings"]))
-    window = md("attention.sliding_window")
+            cfg["rope_scaling"]["original_max_position_embeddings"] = md.count("rope.scaling.original_context_length",
+                                                                                    cfg["max_position_embeddings"])
+    window = md.count("attention.sliding_window", 0, lo=0)
     if window:
-        cfg["sliding_window"] = int(window)
-    rotary = md("rope.dimension_count")
-    if rotary and int(rotary) != head_dim:
-        cfg["partial_rotary_factor"] = int(rotary) / head_dim
+        cfg["sliding_window"] = window
+    rotary = md.count("rope.dimension_count", 0, lo=0, hi=head_dim)
+    if rotary and rotary != head_dim:
+        cfg["partial_rotary_factor"] = rotary / head_dim
     if f.model_type == "phi3":
         cfg.update(_phi3_rope(reader, cfg))
     if f.model_type == "gemma3_text":
@@ -309,12 +320,14 @@ def _gemma3_layers(reader: GGUFCheckpoint, cfg: dict) -> dict:
     if isinstance(pattern, list):
         types = ["sliding_attention" if bool(p) else "full_attention" for p in pattern][:n]
     else:
-        types = ["sliding_attention" if (i + 1) % int(pattern) else "full_attention" for i in range(n)]
+        period = _Checked(reader).count("attention.sliding_window_pattern", GEMMA3_SWA_PATTERN)
+        types = ["sliding_attention" if (i + 1) % period else "full_attention" for i in range(n)]
     full = {"rope_type": "default", "rope_theta": cfg.pop("rope_theta")}
     scaling = cfg.pop("rope_scaling", None)
     if scaling is not None and scaling["rope_type"] == "linear":
         full = {**full, "rope_type": "linear", "factor": scaling["factor"]}
-    sliding = {"rope_type": "default", "rope_theta": _decimal(reader.metadata("rope.freq_base_swa", GEMMA3_SWA_ROPE_BASE))}
+    sliding = {"rope_type": "default",
+               "rope_theta": _decimal(_Checked(reader).number("rope.freq_base_swa", GEMMA3_SWA_ROPE_BASE))}
     scalar = cfg["hidden_size"] // cfg["num_attention_heads"] if n == 62 else cfg["head_dim"]
     return {"layer_types": types, "rope_parameters": {"sliding_attention": sliding, "full_attention": full},
             "query_pre_attn_scalar": scalar}
@@ -323,8 +336,8 @@ def _gemma3_layers(reader: GGUFCheckpoint, cfg: dict) -> dict:
 def _phi3_rope(reader: GGUFCheckpoint, cfg: dict) -> dict:
     """Phi-3's original context length, and its longrope factors, which llama.cpp stores as the
     tensors ``rope_factors_long`` / ``rope_factors_short`` (one factor per rotary plane)."""
-    original = reader.metadata("rope.scaling.original_context_length")
-    out = {"original_max_position_embeddings": int(original)} if original else {}
+    original = _Checked(reader).count("rope.scaling.original_context_length", 0, lo=0)
+    out = {"original_max_position_embeddings": original} if original else {}
     long, short = reader.config_tensor("rope_factors_long.weight"), reader.config_tensor("rope_factors_short.weight")
     if long is not None or short is not None:
         if long is None or short is None:
@@ -336,6 +349,48 @@ def _phi3_rope(reader: GGUFCheckpoint, cfg: dict) -> dict:
                                  f"{reader.gguf_architecture}.rope.scaling.original_context_length; convert the file again")
         out["rope_scaling"] = {"rope_type": "longrope", **factors}
     return out
+
+
+_REQUIRED = object()
+
+
+class _Checked:
+    """The GGUF's metadata as :func:`synthesised_config` reads it, each value checked for its type and
+    range first (one-line errors naming the file and the key): counts are integers (one per layer
+    only if all equal), numbers finite, the layer count no more than the tensors the file lists."""
+
+    def __init__(self, reader: GGUFCheckpoint):
+        self.reader = reader
+
+    def __call__(self, key: str, default=None):
+        return self.reader.metadata(key, default)
+
+    def _bad(self, key: str, value, wanted: str) -> IdinspectError:
+        shown = visible(repr(value if not isinstance(value, list) else value[:4]))[:60]
+        return IdinspectError(f"{self.reader.path}: GGUF metadata {self.reader.gguf_architecture}.{key} is {shown}, "
+                              f"not {wanted}; convert the file again")
+
+    def count(self, key: str, default=_REQUIRED, lo: int = 1, hi: int = 1 << 31) -> int:
+        value = self.reader.metadata(key, None)
+        if value is None:
+            if default is _REQUIRED:
+                raise IdinspectError(f"{self.reader.path}: no {self.reader.gguf_architecture}.{key} in the GGUF "
+                                     "metadata; convert the file again")
+            return default
+        if isinstance(value, list):
+            if not value or any(v != value[0] for v in value):
+                raise self._bad(key, value, "one count for every layer (per-layer values are not supported)")
+            value = value[0]
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not lo <= int(value) <= hi:
+            raise self._bad(key, value, f"an integer from {lo} to {hi}")
+        return int(value)
+
+    def number(self, key: str, default: float) -> float:
+        value = self.reader.metadata(key, default)
+        if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) \
+                or not math.isfinite(float(value)) or float(value) <= 0:
+            raise self._bad(key, value, "a positive finite number")
+        return float(value)
 
 
 def _decimal(value) -> float:

@@ -15,12 +15,12 @@ from pathlib import Path
 
 from ..errors import IdinspectError, TransientError, first_line
 from .file_names import CONFIG_FILE, INDEX_FILE, SHARD_PATTERN, SINGLE_FILE
+from .hub_guard import COMMIT_SHA
 
 #: ``org/name``, or a legacy name without an organisation (``gpt2``, ``bert-base-uncased``).
 HUB_ID = re.compile(r"^(?:[A-Za-z0-9][A-Za-z0-9._-]*/)?[A-Za-z0-9][A-Za-z0-9._-]*$")
 #: File names a user points at on disk; no hub repository is named like this.
 _FILE_SUFFIXES = (".safetensors", ".gguf", ".json", ".bin", ".pt", ".pth", ".ckpt", ".pkl")
-COMMIT_SHA = re.compile(r"^[0-9a-f]{40}$")
 
 #: What inspection needs: the config and the transformers-named safetensors (never pickles,
 #: never other copies of the weights such as Mistral's ``consolidated.safetensors``).
@@ -89,18 +89,69 @@ def download_snapshot(repo_id: str, revision: str | None = None, token: str | No
                       local_files_only: bool = False) -> tuple[Path, str]:
     """Download (or find in the cache) a snapshot; returns (local folder, resolved commit sha).
 
-    If the index names shards that ``allow_patterns`` did not match, they are fetched by name in a
-    second call pinned to the same commit.
+    Online, the revision is first resolved with the validated revision API
+    (:func:`~.remote_http.resolve_commit`): the download is pinned to that commit and asks for the
+    listed files by exact name (a hostile listing cannot add a path), and every downloaded file is
+    checked against the digest the API gave (:func:`~.hub_verify.verify_download`). If the index
+    names shards that ``allow_patterns`` did not match, they are fetched by name in a second call
+    pinned to the same commit.
     """
     patterns = list(allow_patterns or INSPECT_PATTERNS)
     kwargs = {"token": token, "cache_dir": str(cache_dir) if cache_dir is not None else None,
               "local_files_only": local_files_only}
-    folder = Path(_call(repo_id, revision, patterns, **kwargs))
-    commit = folder.name
+    listing = None if is_offline(local_files_only) else _resolve(repo_id, revision, token, cache_dir)
+    if listing is None:
+        folder = Path(_call(repo_id, revision, patterns, **kwargs))
+        commit = folder.name
+    else:
+        commit, files = listing
+        folder = Path(_call(repo_id, commit, _exact(files, patterns), **kwargs))
+        _write_ref(cache_dir, repo_id, revision, commit)
     missing = _unmatched_shards(folder)
+    if listing is not None:
+        missing = [n for n in missing if n in listing[1]]
     if missing:
-        folder = Path(_call(repo_id, commit if COMMIT_SHA.match(commit) else revision, missing, **kwargs))
+        folder = Path(_call(repo_id, commit if COMMIT_SHA.match(commit) else revision,
+                            _exact(listing[1], missing) if listing is not None else missing, **kwargs))
+    if listing is not None:
+        from .hub_verify import verify_download
+
+        for name, file in listing[1].items():
+            if (folder / name).is_file():
+                verify_download(folder / name, file.etag, f"{repo_id}@{commit[:12]}/{name}")
     return folder, commit
+
+
+def _resolve(repo_id: str, revision: str | None, token, cache_dir):
+    """(commit, files) from the validated revision API, or None when the hub cannot be reached (then
+    huggingface_hub falls back to its cache as it always does)."""
+    from .remote import hub_errors
+    from .remote_http import resolve_commit
+
+    try:
+        with hub_errors(repo_id, revision, cache_dir, offline=False):
+            return resolve_commit(repo_id, revision, token)
+    except HubUnreachable:
+        return None
+
+
+def _exact(files: dict, patterns: list[str]) -> list[str]:
+    """The listed files that ``patterns`` match, each as a pattern matching only itself."""
+    import fnmatch
+    import glob
+
+    return [glob.escape(n) for n in sorted(files) if any(fnmatch.fnmatch(n, p) for p in patterns)]
+
+
+def _write_ref(cache_dir, repo_id: str, revision: str | None, commit: str) -> None:
+    """``refs/<revision>`` of the hub cache, as huggingface_hub writes it for a branch or tag (a download
+    pinned to the commit does not), so that ``--offline`` finds the snapshot by its branch name."""
+    from .remote_cache import atomic_write, repo_folder
+
+    rev = revision or "main"
+    if COMMIT_SHA.match(rev) or any(part in ("", ".", "..") for part in rev.split("/")):
+        return
+    atomic_write(repo_folder(cache_dir, repo_id).parent / "refs" / rev, commit.encode())
 
 
 def _unmatched_shards(folder: Path) -> list[str]:

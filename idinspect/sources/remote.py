@@ -267,13 +267,14 @@ def pin(repo_id: str, revision: str | None, *, token: str | None, cache_dir: str
     rev = revision or "main"
     if offline:
         commit = rev if COMMIT_SHA.match(rev) else (RangeCache.read_ref(folder, rev) or _hub_ref(folder, rev))
+        commit = commit if commit is not None and COMMIT_SHA.match(commit) else None
         files = RangeCache(folder, commit).read_files() if commit else None
         if commit is None or files is None:
             raise IdinspectError(f"{repo_id}{'@' + revision if revision else ''} is not in the local cache "
                                  f"({folder.parent.parent}) and offline mode is on (HF_HUB_OFFLINE or --offline): "
                                  "inspect it once online, or pass a local directory")
         return Pinned(repo_id, commit, files, RangeCache(folder, commit), None)
-    commit, files = resolve_commit(repo_id, revision, token)
+    commit, files = resolve_commit(repo_id, revision, token)   # names and commit validated (hub_api)
     cache = RangeCache(folder, commit)
     cache.write_files(files)
     if not COMMIT_SHA.match(rev):
@@ -312,8 +313,8 @@ def open_remote(repo_id: str, revision: str | None, *, token: str | None = None,
             hint = (f"; it holds GGUF files: inspect one as {repo_id}:{ggufs[0]}" if ggufs else
                     "; not a transformers checkpoint")
             raise IdinspectError(f"{repo_id}@{p.commit[:12]}: no {CONFIG_FILE} in the repository{hint}")
-        config_path = _download(repo_id, CONFIG_FILE, p.commit, token, cache_dir, offline)
-        shard_files, weight_map = _weights(repo_id, p.commit, p.files, token, cache_dir, offline)
+        config_path = _download(p, CONFIG_FILE, token, cache_dir, offline)
+        shard_files, weight_map = _weights(p, token, cache_dir, offline)
         reader = RemoteCheckpoint(repo_id, p.commit, p.files, p.cache, p.fetcher, shard_files, weight_map,
                                   current_hub_tqdm())
     return config_path.parent, reader
@@ -327,22 +328,30 @@ def _hub_ref(folder: Path, rev: str) -> str | None:
         return None
 
 
-def _download(repo_id: str, filename: str, commit: str, token, cache_dir, offline: bool) -> Path:
+def _download(p: Pinned, filename: str, token, cache_dir, offline: bool) -> Path:
+    """``filename`` of the pinned commit through huggingface_hub's cache, checked against the listed
+    digest when downloaded online (:func:`~.hub_verify.verify_download`)."""
     from huggingface_hub import hf_hub_download
 
-    return Path(hf_hub_download(repo_id, filename, revision=commit, token=token,
+    from .hub_verify import verify_download
+
+    path = Path(hf_hub_download(p.repo_id, filename, revision=p.commit, token=token,
                                 cache_dir=str(cache_dir) if cache_dir is not None else None, local_files_only=offline))
+    file = p.files.get(filename)
+    if not offline and file is not None:
+        verify_download(path, file.etag, f"{p.repo_id}@{p.commit[:12]}/{filename}")
+    return path
 
 
-def _weights(repo_id: str, commit: str, files: dict[str, RemoteFile], token, cache_dir,
-             offline: bool) -> tuple[list[str], dict[str, str] | None]:
+def _weights(p: Pinned, token, cache_dir, offline: bool) -> tuple[list[str], dict[str, str] | None]:
     """(shard files, index weight map or None) of the commit."""
     from .checkpoint import _read_index
 
+    repo_id, commit, files = p.repo_id, p.commit, p.files
     if SINGLE_FILE in files:
         return [SINGLE_FILE], None
     if INDEX_FILE in files:
-        weight_map, _ = _read_index(_download(repo_id, INDEX_FILE, commit, token, cache_dir, offline))
+        weight_map, _ = _read_index(_download(p, INDEX_FILE, token, cache_dir, offline))
         shards = sorted(set(weight_map.values()))
         absent = [s for s in shards if s not in files]
         if absent:

@@ -59,7 +59,7 @@ class RangeCache:
         return text or None
 
     def write_ref(self, revision: str) -> None:
-        _atomic_write(self.folder / "refs" / revision, self.commit.encode())
+        atomic_write(self.folder / "refs" / revision, self.commit.encode())
 
     def read_files(self) -> dict[str, RemoteFile] | None:
         try:
@@ -70,7 +70,7 @@ class RangeCache:
 
     def write_files(self, files: dict[str, RemoteFile]) -> None:
         data = {f.name: {"size": f.size, "etag": f.etag} for f in files.values()}
-        _atomic_write(self.root / "files.json", json.dumps(data, sort_keys=True).encode())
+        atomic_write(self.root / "files.json", json.dumps(data, sort_keys=True).encode())
 
     # ranges ------------------------------------------------------------------------------
     def spans(self, filename: str) -> list[tuple[int, int]]:
@@ -159,7 +159,7 @@ class RangeCache:
         return self.root / filename
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
+def atomic_write(path: Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".part-", dir=path.parent)
     try:
@@ -171,4 +171,4 @@ def _atomic_write(path: Path, data: bytes) -> None:
             os.unlink(tmp)
 
 
-__all__ = ["FOLDER", "RangeCache", "repo_folder"]
+__all__ = ["FOLDER", "RangeCache", "atomic_write", "repo_folder"]

@@ -1,8 +1,8 @@
 """A GGUF file in a hub repository (``org/name[@rev]:file.gguf``), read in part.
 
 The revision is pinned to a commit (:func:`~.remote.pin`); the GGUF header (metadata and tensor
-infos) is fetched from the start of the file, growing the range until ``GGUFReader`` finishes
-parsing inside the fetched bytes; then only the attention tensors' ranges are fetched
+infos) is fetched from the start of the file as far as :func:`~.gguf_header.check_header` walks
+it (bounded by what the format allows and the file's size); then only the attention tensors' ranges are fetched
 (:func:`~.remote.fetch_missing`: coalesced, a few at a time, cached by commit). The fetched ranges
 are laid into a sparse local file of the GGUF's size (bytes never fetched read as zeros and are
 never read), which :class:`~.gguf_reader.GGUFCheckpoint` memory-maps as it would a local file; any
@@ -21,8 +21,6 @@ from pathlib import Path
 from ..errors import IdinspectError
 from .remote import Pinned, fetch_missing, hub_errors, pin
 
-#: First header guess (bytes); multiplied by 4 until the header parses inside what was fetched.
-HEADER_GUESS = 1 << 20
 #: Fetched together after the header: the attention projections, the per-head q/k norms of the
 #: qk-norm families, and the RoPE factor tensors the synthesised config reads.
 _ATTENTION = re.compile(r"^(blk\.\d+\.attn_(q|k|v|qkv|output|q_norm|k_norm)\.(weight|bias)"
@@ -70,22 +68,19 @@ class RemoteGGUF:
                 self._fetch([(start, end)], f"fetching tensors of {self.pinned.repo_id}")
 
     def _header(self) -> int:
+        """Fetch the header as far as :func:`~.gguf_header.check_header` walks it (in doubling reads,
+        never past what its counts allow or the file holds); returns the bytes fetched."""
+        from .gguf_header import check_header
         from .gguf_reader import _gguf
 
-        gguf = _gguf()
-        size, end = self.file.size, min(HEADER_GUESS, self.file.size)
-        while True:
-            self._fetch([(0, end)], None)
-            try:
-                reader = gguf.GGUFReader(str(self.path), "r")
-                if reader.data_offset <= end:       # parsing never read past the fetched bytes
-                    return end
-            except (ValueError, KeyError, IndexError, OverflowError, MemoryError, UnicodeDecodeError):
-                if end >= size:
-                    raise IdinspectError(f"{self._ref(self.filename)}: not a readable GGUF file") from None
-            if end >= size:
-                raise IdinspectError(f"{self._ref(self.filename)}: not a readable GGUF file (header past its end)")
-            end = min(end * 4, size)
+        _gguf()
+
+        def read(offset: int, n: int) -> bytes:
+            self._fetch([(offset, offset + n)], None)
+            with open(self.path, "rb") as f:
+                return os.pread(f.fileno(), n, offset)
+
+        return check_header(read, self.file.size, self._ref(self.filename)).bytes_read
 
     def fetch_attention(self) -> None:
         """Fetch every attention tensor's bytes (blk.N.attn_{q,k,v,qkv,output}) into the sparse copy."""
@@ -130,4 +125,4 @@ def open_remote_gguf(repo_id: str, revision: str | None, filename: str, *, token
     return remote
 
 
-__all__ = ["HEADER_GUESS", "RemoteGGUF", "open_remote_gguf", "split_gguf_source"]
+__all__ = ["RemoteGGUF", "open_remote_gguf", "split_gguf_source"]

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import BinaryIO
 
 from ..errors import IdinspectError, TransientError
+from ..textsafe import visible
 
 #: Tries per range (first try included) for dropped connections, short reads, 429 and 5xx.
 MAX_TRIES = 6
@@ -82,6 +83,10 @@ class RangeFetcher:
         import httpx2
         from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status
 
+        from .hub_guard import install
+
+        install()
+
         pos, tries, backoff = start, 0, BASE_BACKOFF_S
         headers = build_hf_headers(token=self.token)
         headers["Accept-Encoding"] = "identity"
@@ -129,15 +134,14 @@ class RangeFetcher:
     def _retry_wait(self, response, file: RemoteFile, backoff: float) -> float:
         if response.status_code != 429:
             return backoff
+        from .hub_api import retry_after
+
         after = response.headers.get("Retry-After")
-        try:
-            seconds = float(after) if after is not None else backoff
-        except ValueError:
-            seconds = backoff   # an HTTP date: fall back to our own backoff
+        seconds = retry_after(after, backoff)   # an HTTP date, nan or a negative number: our own backoff
         if seconds > MAX_WAIT_S:
-            raise TransientError(f"{self.repo_id}/{file.name}: rate limited by the hub (HTTP 429, Retry-After {after} s); "
+            raise TransientError(f"{self.repo_id}/{file.name}: rate limited by the hub (HTTP 429, Retry-After {visible(after)[:40]} s); "
                                  "retry later, or pass --token (authenticated requests get a higher limit)")
-        return max(seconds, 0.0)
+        return seconds
 
     def _check_pinned(self, response, file: RemoteFile) -> None:
         """The hub's own answer (before any CDN redirect) names the commit and the file's ETag."""
@@ -185,38 +189,15 @@ def _normalise_etag(etag: str | None) -> str | None:
 
 def resolve_commit(repo_id: str, revision: str | None, token: str | bool | None, endpoint: str | None = None,
                    sleep: Callable[[float], None] | None = None) -> tuple[str, dict[str, RemoteFile]]:
-    """``revision`` -> (commit sha, files of that commit) with ``HfApi.model_info(files_metadata=True)``
-    (``GET /api/models/{repo}/revision/{rev}?blobs=true``)."""
-    from huggingface_hub import HfApi
-    from huggingface_hub.errors import HfHubHTTPError
+    """``revision`` -> (commit sha, files of that commit) from the revision API
+    (``GET /api/models/{repo}/revision/{rev}?blobs=true``, validated by :mod:`.hub_api`).
+    A file's ETag is its LFS sha256, else its git blob sha."""
+    from .hub_api import fetch_revision
 
-    api = HfApi(endpoint=endpoint, token=token)
-    for attempt in range(1, MAX_TRIES + 1):
-        try:
-            info = api.model_info(repo_id, revision=revision, files_metadata=True)
-            break
-        except HfHubHTTPError as exc:
-            response = getattr(exc, "response", None)
-            if getattr(response, "status_code", None) != 429 or attempt == MAX_TRIES:
-                raise
-            after = response.headers.get("Retry-After")
-            try:
-                wait = float(after) if after is not None else BASE_BACKOFF_S * 2 ** attempt
-            except ValueError:
-                wait = BASE_BACKOFF_S * 2 ** attempt
-            if wait > MAX_WAIT_S:
-                raise TransientError(f"{repo_id}: rate limited by the hub (HTTP 429, Retry-After {after} s); retry later, "
-                                     "or pass --token (authenticated requests get a higher limit)") from None
-            (sleep or time.sleep)(max(wait, 0.0))
-    files = {}
-    for s in info.siblings or []:
-        lfs = getattr(s, "lfs", None)
-        size = s.size if s.size is not None else (lfs.size if lfs is not None else None)
-        etag = lfs.sha256 if lfs is not None else getattr(s, "blob_id", None)
-        files[s.rfilename] = RemoteFile(s.rfilename, int(size) if size is not None else -1, etag)
-    if not info.sha:
-        raise TransientError(f"{repo_id}: the hub did not name the commit of revision {revision or 'main'!r}; retry later")
-    return info.sha, files
+    commit, listing = fetch_revision(repo_id, revision, token, endpoint, MAX_TRIES, MAX_WAIT_S, BASE_BACKOFF_S, sleep)
+    files = {name: RemoteFile(name, size if size is not None else -1, sha256 or blob)
+             for name, size, sha256, blob in listing}
+    return commit, files
 
 
 __all__ = ["MAX_TRIES", "MAX_WAIT_S", "RangeFetcher", "RemoteFile", "resolve_commit"]

@@ -40,11 +40,13 @@ ROPE_NUMBERS = ("rope_theta", "factor", "low_freq_factor", "high_freq_factor", "
 
 
 def read_json(path: Path, what: str = "JSON", fix: str = "fix or re-download it") -> Any:
-    """``path`` parsed as JSON; one-line errors for a missing or unreadable file, a directory,
-    invalid UTF-8, invalid JSON and nesting too deep for the parser (a recursion bomb)."""
+    """``path`` parsed as JSON; one-line errors for a missing or unreadable file, a directory, a FIFO
+    or device (never opened for a blocking read), a file over 64 MB, invalid UTF-8, invalid JSON and nesting too deep for the parser (a recursion bomb)."""
+    from .regular_file import read_regular
+
     path = Path(path)
     try:
-        raw = path.read_bytes()
+        raw = read_regular(path, fix=fix)
     except OSError as exc:
         raise IdinspectError(f"{path}: {os_reason(exc)}") from None
     try:

@@ -11,14 +11,16 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 
+from .limits import KILL_GRACE_S, limited_row, timeout_message
 from .memory import WORKER_BASE_BYTES, Admission, Estimate, worker_count
-from .rows import SurveyOptions, empty_row, options_dict, survey_row
+from .rows import SurveyOptions, empty_row, options_dict
 
 
 @dataclass(frozen=True)
@@ -68,8 +70,17 @@ def _init_worker(threads: int, environ: dict[str, str]) -> None:
     torch.set_num_threads(max(1, threads))
 
 
-def _run_one(source: str, options: dict) -> dict:
-    return survey_row(source, options)
+def _run_one(source: str, options: dict, memory: int | None) -> dict:
+    return limited_row(source, options, options.get("timeout"), memory)
+
+
+def _kill(executor: ProcessPoolExecutor) -> None:
+    """End every worker process of ``executor`` (its futures then fail with BrokenProcessPool)."""
+    for process in list((getattr(executor, "_processes", None) or {}).values()):
+        try:
+            process.kill()
+        except (OSError, ValueError):
+            pass
 
 
 def stop_workers(executor: ProcessPoolExecutor) -> None:
@@ -101,6 +112,7 @@ class LocalPool:
         self.retries = max(0, int(retries))
         self.options = options or SurveyOptions()
         self.stats = BackendStats(workers=self.workers)
+        self._timed_out: set[Future] = set()
 
     def _executor(self) -> ProcessPoolExecutor:
         cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
@@ -112,15 +124,25 @@ class LocalPool:
         queue: deque[tuple[Task, int]] = deque((task, 0) for task in tasks)
         in_flight: dict[Future, tuple[Task, int]] = {}
         opts = options_dict(self.options)
+        timeout = opts.get("timeout")
+        memory = opts.get("model_memory") or max(self.model_budget, WORKER_BASE_BYTES)
+        started: dict[Future, float] = {}
         executor = self._executor()
         try:
             while queue or in_flight:
                 while queue and admission.fits(queue[0][0].estimate):
                     task, attempt = queue.popleft()
-                    future = executor.submit(_run_one, task.source, opts)
+                    future = executor.submit(_run_one, task.source, opts, memory)
                     in_flight[future] = (task, attempt)
+                    started[future] = time.monotonic()
                     admission.enter(future, task.estimate)
-                done, _ = wait(list(in_flight), return_when=FIRST_COMPLETED)
+                limit = None if not timeout else max(0.0, min(started[f] for f in in_flight) + timeout + KILL_GRACE_S
+                                                         - time.monotonic())
+                done, _ = wait(list(in_flight), timeout=limit, return_when=FIRST_COMPLETED)
+                if not done:   # a worker past the timeout that no signal stopped: end the pool
+                    self._timed_out = {f for f in in_flight if time.monotonic() - started[f] >= timeout + KILL_GRACE_S}
+                    _kill(executor)
+                    done = set(wait(list(in_flight))[0])
                 broken = self._settle(done, in_flight, admission, queue, emit)
                 if broken:  # every model still in flight failed with the pool: settle them all
                     self._settle(wait(list(in_flight))[0], in_flight, admission, queue, emit)
@@ -148,6 +170,9 @@ class LocalPool:
             except BrokenProcessPool:
                 broken = True
                 row = died_row(task.source, "the worker process ended while inspecting this model (out of memory?)")
+                if future in self._timed_out:
+                    row.update(error=timeout_message(self.options.timeout) + " (the worker was ended)",
+                               error_kind="bad-input")
             if row["error_kind"] == "transient" and attempt < self.retries:
                 self.stats.retries += 1
                 queue.appendleft((task, attempt + 1))

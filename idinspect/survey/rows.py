@@ -70,6 +70,10 @@ class SurveyOptions:
     #: Also compute the model's fingerprint (:mod:`idinspect.compare.fingerprint`) and fill the
     #: row's ``fingerprint`` column with its digest (as ``idinspect fingerprint --digest`` prints it).
     fingerprint: bool = False
+    #: Per-model wall-clock limit in seconds (None: none); see :mod:`idinspect.survey.limits`.
+    timeout: float | None = 3600.0
+    #: Per-model memory limit in bytes beyond the worker's own (None: the local pool's memory budget).
+    model_memory: int | None = None
 
 
 def empty_row(source: str) -> dict:

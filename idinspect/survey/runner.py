@@ -34,11 +34,18 @@ class SurveyResult:
         return [row for row in self.rows if row.get("status") != "ok" and row.get("source") in wanted]
 
 
+#: Largest list of models read by ``survey --from`` (bytes): a million hub ids.
+MAX_SOURCES_BYTES = 64 << 20
+
+
 def read_sources(path: str | os.PathLike) -> list[str]:
-    """One source per line; blank lines and ``#`` comments ignored."""
+    """One source per line; blank lines and ``#`` comments ignored (a regular file of at most
+    :data:`MAX_SOURCES_BYTES`; a FIFO or device is refused before any read)."""
+    from ..sources.regular_file import read_regular
+
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
+        text = read_regular(p, limit=MAX_SOURCES_BYTES, fix="pass a text file with one model per line").decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise IdinspectError(f"{p}: cannot read the list of models ({type(exc).__name__}); pass a text file "
                              "with one model per line") from None
