@@ -30,6 +30,18 @@ class BertAdapter(Adapter):
     family = "bert"
     post_norm = ("embeddings.LayerNorm.weight", "output.LayerNorm.weight")
     model_types = ("bert", "roberta", "xlm-roberta", "electra")
+    model_tensors = {
+        "embeddings.(word_embeddings|token_type_embeddings).weight": "embedding",
+        "embeddings.position_embeddings.weight": "position",
+        "embeddings.LayerNorm.(weight|bias)": "norm",
+        "embeddings_project.(weight|bias)": "projection",   # ELECTRA
+        "encoder.layer.{n}.(attention|crossattention).output.LayerNorm.(weight|bias)": "norm",
+        "encoder.layer.{n}.output.LayerNorm.(weight|bias)": "norm",
+        "encoder.layer.{n}.(intermediate|output).dense.(weight|bias)": "mlp",
+        "pooler.dense.(weight|bias)": "head",
+        "(cls|lm_head|generator_predictions|discriminator_predictions).**": "head",
+        "generator_lm_head.(weight|bias)": "head",
+    }
     layer_container = "encoder.layer"
     block = SELF
     hf_modules = {"self": ("attention.self", "attention.output.dense"),
