@@ -31,7 +31,7 @@ class LlamaAdapter(Adapter):
     model_tensors = {
         "embed_tokens.weight": "embedding",
         "layers.{n}.(input_layernorm|post_attention_layernorm).weight": "norm",
-        "layers.{n}.mlp.(gate|up|down)_proj.weight": "mlp",
+        "layers.{n}.mlp.(gate|up|down)_proj.(weight|bias)": "mlp",    # bias: Llama's mlp_bias
         "layers.{n}.block_sparse_moe.**": "mlp",       # Mixtral's router and experts
         "layers.{n}.mlp.(experts|gate|router).**": "mlp",
         "norm.weight": "norm",
