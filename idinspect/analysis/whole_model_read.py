@@ -76,6 +76,19 @@ def shape_of(model, attention: int) -> WholeModelShape:
                            activation=str(a.optional("activation_function", "")), **common)
 
 
+def attention_from_headers(model) -> int:
+    """The blocks' structural attention counts summed (:func:`idinspect.layer.structure.unidentified_dims`),
+    from the safetensors headers only (the blocks read through a shape-only view: no tensor data)."""
+    import copy
+
+    from ..layer.structure import unidentified_dims
+    from ..sources.checkpoint import ShapeOnlyReader
+
+    probe = copy.copy(model.adapter)
+    probe.reader = ShapeOnlyReader(model.reader)
+    return sum(unidentified_dims(probe.read_layer(i)) for i in range(model.num_layers))
+
+
 def whole_model(model, attention: int) -> dict:
     """The ``whole_model`` section for ``model`` whose blocks' attention counts sum to ``attention``
     (plus ``parameters``: the stored parameters per part, :func:`~idinspect.sources.coverage.inventory`)."""
@@ -93,4 +106,4 @@ def whole_model(model, attention: int) -> dict:
     return out
 
 
-__all__ = ["FORM_BY_TYPE", "shape_of", "whole_model"]
+__all__ = ["FORM_BY_TYPE", "attention_from_headers", "shape_of", "whole_model"]
