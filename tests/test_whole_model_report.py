@@ -76,3 +76,31 @@ def test_real_sizes_match_the_figures_derived_by_hand():
     assert gpt2["exact"] == 1_346_584 and gpt2["log_prob_extra"] == 768
     # repeated final-gain values: m_k(m_k-1)/2 each (Llama), (m_k-1)(m_k-2)/2 (LayerNorm: rotations fixing 1)
     assert _llama(2, 8, 6, 4, 2, 2, 12, "tied", (3, 2, 1, 1, 1))["components"][-1]["count"] == 3 + 1
+
+
+def test_real_configurations_from_shape_only_checkpoints():
+    """End to end at real sizes: sparse shape-only checkpoints, the attention count from the headers,
+    the rest from the config and the stored final gain (distinct values: tie term 0)."""
+    from bench.whole_model_figures import figures
+
+    got = figures()
+    assert {k: (v["exact"], v["exact_log_prob"]) for k, v in got.items()} == {
+        "Llama-3.2-1B": (729_088, 729_088), "Llama-3.1-8B": (13_338_624, 13_342_720),
+        "GPT-2 small": (1_346_584, 1_347_352)}
+    assert got["Llama-3.2-1B"]["parameters_total"] == 1_235_814_400
+
+
+def test_only_the_final_gain_is_read_beyond_attention(tiny_dir):
+    """--whole-model reads headers and the final norm's gain: no MLP or embedding bytes."""
+    import idinspect
+    from idinspect.analysis.inspection import inspect
+
+    for variant, gain in (("llama3-rope", "model.norm.weight"), ("gpt2", "transformer.ln_f.weight")):
+        with idinspect.load(tiny_dir(variant)) as model:
+            read: list[str] = []
+            get = model.reader.get
+            model.reader.get = lambda name, get=get: read.append(name) or get(name)
+            plain = set(read) if inspect(model) else None
+            read.clear()
+            inspect(model, whole_model=True)
+            assert set(read) - plain == {gain}, variant
