@@ -44,9 +44,11 @@ def test_json_section_validates_and_adds_up(variant, tiny_dir, validator):
     assert "whole_model" not in _json(tiny_dir(variant))          # only when asked
 
 
-def test_terminal_panel_and_tie_diagnostics(tiny_dir):
-    res = run_cli(tiny_dir("llama3-rope"), "--whole-model")
+def test_terminal_panel_html_section_and_tie_diagnostics(tiny_dir, tmp_path):
+    res = run_cli(tiny_dir("llama3-rope"), "--whole-model", "--html", tmp_path / "r.html")
     assert res.code == 0, res.stderr
+    html = (tmp_path / "r.html").read_text()
+    assert 'id="whole-model"' in html and "the tie blocks the residual rotation (120 dimensions)" in html
     text = " ".join(res.stdout.replace("│", " ").split())      # the panel wraps at the terminal's width
     assert "Whole model (--whole-model)" in text
     assert "the tie blocks the residual rotation (120 dimensions)" in text       # d = 16: 16*15/2
