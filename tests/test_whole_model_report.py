@@ -106,3 +106,26 @@ def test_only_the_final_gain_is_read_beyond_attention(tiny_dir):
             read.clear()
             inspect(model, whole_model=True)
             assert set(read) - plain == {gain}, variant
+
+
+def test_survey_row_columns(tiny_dir, tmp_path):
+    """survey --whole-model fills whole_model_form and whole_model_symmetries (the logits count), says
+    'not derived' by name where the form is not; without the option both stay null."""
+    from idinspect.survey import SurveyOptions, survey_row
+
+    llama = survey_row(str(tiny_dir("llama-gqa")), SurveyOptions(whole_model=True))
+    report = idinspect_whole(tiny_dir("llama-gqa"))
+    assert (llama["whole_model_form"], llama["whole_model_symmetries"]) == ("pre_rms_gated", report["exact"])
+    bert = survey_row(str(tiny_dir("bert")), SurveyOptions(whole_model=True))
+    assert (bert["whole_model_form"], bert["whole_model_symmetries"]) == ("not derived", None)
+    plain = survey_row(str(tiny_dir("llama-gqa")))
+    assert plain["whole_model_form"] is None and plain["whole_model_symmetries"] is None
+    res = run_cli("survey", tiny_dir("gpt2"), "--whole-model", "--jsonl", tmp_path / "rows.jsonl", "-q")
+    assert res.code == 0, res.stderr
+    assert json.loads((tmp_path / "rows.jsonl").read_text().splitlines()[0])["whole_model_form"] == "pre_ln"
+
+
+def idinspect_whole(path) -> dict:
+    from idinspect.analysis.inspection import inspect
+
+    return inspect(path, whole_model=True)["whole_model"]
