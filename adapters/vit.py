@@ -40,8 +40,9 @@ class ViTAdapter(Adapter):
     model_tensors = {
         "embeddings.(cls_token|mask_token|patch_embeddings.projection.weight|patch_embeddings.projection.bias)": "embedding",
         "embeddings.position_embeddings": "position",
-        "encoder.layer.{n}.(layernorm_before|layernorm_after).(weight|bias)": "norm",
+        "(encoder.layer|layers).{n}.(layernorm_before|layernorm_after).(weight|bias)": "norm",
         "encoder.layer.{n}.(intermediate|output).dense.(weight|bias)": "mlp",
+        "layers.{n}.mlp.(fc1|fc2).(weight|bias)": "mlp",            # transformers 5's names
         "layernorm.(weight|bias)": "norm",
         "pooler.dense.(weight|bias)": "head",
     }

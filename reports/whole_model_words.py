@@ -35,6 +35,13 @@ def whole_model_rows(section: dict) -> list[tuple[str, str]]:
     near = section.get("nearly_null") or {}
     if near.get("count"):
         rows.append(("Nearly null", f"{near['count']}: {near.get('what')}, broken only by eps = {near.get('eps')}"))
+    proof = section.get("proof")
+    if proof:
+        verdict = "agree" if proof["agree"] else "DISAGREE"
+        rows.append(("Proof (--prove)", f"{proof['twin']['architecture']} twin, {fmt_int(proof['parameters'])} parameters: "
+                     f"Jacobian nullity {proof['jacobian_nullity']} / {proof['jacobian_nullity_log_prob']} vs count "
+                     f"{proof['whole_model_count']} / {proof['whole_model_count_log_prob']} (logits / log-probabilities), "
+                     f"{verdict}; smallest kept {proof['smallest_kept_singular_value']:.1e}, cut {proof['rtol']:.0e}"))
     tie = section.get("tie")
     if tie:
         gain = f"; untying would add {fmt_int(tie['untie_gain'])} dimensions" if "untie_gain" in tie else ""

@@ -129,3 +129,19 @@ def idinspect_whole(path) -> dict:
     from idinspect.analysis.inspection import inspect
 
     return inspect(path, whole_model=True)["whole_model"]
+
+
+@pytest.mark.parametrize("variant", ["llama3-rope", "llama-bias", "gpt2"])
+def test_prove_whole_model_agrees_on_a_twin(variant, tiny_dir):
+    """--prove --whole-model: a small twin of the user's model (same class, tying, biases) whose whole-model
+    Jacobian nullity equals its reported count, for logits and for log-probabilities."""
+    result = _json(tiny_dir(variant), "--whole-model", "--prove")
+    proof = result["whole_model"]["proof"]
+    assert proof["agree"] is True, proof
+    assert proof["twin"]["architecture"] == result["model"]["architecture"]
+    assert proof["jacobian_nullity"] == proof["whole_model_count"]
+    assert proof["jacobian_nullity_log_prob"] == proof["whole_model_count_log_prob"]
+    tied = result["whole_model"]["head"] == "tied"
+    assert proof["twin"]["head"] == result["whole_model"]["head"]
+    assert (proof["whole_model_count_log_prob"] > proof["whole_model_count"]) == (not tied or variant == "gpt2")
+    assert proof["largest_dropped_singular_value"] < 1e-14 < 1e-12 < proof["smallest_kept_singular_value"]

@@ -20,7 +20,7 @@ from torch.func import functional_call, jacrev
 from tests.jacobian import exact_softmax, single_thread
 
 #: s / s_max below this is null. Measured on the twins of tests/test_whole_model_jacobian.py: null
-#: <= 5e-16, kept >= 7e-11 (Mixtral; >= 1e-9 for the others).
+#: <= 5e-16, kept >= 6e-10.
 NULL_RTOL = 1e-13
 
 

@@ -45,6 +45,10 @@ def inspect(source, *, revision: str | None = None, token: str | None = None, de
             from .whole_model_read import whole_model as whole
 
             result["whole_model"] = whole(model, result["totals"]["unidentified_parameters"])
+            if prove and result["whole_model"]["derived"]:
+                from .prove_whole import prove_whole_model
+
+                result["whole_model"]["proof"] = prove_whole_model(model)
         if prove:
             from .prove import prove as run_proof
 

@@ -7,12 +7,12 @@ over the blocks); no file is read here (:mod:`idinspect.analysis.whole_model_rea
 symmetries"; proof: tests/test_whole_model_jacobian.py (the nullity of the Jacobian of the whole
 model's outputs with respect to all its parameters equals these counts).
 
-Two forms are derived (L layers, width d, MLP width f, E experts of width f each, vocabulary V):
+Two forms are derived (L layers, width d, MLP width f, vocabulary V):
 
-``pre_rms_gated`` (Llama, Mistral, Qwen2, Granite, Mixtral: pre-RMSNorm, gated MLP
+``pre_rms_gated`` (Llama, Mistral, Qwen2, Granite: pre-RMSNorm, gated MLP
 act(x W_gate) * (x W_up) W_down, no norm biases)::
 
-    N = attention + L (2 d + E f)
+    N = attention + L (2 d + f)
         untied head: + d(d-1)/2 + d        residual rotation; final-norm gain into the head
         tied head:   + sum_k m_k(m_k-1)/2  rotations commuting with diag(gamma_final)
         log-probability outputs, untied only: + d   (head += 1 u^T)
@@ -51,8 +51,7 @@ class WholeModelShape:
 
     ``attention``: today's per-block unidentified count summed over the blocks; ``attention_read``
     r = (H + 2G) d_h and ``attention_written`` w = H d_h (the widths of the attention's reading and
-    writing weights, used by the LayerNorm form); ``experts`` gated MLPs of width ``mlp_width`` per
-    layer; ``positions`` learned position rows (0: none); ``head`` "tied" or "untied";
+    writing weights, used by the LayerNorm form); ``positions`` learned position rows (0: none); ``head`` "tied" or "untied";
     ``final_gain_multiplicities``: how often each distinct value occurs in the stored final-norm gain;
     ``activation``: the MLP's ("relu" adds the positive scaling of each unit).
     """
@@ -66,7 +65,6 @@ class WholeModelShape:
     eps: float
     attention: int
     final_gain_multiplicities: tuple[int, ...]
-    experts: int = 1
     positions: int = 0
     attention_read: int = 0
     attention_written: int = 0
@@ -84,11 +82,10 @@ def _term(name: str, count: int, formula: str) -> dict:
 
 
 def _pre_rms_gated(s: WholeModelShape) -> tuple[list[dict], int, dict | None]:
-    L, d, f, E = s.layers, s.width, s.mlp_width, s.experts
+    L, d, f = s.layers, s.width, s.mlp_width
     terms = [_term("attention", s.attention, "sum over blocks of the attention count"),
              _term("norm_gains", L * 2 * d, "L * 2d (gamma * s, the readers' input columns / s)"),
-             _term("mlp_scalings", L * E * f, "L * E f (up row i * a_i, down column i / a_i)" if E > 1
-                   else "L * f (up row i * a_i, down column i / a_i)")]
+             _term("mlp_scalings", L * f, "L * f (up row i * a_i, down column i / a_i)")]
     rotation = d * (d - 1) // 2
     if s.head == "untied":
         terms += [_term("residual_rotation", rotation, "d(d-1)/2 (one global rotation of the residual stream)"),

@@ -78,3 +78,10 @@ def inspect_command(model: str, revision: str | None, token: str | None, cache_d
         click.echo(f"idinspect: --prove failed: the twin's Jacobian nullity {p['jacobian_nullity']} differs from its "
                    f"structural count {p['structural_unidentified']}; please report this", err=True)
         raise click.exceptions.Exit(1)
+    whole_proof = (result.get("whole_model") or {}).get("proof")
+    if whole_proof is not None and not whole_proof["agree"]:
+        click.echo(f"idinspect: --prove --whole-model failed: the twin's whole-model Jacobian nullity "
+                   f"{whole_proof['jacobian_nullity']} / {whole_proof['jacobian_nullity_log_prob']} (logits / "
+                   f"log-probabilities) differs from its count {whole_proof['whole_model_count']} / "
+                   f"{whole_proof['whole_model_count_log_prob']}; please report this", err=True)
+        raise click.exceptions.Exit(1)
