@@ -109,9 +109,8 @@ def test_whole_model_nullity_equals_the_reported_count(name, tmp_path):
     tokens = model.config.n_positions if hasattr(model.config, "n_positions") else 8
     if getattr(model.config, "activation_function", "") == "relu":
         _assert_every_unit_switches(model, sample_ids(model, tokens, oversample=OVERSAMPLE[name]))
-    for log_probs, expected in ((False, report["exact"]), (True, report["exact_log_prob"])):
-        s, P = whole_model_singular_values(model, tokens=tokens, log_probs=log_probs,
-                                           oversample=OVERSAMPLE.get(name, 2.5))
+    s_logits, s_log_probs, P = whole_model_singular_values(model, tokens=tokens, oversample=OVERSAMPLE.get(name, 2.5))
+    for log_probs, expected, s in ((False, report["exact"], s_logits), (True, report["exact_log_prob"], s_log_probs)):
         null = int((s < NULL_RTOL).sum())
         dropped = float(s[s < NULL_RTOL].max()) if null else 0.0
         kept = float(s[s >= NULL_RTOL].min())

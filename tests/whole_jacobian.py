@@ -40,11 +40,12 @@ def sample_ids(model, tokens: int, *, seed: int = 0, oversample: float = 2.5) ->
     return torch.randint(0, vocab, (math.ceil(oversample * P / (tokens * vocab)), tokens), generator=gen)
 
 
-def whole_model_singular_values(model, *, tokens: int, log_probs: bool = False, seed: int = 0,
-                                oversample: float = 2.5) -> tuple[torch.Tensor, int]:
-    """(singular values s / s_max, descending, padded with zeros to P; parameter count P) of the
-    Jacobian of params -> outputs over enough random sequences of ``tokens`` tokens for about
-    ``oversample`` P rows."""
+def whole_model_singular_values(model, *, tokens: int, seed: int = 0,
+                                oversample: float = 2.5) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """(singular values s / s_max of the logits' Jacobian, of the log-softmax's, each descending and padded
+    with zeros to P; parameter count P) over enough random sequences of ``tokens`` tokens for about
+    ``oversample`` P rows. The log-softmax Jacobian is the logits' one with each position's
+    probability-weighted row subtracted (d log p_v = d z_v - sum_w p_w d z_w)."""
     names, values = zip(*[(k, v.detach()) for k, v in model.named_parameters()])
     sizes = [v.numel() for v in values]
     P = sum(sizes)
@@ -52,15 +53,21 @@ def whole_model_singular_values(model, *, tokens: int, log_probs: bool = False, 
 
     def outputs(theta: torch.Tensor) -> torch.Tensor:
         params = {n: t.view_as(v) for n, t, v in zip(names, theta.split(sizes), values)}
-        logits = functional_call(model, params, (ids,), {"use_cache": False}).logits
-        return (torch.log_softmax(logits, -1) if log_probs else logits).reshape(-1)
+        return functional_call(model, params, (ids,), {"use_cache": False}).logits.reshape(-1)
 
     theta = torch.cat([v.reshape(-1) for v in values])
     with single_thread(), exact_rms_norms(model), exact_softmax():   # softmax(..., dtype=float32) kept float64
         J = jacrev(outputs, chunk_size=512)(theta)
-        s = torch.linalg.svdvals(J)
-    rel = s / s[0]
-    return torch.cat([rel, rel.new_zeros(max(0, P - rel.numel()))]), P
+        V = model.config.vocab_size
+        p = torch.softmax(outputs(theta).reshape(-1, V), -1)
+        J = J.reshape(-1, V, P)
+        J_lp = J - torch.einsum("nv,nvp->np", p, J).unsqueeze(1)
+        out = []
+        for M in (J, J_lp):
+            s = torch.linalg.svdvals(M.reshape(-1, P))
+            rel = s / s[0]
+            out.append(torch.cat([rel, rel.new_zeros(max(0, P - rel.numel()))]))
+    return out[0], out[1], P
 
 
 def randomised(cls, config, seed: int = 0):
