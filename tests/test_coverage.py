@@ -133,3 +133,22 @@ def test_every_variant_adds_up(tiny_dir):
     tables = 2 * cfg.relative_attention_num_buckets * cfg.num_heads     # one per stack, not one per block
     blocks = sum(math.prod(t5.reader.shape(k)) for n in range(t5.num_layers) for k in t5.adapter.attention_keys(n))
     assert inventory(t5.adapter, t5.reader)["attention"] == blocks + tables
+
+
+@pytest.mark.parametrize("cls,config", [
+    ("MPNetForMaskedLM", dict(hidden_size=16, num_attention_heads=4, num_hidden_layers=1, intermediate_size=32,
+                              vocab_size=64, max_position_embeddings=64)),
+    ("DebertaV2ForMaskedLM", dict(hidden_size=16, num_attention_heads=4, num_hidden_layers=1, intermediate_size=32,
+                                  vocab_size=64, max_position_embeddings=64, relative_attention=True,
+                                  pos_att_type=["c2p", "p2c"])),
+])
+def test_model_level_relative_tables_are_refused_with_the_reason(cls, config, tmp_path):
+    """MPNet (a relative-position table owned by the model, every layer's input) and DeBERTa (disentangled
+    attention) are refused by model type with the reason, never counted without their tables. (DeBERTa-v2's
+    default type_vocab_size 0, as DeBERTa-v3 checkpoints store it, once failed the config check first.)"""
+    import transformers as tf
+
+    model_cls = getattr(tf, cls)
+    model_cls(model_cls.config_class(**config)).save_pretrained(tmp_path)
+    res = run_cli(tmp_path, "--whole-model")
+    assert res.code == 2 and "is refused" in res.stderr and "relative" in res.stderr, res.stderr
