@@ -35,6 +35,7 @@ TWINS = {
                                  [1, 1, 1, 2, 2, 3, 4, 5]),
     "llama-tied-equal-gain": ("LlamaConfig", "LlamaForCausalLM", {**RMS, "tie_word_embeddings": True}, [1.5] * 8),
     "llama-bias": ("LlamaConfig", "LlamaForCausalLM", {**RMS, "attention_bias": True, "mlp_bias": True}, None),
+    "phi3": ("Phi3Config", "Phi3ForCausalLM", {**RMS, "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2}, None),
     "mistral": ("MistralConfig", "MistralForCausalLM", {**RMS, "sliding_window": 4}, None),
     "qwen2-tied": ("Qwen2Config", "Qwen2ForCausalLM", {**RMS, "tie_word_embeddings": True}, None),
     "granite": ("GraniteConfig", "GraniteForCausalLM", {**RMS, "embedding_multiplier": 2.0, "residual_multiplier": 0.5,

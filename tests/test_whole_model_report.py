@@ -26,13 +26,13 @@ def validator():
     return jsonschema.Draft202012Validator(schema)
 
 
-NOT_DERIVED = {"phi3": "model_type 'phi3' is not derived", "bert": "model_type 'bert' is not derived",
+NOT_DERIVED = {"bert": "model_type 'bert' is not derived",
                "mixtral": "model_type 'mixtral' is not derived",
                "llama-base-model": "no language-model head (the outputs are hidden states)",
                "gpt2-cross": "derived for a tied head without cross-attention only"}
 
 
-@pytest.mark.parametrize("variant", ["llama3-rope", "llama-gqa", "gpt2", *NOT_DERIVED])
+@pytest.mark.parametrize("variant", ["llama3-rope", "llama-gqa", "gpt2", "phi3", *NOT_DERIVED])
 def test_json_section_validates_and_adds_up(variant, tiny_dir, validator):
     result = _json(tiny_dir(variant), "--whole-model")
     validator.validate(result)
@@ -137,7 +137,7 @@ def idinspect_whole(path) -> dict:
     return inspect(path, whole_model=True)["whole_model"]
 
 
-@pytest.mark.parametrize("variant", ["llama3-rope", "llama-bias", "gpt2"])
+@pytest.mark.parametrize("variant", ["llama3-rope", "llama-bias", "gpt2", "phi3"])
 def test_prove_whole_model_agrees_on_a_twin(variant, tiny_dir):
     """--prove --whole-model: a small twin of the user's model (same class, tying, biases) whose whole-model
     Jacobian nullity equals its reported count, for logits and for log-probabilities."""

@@ -32,6 +32,15 @@ def exact_rms_norms(model) -> contextlib.AbstractContextManager:
     return exact_norms(classes)
 
 
+def true_embedding_gradients(model) -> None:
+    """Clear every embedding's ``padding_idx``: it changes no output, but autograd then returns a zero
+    gradient for the padding row, a fake null direction (Phi-3 with pad_token_id in the vocabulary
+    measured 105 against the true 104)."""
+    for m in model.modules():
+        if isinstance(m, torch.nn.Embedding):
+            m.padding_idx = None
+
+
 def sample_ids(model, tokens: int, *, seed: int = 0, oversample: float = 2.5) -> torch.Tensor:
     """Random token sequences [n, tokens], enough for about ``oversample`` P Jacobian rows."""
     P = sum(p.numel() for p in model.parameters())
@@ -46,6 +55,7 @@ def whole_model_singular_values(model, *, tokens: int, seed: int = 0,
     with zeros to P; parameter count P) over enough random sequences of ``tokens`` tokens for about
     ``oversample`` P rows. The log-softmax Jacobian is the logits' one with each position's
     probability-weighted row subtracted (d log p_v = d z_v - sum_w p_w d z_w)."""
+    true_embedding_gradients(model)
     names, values = zip(*[(k, v.detach()) for k, v in model.named_parameters()])
     sizes = [v.numel() for v in values]
     P = sum(sizes)

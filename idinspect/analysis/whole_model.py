@@ -9,7 +9,7 @@ model's outputs with respect to all its parameters equals these counts).
 
 Two forms are derived (L layers, width d, MLP width f, vocabulary V):
 
-``pre_rms_gated`` (Llama, Mistral, Qwen2, Granite: pre-RMSNorm, gated MLP
+``pre_rms_gated`` (Llama, Mistral, Qwen2, Granite, Phi-3 (fused gate_up): pre-RMSNorm, gated MLP
 act(x W_gate) * (x W_up) W_down, no norm biases)::
 
     N = attention + L (2 d + f)

@@ -11,7 +11,7 @@ from .whole_model import PRE_LN, PRE_RMS_GATED, WholeModelShape, multiplicities,
 
 #: model_type -> the derived whole-model form (docs/mathematics.md, "Whole-model symmetries").
 FORM_BY_TYPE = {"llama": PRE_RMS_GATED, "mistral": PRE_RMS_GATED, "qwen2": PRE_RMS_GATED,
-                "granite": PRE_RMS_GATED,
+                "granite": PRE_RMS_GATED, "phi3": PRE_RMS_GATED,
                 "gpt2": PRE_LN, "gpt_bigcode": PRE_LN}
 #: Per form: (token embedding, final norm gain, head) below the model prefix / at the root.
 NAMES = {PRE_RMS_GATED: ("embed_tokens.weight", "norm.weight", "lm_head.weight"),
