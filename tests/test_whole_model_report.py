@@ -151,3 +151,21 @@ def test_prove_whole_model_agrees_on_a_twin(variant, tiny_dir):
     assert proof["twin"]["head"] == result["whole_model"]["head"]
     assert (proof["whole_model_count_log_prob"] > proof["whole_model_count"]) == (not tied or variant == "gpt2")
     assert proof["largest_dropped_singular_value"] < 1e-14 < 1e-12 < proof["smallest_kept_singular_value"]
+
+
+def test_every_variant_has_a_whole_model_answer(tiny_dir):
+    """Every supported variant gets a count that adds up, or 'not derived' with the reason: never a crash,
+    never a silent number."""
+    from idinspect.analysis.inspection import inspect
+    from tests import tiny
+
+    derived = set()
+    for variant in tiny.variants():
+        section = inspect(tiny_dir(variant), spectra=False, whole_model=True)["whole_model"]
+        assert sum(section["parameters"].values()) == section["parameters_total"], variant
+        if section["derived"]:
+            assert section["exact"] == sum(c["count"] for c in section["components"]), variant
+            derived.add(variant)
+        else:
+            assert section["reason"] and "exact" not in section, variant
+    assert {"llama-gqa", "mistral", "qwen2", "phi3", "gpt2"} <= derived
