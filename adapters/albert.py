@@ -22,6 +22,16 @@ class AlbertAdapter(Adapter):
     family = "albert"
     post_norm = ("embeddings.LayerNorm.weight", "full_layer_layer_norm.weight")
     model_types = ("albert",)
+    model_tensors = {
+        "embeddings.(word_embeddings|token_type_embeddings).weight": "embedding",
+        "embeddings.position_embeddings.weight": "position",
+        "embeddings.LayerNorm.(weight|bias)": "norm",
+        "encoder.embedding_hidden_mapping_in.(weight|bias)": "projection",
+        "encoder.albert_layer_groups.{n}.albert_layers.{n}.(attention.LayerNorm|full_layer_layer_norm).(weight|bias)": "norm",
+        "encoder.albert_layer_groups.{n}.albert_layers.{n}.(ffn|ffn_output).(weight|bias)": "mlp",
+        "pooler.(weight|bias)": "head",
+        "(predictions|sop_classifier).**": "head",
+    }
     layer_container = "encoder.albert_layer_groups"
     hf_modules = {kind: ("attention", "attention.dense") for kind in ("self", "shared")}
 

@@ -28,6 +28,17 @@ def _block(kind: str, attn: str, key_bias: bool) -> Block:
 class BartAdapter(Adapter):
     family = "bart"
     model_types = ("bart", "mbart", "marian", "whisper")
+    model_tensors = {
+        "shared.weight": "embedding",
+        "(encoder|decoder).embed_tokens.weight": "embedding",
+        "(encoder|decoder).embed_positions.weight": "position",
+        "encoder.(conv1|conv2).(weight|bias)": "embedding",   # Whisper's audio stem
+        "(encoder|decoder).(layer_norm|layernorm_embedding).(weight|bias)": "norm",
+        "(encoder|decoder).layers.{n}.(self_attn_layer_norm|encoder_attn_layer_norm|final_layer_norm).(weight|bias)": "norm",
+        "(encoder|decoder).layers.{n}.(fc1|fc2).(weight|bias)": "mlp",
+        "final_logits_bias": "head",
+        "proj_out.weight": "head",
+    }
     layer_container = "encoder.layers"
     config_names = {"hidden_size": "d_model", "num_attention_heads": "encoder_attention_heads",
                     "num_hidden_layers": "encoder_layers"}

@@ -31,6 +31,7 @@ QK_NORM_ROLES = ("q_gain", "k_gain", "q_bias", "k_bias")
 from ..sources.checkpoint import TensorReader
 from ..sources.config import setting_optional
 from .example_inputs import example_inputs
+from .model_tensors import TASK_HEADS, match
 from .layout import (Block, Projection, fused_rows, head_rows, heads_from_linear_cols, heads_from_linear_rows,
                      linear_cols_from_heads, linear_rows_from_heads)
 
@@ -80,6 +81,12 @@ class Adapter:
     sinks_tensor: ClassVar[str | None] = None
     #: The blocks are multi-head latent attention (:class:`LatentAttentionLayer`), not the per-head form.
     latent: ClassVar[bool] = False
+    #: Every stored tensor that is the model's rather than an attention block's, as ``pattern ->
+    #: component`` (:mod:`adapters.model_tensors`: syntax, components); the coverage check refuses a
+    #: tensor that neither a block reads nor a declaration names.
+    model_tensors: ClassVar[dict[str, str]] = {}
+    #: Stored tensors left out of every analysis on purpose, as ``pattern -> reason``.
+    not_analysed_tensors: ClassVar[dict[str, str]] = {}
 
     def __init__(self, config, reader: TensorReader):
         self.config = config
@@ -185,6 +192,16 @@ class Adapter:
         "tensors", "parameters", "reason"}`` (SigLIP's attention-pooling head); every report lists
         them. None by default."""
         return []
+
+    def model_component(self, key: str) -> str | None:
+        """The component (:data:`~adapters.model_tensors.COMPONENTS`) that stored tensor ``key`` is
+        declared as in :attr:`model_tensors` (or the shared task heads); None: not declared."""
+        return match({**self.model_tensors, **TASK_HEADS}, key, self.prefix)
+
+    def not_analysed_reason(self, key: str) -> str | None:
+        """Why stored tensor ``key`` is left out of every analysis (:attr:`not_analysed_tensors`); None: it is not."""
+        return match(self.not_analysed_tensors, key, self.prefix)
+
     def qk_norm(self, site: Site) -> QKNorm | None:
         """The block's q/k norm as data (:meth:`read_qk_norm` reads the usual layouts); None by default."""
         return None

@@ -30,6 +30,18 @@ class BertAdapter(Adapter):
     family = "bert"
     post_norm = ("embeddings.LayerNorm.weight", "output.LayerNorm.weight")
     model_types = ("bert", "roberta", "xlm-roberta", "electra")
+    model_tensors = {
+        "embeddings.(word_embeddings|token_type_embeddings).weight": "embedding",
+        "embeddings.position_embeddings.weight": "position",
+        "embeddings.LayerNorm.(weight|bias)": "norm",
+        "embeddings_project.(weight|bias)": "projection",   # ELECTRA
+        "encoder.layer.{n}.(attention|crossattention).output.LayerNorm.(weight|bias)": "norm",
+        "encoder.layer.{n}.output.LayerNorm.(weight|bias)": "norm",
+        "encoder.layer.{n}.(intermediate|output).dense.(weight|bias)": "mlp",
+        "pooler.dense.(weight|bias)": "head",
+        "(cls|lm_head|generator_predictions|discriminator_predictions).**": "head",
+        "generator_lm_head.(weight|bias)": "head",
+    }
     layer_container = "encoder.layer"
     block = SELF
     hf_modules = {"self": ("attention.self", "attention.output.dense"),
@@ -52,3 +64,18 @@ class BertAdapter(Adapter):
 
 
 ADAPTERS = (BertAdapter,)
+
+
+#: Relatives of BERT whose attention the canonical form does not describe, refused with the reason.
+REFUSED = {
+    "mpnet": ("MPNet's relative-position bias table belongs to the encoder (the model), not to a layer: every layer "
+              "takes it as an input (position_bias), so the attention counts and their Jacobian proofs would leave "
+              "it out; transformers also fixes its buckets at 32, reached only by distances up to 91 (see "
+              "docs/adding-a-family.md on model-level tables)"),
+    "deberta-v2": ("DeBERTa's disentangled attention adds content-to-position and position-to-content scores "
+                   "through relative embeddings shared by all layers, a score that the canonical form "
+                   "softmax(x W_Q W_K^T x^T + bias) does not describe"),
+    "deberta": ("DeBERTa's disentangled attention adds content-to-position and position-to-content scores "
+                "through relative embeddings shared by all layers, a score that the canonical form "
+                "softmax(x W_Q W_K^T x^T + bias) does not describe"),
+}

@@ -26,6 +26,13 @@ class BloomAdapter(Adapter):
     family = "bloom"
     pre_norm = ("input_layernorm.weight",)
     model_types = ("bloom",)
+    model_tensors = {
+        "word_embeddings.weight": "embedding",
+        "word_embeddings_layernorm.(weight|bias)": "norm",
+        "h.{n}.(input_layernorm|post_attention_layernorm).(weight|bias)": "norm",
+        "h.{n}.mlp.(dense_h_to_4h|dense_4h_to_h).(weight|bias)": "mlp",
+        "ln_f.(weight|bias)": "norm",
+    }
     layer_container = "h"
     block = SELF
     config_names = {"num_attention_heads": "n_head", "num_hidden_layers": "n_layer"}

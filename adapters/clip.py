@@ -42,6 +42,16 @@ HEAD_REASON = ("SigLIP's attention-pooling head: its query is a learned probe ve
 class ClipAdapter(Adapter):
     family = "clip"
     model_types = tuple(HOLDS)
+    model_tensors = {
+        "**embeddings.(token_embedding.weight|patch_embedding.weight|patch_embedding.bias|class_embedding)": "embedding",
+        "**embeddings.position_embedding.weight": "position",
+        "**encoder.layers.{n}.(layer_norm1|layer_norm2).(weight|bias)": "norm",
+        "**encoder.layers.{n}.mlp.(fc1|fc2).(weight|bias)": "mlp",
+        "(text_model.|vision_model.)?(final_layer_norm|post_layernorm|pre_layrnorm).(weight|bias)": "norm",
+        "(text_model.|vision_model.)?head.(weight|bias)": "head",
+        "(vision_model.)?head.(layernorm|mlp.fc1|mlp.fc2).(weight|bias)": "head",
+        "(logit_bias|logit_scale|text_projection.weight|visual_projection.weight)": "head",
+    }
     pre_norm = ("layer_norm1.weight",)
     hf_modules = {"self": ("self_attn", None)}
 

@@ -32,6 +32,12 @@ def cohere_layer_norm(module: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
 class CohereAdapter(LlamaAdapter):
     family = "cohere"
     model_types = ("cohere",)
+    model_tensors = {
+        "embed_tokens.weight": "embedding",
+        "layers.{n}.input_layernorm.weight": "norm",
+        "layers.{n}.mlp.(gate|up|down)_proj.weight": "mlp",
+        "norm.weight": "norm",
+    }
 
     @cached_property
     def block(self) -> Block:

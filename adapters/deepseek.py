@@ -39,6 +39,12 @@ _ATTN = "self_attn"
 class DeepseekAdapter(Adapter):
     family = "deepseek"
     model_types = ("deepseek_v2", "deepseek_v3")
+    model_tensors = {
+        "embed_tokens.weight": "embedding",
+        "layers.{n}.(input_layernorm|post_attention_layernorm).weight": "norm",
+        "layers.{n}.mlp.**": "mlp",                  # dense MLP, or router, routed and shared experts
+        "norm.weight": "norm",
+    }
     layer_container = "layers"
     pre_norm = ("input_layernorm.weight",)
     buffer_suffixes = (".rotary_emb.inv_freq",)

@@ -18,6 +18,14 @@ class DistilBertAdapter(Adapter):
     family = "distilbert"
     post_norm = ("embeddings.LayerNorm.weight", "output_layer_norm.weight")
     model_types = ("distilbert",)
+    model_tensors = {
+        "embeddings.word_embeddings.weight": "embedding",
+        "embeddings.position_embeddings.weight": "position",
+        "embeddings.LayerNorm.(weight|bias)": "norm",
+        "transformer.layer.{n}.(sa_layer_norm|output_layer_norm).(weight|bias)": "norm",
+        "transformer.layer.{n}.ffn.(lin1|lin2).(weight|bias)": "mlp",
+        "(vocab_transform|vocab_layer_norm|vocab_projector|pre_classifier).(weight|bias)": "head",
+    }
     layer_container = "transformer.layer"
     block = SELF
     config_names = {"hidden_size": "dim", "num_attention_heads": "n_heads", "num_hidden_layers": "n_layers"}

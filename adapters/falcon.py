@@ -44,6 +44,12 @@ class FalconAdapter(Adapter):
     family = "falcon"
     pre_norm = ("ln_attn.weight", "input_layernorm.weight")
     model_types = ("falcon",)
+    model_tensors = {
+        "word_embeddings.weight": "embedding",
+        "h.{n}.(input_layernorm|post_attention_layernorm|ln_attn|ln_mlp).(weight|bias)": "norm",
+        "h.{n}.mlp.(dense_h_to_4h|dense_4h_to_h).(weight|bias)": "mlp",
+        "ln_f.(weight|bias)": "norm",
+    }
     layer_container = "h"
     hf_modules = {"self": ("self_attention", None)}
     buffer_suffixes = (".rotary_emb.inv_freq",)

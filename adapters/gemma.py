@@ -23,6 +23,8 @@ from .llama import LlamaAdapter
 class GemmaAdapter(LlamaAdapter):
     family = "gemma"
     model_types = ("gemma", "gemma2")
+    model_tensors = {**LlamaAdapter.model_tensors,
+                     "layers.{n}.(pre_feedforward_layernorm|post_feedforward_layernorm).weight": "norm"}
     #: Gemma's RMSNorm multiplies by (1 + w): folding the stored w as a gain would be wrong.
     pre_norm = ()
 

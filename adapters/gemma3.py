@@ -35,6 +35,8 @@ def gemma_rms(module: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
 class Gemma3TextAdapter(LlamaAdapter):
     family = "gemma3"
     model_types = ("gemma3_text",)
+    model_tensors = {**LlamaAdapter.model_tensors,
+                     "layers.{n}.(pre_feedforward_layernorm|post_feedforward_layernorm).weight": "norm"}
 
     @cached_property
     def resolved(self):

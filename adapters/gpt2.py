@@ -28,6 +28,13 @@ class GPT2Adapter(Adapter):
     family = "gpt2"
     pre_norm = ("ln_1.weight",)
     model_types = ("gpt2",)
+    model_tensors = {
+        "wte.weight": "embedding",
+        "wpe.weight": "position",
+        "h.{n}.(ln_1|ln_2|ln_cross_attn).(weight|bias)": "norm",
+        "h.{n}.mlp.(c_fc|c_proj).(weight|bias)": "mlp",
+        "ln_f.(weight|bias)": "norm",
+    }
     layer_container = "h"
     block = SELF
     config_names = {"hidden_size": "n_embd", "num_attention_heads": "n_head", "num_hidden_layers": "n_layer",

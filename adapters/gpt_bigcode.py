@@ -22,6 +22,13 @@ class GPTBigCodeAdapter(Adapter):
     family = "gpt_bigcode"
     pre_norm = ("ln_1.weight",)
     model_types = ("gpt_bigcode",)
+    model_tensors = {
+        "wte.weight": "embedding",
+        "wpe.weight": "position",
+        "h.{n}.(ln_1|ln_2).(weight|bias)": "norm",
+        "h.{n}.mlp.(c_fc|c_proj).(weight|bias)": "mlp",
+        "ln_f.(weight|bias)": "norm",
+    }
     layer_container = "h"
     hf_modules = {"self": ("attn", None)}
     buffer_suffixes = (".attn.bias", ".attn.masked_bias")

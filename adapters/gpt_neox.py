@@ -24,6 +24,13 @@ from .llama import LlamaAdapter
 class GPTNeoXAdapter(LlamaAdapter):
     family = "gpt_neox"
     model_types = ("gpt_neox",)
+    model_tensors = {
+        "embed_in.weight": "embedding",
+        "embed_out.weight": "head",
+        "layers.{n}.(input_layernorm|post_attention_layernorm).(weight|bias)": "norm",
+        "layers.{n}.mlp.(dense_h_to_4h|dense_4h_to_h).(weight|bias)": "mlp",
+        "final_layer_norm.(weight|bias)": "norm",
+    }
     partial_rotary = True
     buffer_suffixes = (".attention.bias", ".attention.masked_bias", ".rotary_emb.inv_freq")
     hf_modules = {"self": ("attention", None)}

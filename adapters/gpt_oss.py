@@ -19,6 +19,7 @@ from .llama import LlamaAdapter
 class GptOssAdapter(LlamaAdapter):
     family = "gpt_oss"
     model_types = ("gpt_oss",)
+    model_tensors = {**LlamaAdapter.model_tensors, "layers.{n}.mlp.**": "mlp"}
     sinks_tensor = "self_attn.sinks"
 
     def _biases(self) -> tuple[bool, bool]:

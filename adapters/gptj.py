@@ -25,6 +25,12 @@ GPTJ_ROPE_BASE = 10_000.0
 class GPTJAdapter(Adapter):
     family = "gptj"
     model_types = ("gptj",)
+    model_tensors = {
+        "wte.weight": "embedding",
+        "h.{n}.ln_1.(weight|bias)": "norm",
+        "h.{n}.mlp.(fc_in|fc_out).(weight|bias)": "mlp",
+        "ln_f.(weight|bias)": "norm",
+    }
     layer_container = "h"
     block = qkvo_block(False, False, attn="attn", o="out_proj")
     config_names = {"hidden_size": "n_embd", "num_attention_heads": "n_head", "num_hidden_layers": "n_layer",

@@ -28,6 +28,14 @@ class LlamaAdapter(Adapter):
     family = "llama"
     pre_norm = ("input_layernorm.weight",)
     model_types = ("llama", "mistral", "mixtral", "qwen2")
+    model_tensors = {
+        "embed_tokens.weight": "embedding",
+        "layers.{n}.(input_layernorm|post_attention_layernorm).weight": "norm",
+        "layers.{n}.mlp.(gate|up|down)_proj.(weight|bias)": "mlp",    # bias: Llama's mlp_bias
+        "layers.{n}.block_sparse_moe.**": "mlp",       # Mixtral's router and experts
+        "layers.{n}.mlp.(experts|gate|router).**": "mlp",
+        "norm.weight": "norm",
+    }
     layer_container = "layers"
     buffer_suffixes = (".rotary_emb.inv_freq",)
     hf_modules = {"self": ("self_attn", None)}

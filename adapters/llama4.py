@@ -39,6 +39,13 @@ from .llama import LlamaAdapter
 class Llama4TextAdapter(LlamaAdapter):
     family = "llama4"
     model_types = ("llama4_text",)
+    model_tensors = {
+        "embed_tokens.weight": "embedding",
+        "layers.{n}.(input_layernorm|post_attention_layernorm).weight": "norm",
+        "layers.{n}.feed_forward.**": "mlp",         # dense MLP, or router, experts and shared expert
+        "norm.weight": "norm",
+        "language_model.lm_head.weight": "head",
+    }
 
     def resolved(self, name: str) -> Any:
         """``name`` as Llama4TextConfig resolves it: config.json's value where it stores a non-empty
@@ -167,6 +174,11 @@ class Llama4Adapter(Llama4TextAdapter):
 
     family = "llama4"
     model_types = ("llama4",)
+    not_analysed_tensors = {
+        "**vision_model.**": "the vision tower (its attention is listed as not analysed; the whole-model "
+                             "count covers the text model only)",
+        "**multi_modal_projector.**": "the projector from the vision tower into the text model",
+    }
 
     def __init__(self, config, reader):
         self.outer = config

@@ -38,6 +38,15 @@ class ModernBertAdapter(Adapter):
     pre_norm = ("attn_norm.weight",)
     first_block_norm = "embeddings.norm.weight"
     model_types = ("modernbert",)
+    model_tensors = {
+        "embeddings.tok_embeddings.weight": "embedding",
+        "embeddings.norm.(weight|bias)": "norm",
+        "layers.{n}.(attn_norm|mlp_norm).(weight|bias)": "norm",
+        "layers.{n}.mlp.(Wi|Wo).(weight|bias)": "mlp",
+        "final_norm.(weight|bias)": "norm",
+        "head.(dense|norm).(weight|bias)": "head",
+        "decoder.(weight|bias)": "head",
+    }
     layer_container = "layers"
     hf_modules = {"self": ("attn", None)}
 

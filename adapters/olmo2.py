@@ -27,6 +27,8 @@ from .llama import LlamaAdapter, qkvo_block
 class Olmo2Adapter(LlamaAdapter):
     family = "olmo2"
     model_types = ("olmo2", "olmoe")
+    model_tensors = {**LlamaAdapter.model_tensors,
+                     "layers.{n}.post_feedforward_layernorm.weight": "norm"}
 
     def __init__(self, config, reader):
         super().__init__(config, reader)

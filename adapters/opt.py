@@ -18,6 +18,14 @@ class OPTAdapter(Adapter):
     family = "opt"
     pre_norm = ("self_attn_layer_norm.weight",)
     model_types = ("opt",)
+    model_tensors = {
+        "decoder.embed_tokens.weight": "embedding",
+        "decoder.embed_positions.weight": "position",
+        "decoder.(project_in|project_out).weight": "projection",
+        "decoder.layers.{n}.(self_attn_layer_norm|final_layer_norm).(weight|bias)": "norm",
+        "decoder.layers.{n}.(fc1|fc2).(weight|bias)": "mlp",
+        "decoder.final_layer_norm.(weight|bias)": "norm",
+    }
     layer_container = "decoder.layers"
     hf_modules = {"self": ("self_attn", None)}
 

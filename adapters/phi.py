@@ -25,6 +25,12 @@ from .llama import LlamaAdapter, qkvo_block
 class PhiAdapter(LlamaAdapter):
     family = "phi"
     model_types = ("phi",)
+    model_tensors = {
+        "embed_tokens.weight": "embedding",
+        "layers.{n}.input_layernorm.(weight|bias)": "norm",
+        "layers.{n}.mlp.(fc1|fc2).(weight|bias)": "mlp",
+        "final_layernorm.(weight|bias)": "norm",
+    }
     partial_rotary = True
     block = qkvo_block(True, True, o="dense")
 

@@ -18,6 +18,7 @@ SELF = Block("self", (Projection("self_attn.qkv_proj", "qkv", bias=False), Proje
 class Phi3Adapter(LlamaAdapter):
     family = "phi3"
     model_types = ("phi3",)
+    model_tensors = {**LlamaAdapter.model_tensors, "layers.{n}.mlp.gate_up_proj.weight": "mlp"}
     partial_rotary = True
     block = SELF
 

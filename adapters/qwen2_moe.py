@@ -17,6 +17,7 @@ from .llama import LlamaAdapter, qkvo_block
 class Qwen2MoeAdapter(LlamaAdapter):
     family = "qwen2_moe"
     model_types = ("qwen2_moe",)
+    model_tensors = {**LlamaAdapter.model_tensors, "layers.{n}.mlp.**": "mlp"}
 
     @cached_property
     def block(self) -> Block:

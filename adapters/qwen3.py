@@ -26,6 +26,7 @@ from .llama import LlamaAdapter, qkvo_block
 class Qwen3Adapter(LlamaAdapter):
     family = "qwen3"
     model_types = ("qwen3", "qwen3_moe")
+    model_tensors = {**LlamaAdapter.model_tensors, "layers.{n}.mlp.**": "mlp"}
 
     @property
     def head_dim(self) -> int:

@@ -26,6 +26,8 @@ from .llama import LlamaAdapter, qkvo_block
 class StableLmAdapter(LlamaAdapter):
     family = "stablelm"
     model_types = ("stablelm",)
+    model_tensors = {**LlamaAdapter.model_tensors,
+                     "layers.{n}.(input_layernorm|post_attention_layernorm).bias": "norm", "norm.bias": "norm"}
     partial_rotary = True
 
     def qk_norm(self, site: Site) -> QKNorm | None:

@@ -17,6 +17,12 @@ from .llama import LlamaAdapter, qkvo_block
 class Starcoder2Adapter(LlamaAdapter):
     family = "starcoder2"
     model_types = ("starcoder2",)
+    model_tensors = {
+        "embed_tokens.weight": "embedding",
+        "layers.{n}.(input_layernorm|post_attention_layernorm).(weight|bias)": "norm",
+        "layers.{n}.mlp.(c_fc|c_proj).(weight|bias)": "mlp",
+        "norm.(weight|bias)": "norm",
+    }
 
     @cached_property
     def block(self) -> Block:

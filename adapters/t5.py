@@ -34,6 +34,13 @@ CROSS = _block("cross", "layer.1.EncDecAttention")
 class T5Adapter(Adapter):
     family = "t5"
     model_types = ("t5",)
+    model_tensors = {
+        "shared.weight": "embedding",
+        "(encoder|decoder).embed_tokens.weight": "embedding",
+        "(encoder|decoder).block.{n}.layer.{n}.layer_norm.weight": "norm",
+        "(encoder|decoder).block.{n}.layer.{n}.DenseReluDense.(wi|wi_0|wi_1|wo).weight": "mlp",
+        "(encoder|decoder).final_layer_norm.weight": "norm",
+    }
     layer_container = "encoder.block"
     config_names = {"hidden_size": "d_model", "num_attention_heads": "num_heads", "num_hidden_layers": "num_layers",
                     "head_dim": "d_kv"}

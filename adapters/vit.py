@@ -37,6 +37,15 @@ def _without_qkv_bias(block: Block) -> Block:
 class ViTAdapter(Adapter):
     family = "vit"
     model_types = ("vit",)
+    model_tensors = {
+        "embeddings.(cls_token|mask_token|patch_embeddings.projection.weight|patch_embeddings.projection.bias)": "embedding",
+        "embeddings.position_embeddings": "position",
+        "(encoder.layer|layers).{n}.(layernorm_before|layernorm_after).(weight|bias)": "norm",
+        "encoder.layer.{n}.(intermediate|output).dense.(weight|bias)": "mlp",
+        "layers.{n}.mlp.(fc1|fc2).(weight|bias)": "mlp",            # transformers 5's names
+        "layernorm.(weight|bias)": "norm",
+        "pooler.dense.(weight|bias)": "head",
+    }
     pre_norm = ("layernorm_before.weight",)
     hf_modules = {"self": ("attention", None)}
 

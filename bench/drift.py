@@ -62,8 +62,8 @@ def main(argv: list[str]) -> int:
         rest = rest[2:]
     pytest_args = rest
     env = dict(os.environ, IDINSPECT_DRIFT="1")
-    if end == "newest":
-        env["PIP_CONSTRAINT"] = ""            # lift a machine-wide cap: newest within pyproject's ranges
+    if end == "newest":   # lift a machine-wide cap (pip's config files) and its local mirrors: PyPI's newest
+        env["PIP_CONFIG_FILE"] = os.devnull
     with tempfile.TemporaryDirectory(prefix=f"idinspect-drift-{end}-") as tmp:
         venv = Path(tmp) / "venv"
         py = str(venv / "bin" / "python")

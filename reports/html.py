@@ -48,6 +48,8 @@ def render_html(result: dict) -> str:
         sections.append(_findings_section(findings))
     if result.get("proof"):
         sections.append(_proof_section(result["proof"]))
+    if result.get("whole_model"):
+        sections.append(_whole_model_section(result["whole_model"]))
     sections.append(_provenance(result))
     nav = [("summary", "Summary")]
     if layers:
@@ -56,6 +58,8 @@ def render_html(result: dict) -> str:
         nav.append(("findings", "Findings"))
     if result.get("proof"):
         nav.append(("proof", "Proof"))
+    if result.get("whole_model"):
+        nav.append(("whole-model", "Whole model"))
     nav.append(("provenance", "Provenance"))
     tool = result.get("tool") or {}
     return "".join([
@@ -223,6 +227,17 @@ def _ratio_section(result: dict, layers: list[dict]) -> str:
             "Bars: measured unidentified share U / P of each layer (biases included). Diamonds: the same counted "
             "without biases. Dashed lines: the closed form for the layer's bias-free configuration."
             "</figcaption></figure></section>")
+
+
+def _whole_model_section(section: dict) -> str:
+    """``--whole-model``: the same rows as the terminal panel (:func:`whole_model_rows`)."""
+    from .whole_model_words import whole_model_rows
+
+    rows = [(label, esc(text)) for label, text in whole_model_rows(section)]
+    return ('<section id="whole-model" aria-labelledby="h-whole-model"><h2 id="h-whole-model">Whole model</h2>'
+            "<p>Every continuous exact symmetry of the whole checkpoint, per component, with its closed form "
+            "(counted for logits; log-probability outputs add the row below).</p>"
+            f'{_kv_table(rows, "Continuous symmetries of the whole model")}</section>')
 
 
 def _proof_section(proof: dict) -> str:

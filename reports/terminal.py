@@ -48,12 +48,27 @@ def render_report(result: dict, console: Console | None = None, *, layers: Layer
         sections.append(findings_section(findings, width=console.width))
     if result.get("proof"):
         sections.append(proof_panel(result["proof"]))
+    if result.get("whole_model"):
+        sections.append(whole_model_panel(result["whole_model"]))
     if heads and result.get("layers"):
         sections += head_tables(result, width=console.width)
     for i, section in enumerate(sections):
         if i:
             console.line()
         console.print(section)
+
+
+def whole_model_panel(section: dict) -> Panel:
+    """``--whole-model``: the continuous symmetries of the whole checkpoint, per component."""
+    from .whole_model_words import whole_model_rows
+
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column("field", style="bold", no_wrap=True)
+    grid.add_column("value", overflow="fold")
+    for label, text in whole_model_rows(section):
+        grid.add_row(Text(label), Text(text))
+    return Panel(grid, title=Text("Whole model (--whole-model)", style="bold"), title_align="left", box=box.ROUNDED,
+                 expand=False)
 
 
 def proof_panel(proof: dict) -> Panel:

@@ -4,6 +4,7 @@ from a folder and from a model in memory, in every output format; cross-attentio
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 import torch
@@ -12,7 +13,7 @@ from safetensors.torch import load_file, save_file
 import idinspect
 from idinspect.adapters import gpt2 as gpt2_adapter
 from idinspect.errors import IdinspectError
-from idinspect.sources.coverage import unread_attention_tensors
+from idinspect.sources.coverage import inventory, unread_attention_tensors
 from tests import tiny
 from tests.cli import run_cli
 
@@ -55,9 +56,12 @@ def test_its_bias_is_named_too_and_norms_pass(tiny_dir, tmp_path):
     with model_error as err:
         idinspect.load(src)
     assert EXTRA in str(err.value) and EXTRA.replace("weight", "bias") in str(err.value)
-    # a 1-D norm weight inside attention is not a projection (GPT-2's ln_cross_attn, BERT's LayerNorm)
-    norm = _with_extra_tensor(tiny_dir("bert"), tmp_path / "c", "bert.encoder.layer.0.attention.extra_norm.weight", (16,))
-    idinspect.load(norm)
+    # a 1-D norm weight inside attention is not a projection (GPT-2's ln_cross_attn, BERT's LayerNorm); being
+    # declared by no adapter, the whole-checkpoint check refuses it as undeclared instead
+    name = "bert.encoder.layer.0.attention.extra_norm.weight"
+    norm = _with_extra_tensor(tiny_dir("bert"), tmp_path / "c", name, (16,))
+    with pytest.raises(IdinspectError, match=r"1 tensor that the bert adapter neither reads nor declares: " + name):
+        idinspect.load(norm)
 
 
 def test_unknown_attention_module_in_memory_is_refused():
@@ -91,3 +95,60 @@ def test_cross_blocks_are_counted_and_shown_in_every_format(variant, tiny_dir, t
         label = f"block {row['index']}: {stack}layer {row['layer']}, {row['kind']}"
         assert label in html and label in text, label
     assert "analysed" in text
+
+
+MLP_EXTRA = "model.layers.1.mlp.adapter.weight"
+
+
+def test_an_undeclared_model_tensor_is_refused_by_name_everywhere(tiny_dir, tmp_path):
+    """The whole checkpoint is covered: a tensor outside attention that the adapter does not declare
+    (here an extra MLP module) refuses load, inspect and export, naming it."""
+    src = _with_extra_tensor(tiny_dir("llama-gqa"), tmp_path / "m", MLP_EXTRA, (16, 16))
+    with pytest.raises(IdinspectError, match="neither reads nor declares: " + MLP_EXTRA.replace(".", r"\.")):
+        idinspect.load(src)
+    for args in ((src, "--format", "json"), (src, "--whole-model"), ("export", src, tmp_path / "out")):
+        res = run_cli(*args)
+        assert res.code == 2 and MLP_EXTRA in res.stderr and res.stdout == "", args
+    assert not (tmp_path / "out").exists()
+    # the same tensor declared as the model's passes (the declaration, not the name, decides)
+    from idinspect.adapters.llama import LlamaAdapter
+
+    LlamaAdapter.model_tensors = {**LlamaAdapter.model_tensors, "layers.{n}.mlp.adapter.weight": "mlp"}
+    try:
+        idinspect.load(src)
+    finally:
+        LlamaAdapter.model_tensors = {k: v for k, v in LlamaAdapter.model_tensors.items() if "adapter" not in k}
+
+
+def test_every_variant_adds_up(tiny_dir):
+    """Attention, the declared model components and the not-analysed parts add up to every stored
+    parameter of every variant; T5's relative-position table, stored once, is counted once."""
+    for variant in tiny.variants():
+        model = idinspect.load(tiny_dir(variant))
+        parts = inventory(model.adapter, model.reader)
+        assert sum(parts.values()) == model.parameter_count(), variant
+        assert parts["attention"] > 0 and parts.get("mlp", 0) > 0, (variant, parts)
+    t5 = idinspect.load(tiny_dir("t5"))
+    cfg = t5.adapter.config
+    tables = 2 * cfg.relative_attention_num_buckets * cfg.num_heads     # one per stack, not one per block
+    blocks = sum(math.prod(t5.reader.shape(k)) for n in range(t5.num_layers) for k in t5.adapter.attention_keys(n))
+    assert inventory(t5.adapter, t5.reader)["attention"] == blocks + tables
+
+
+@pytest.mark.parametrize("cls,config", [
+    ("MPNetForMaskedLM", dict(hidden_size=16, num_attention_heads=4, num_hidden_layers=1, intermediate_size=32,
+                              vocab_size=64, max_position_embeddings=64)),
+    ("DebertaV2ForMaskedLM", dict(hidden_size=16, num_attention_heads=4, num_hidden_layers=1, intermediate_size=32,
+                                  vocab_size=64, max_position_embeddings=64, relative_attention=True,
+                                  pos_att_type=["c2p", "p2c"])),
+])
+def test_model_level_relative_tables_are_refused_with_the_reason(cls, config, tmp_path):
+    """MPNet (a relative-position table owned by the model, every layer's input) and DeBERTa (disentangled
+    attention) are refused by model type with the reason, never counted without their tables. (DeBERTa-v2's
+    default type_vocab_size 0, as DeBERTa-v3 checkpoints store it, once failed the config check first.)"""
+    import transformers as tf
+
+    model_cls = getattr(tf, cls)
+    model_cls(model_cls.config_class(**config)).save_pretrained(tmp_path)
+    res = run_cli(tmp_path, "--whole-model")
+    assert res.code == 2 and "is refused" in res.stderr and "relative" in res.stderr, res.stderr

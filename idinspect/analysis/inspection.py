@@ -16,12 +16,13 @@ def tool_info() -> dict:
 
 
 def inspect(source, *, revision: str | None = None, token: str | None = None, device: str | None = "cpu",
-            spectra: bool = True, prove: bool = False,
+            spectra: bool = True, prove: bool = False, whole_model: bool = False,
             on_layer: Callable[[int, int], None] | None = None) -> dict:
     """Inspect ``source`` (path, hub id, ``pkg:`` source, PreTrainedModel or an open :class:`Model`).
 
     Returns ``{"schema_version", "tool", "model", "totals", "layers", "findings"}`` (plus ``"proof"``
-    with ``prove=True``); keys are only ever added. Layers are streamed one at a time;
+    with ``prove=True``, ``"whole_model"`` with ``whole_model=True``: the continuous exact symmetries of the
+    whole checkpoint per component, :mod:`idinspect.analysis.whole_model`); keys are only ever added. Layers are streamed one at a time;
     ``on_layer(i, n)`` is called after layer ``i`` (0-based) of ``n``. ``device`` ("cpu" or
     "cuda") is where the linear algebra runs; CUDA without a GPU falls back to cpu with a warning.
     """
@@ -40,6 +41,14 @@ def inspect(source, *, revision: str | None = None, token: str | None = None, de
         fetched = model.fetch_summary()
         if fetched is not None:   # a hub checkpoint read in part: known once every layer was read
             result["model"]["fetch"] = fetched
+        if whole_model:
+            from .whole_model_read import whole_model as whole
+
+            result["whole_model"] = whole(model, result["totals"]["unidentified_parameters"])
+            if prove and result["whole_model"]["derived"]:
+                from .prove_whole import prove_whole_model
+
+                result["whole_model"]["proof"] = prove_whole_model(model)
         if prove:
             from .prove import prove as run_proof
 

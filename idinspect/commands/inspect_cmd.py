@@ -43,10 +43,14 @@ def report_options(f):
 @click.option("--prove", is_flag=True,
               help="Also build a small twin of the attention with transformers and report its Jacobian "
                    "nullity next to its structural count.")
+@click.option("--whole-model", "whole_model", is_flag=True,
+              help="Also count the continuous symmetries of the whole checkpoint (norm gains, MLP scalings, "
+                   "residual rotation or the tie commutant, LayerNorm mean directions, position tables); reads "
+                   "headers and the final norm's gain only.")
 @report_options
 @debug_option
 def inspect_command(model: str, revision: str | None, token: str | None, cache_dir: str | None, offline: bool,
-                    download: bool, fmt: str, device: str, prove: bool, json_path: str | None, html_path: str | None, heads: bool,
+                    download: bool, fmt: str, device: str, prove: bool, whole_model: bool, json_path: str | None, html_path: str | None, heads: bool,
                     layers: str, progress: str, quiet: bool, timestamp: bool) -> None:
     """Report a model's attention structure and parameter identification."""
     from ..progress import ProgressReporter, silence_library_progress
@@ -64,7 +68,7 @@ def inspect_command(model: str, revision: str | None, token: str | None, cache_d
                           whole_files=download)
         with opened:
             bars.track_model(opened)
-            result = inspect(opened, device=device, prove=prove, on_layer=bars.on_layer)
+            result = inspect(opened, device=device, prove=prove, whole_model=whole_model, on_layer=bars.on_layer)
     if timestamp:
         result["generated_at"] = timestamp_now()
     emit(result, fmt=fmt, json_path=json_path, html_path=html_path, heads=heads, layers=layers, quiet=quiet)
@@ -72,4 +76,11 @@ def inspect_command(model: str, revision: str | None, token: str | None, cache_d
         p = result["proof"]
         click.echo(f"idinspect: --prove failed: the twin's Jacobian nullity {p['jacobian_nullity']} differs from its "
                    f"structural count {p['structural_unidentified']}; please report this", err=True)
+        raise click.exceptions.Exit(1)
+    whole_proof = (result.get("whole_model") or {}).get("proof")
+    if whole_proof is not None and not whole_proof["agree"]:
+        click.echo(f"idinspect: --prove --whole-model failed: the twin's whole-model Jacobian nullity "
+                   f"{whole_proof['jacobian_nullity']} / {whole_proof['jacobian_nullity_log_prob']} (logits / "
+                   f"log-probabilities) differs from its count {whole_proof['whole_model_count']} / "
+                   f"{whole_proof['whole_model_count_log_prob']}; please report this", err=True)
         raise click.exceptions.Exit(1)

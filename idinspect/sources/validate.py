@@ -25,10 +25,11 @@ from ..errors import IdinspectError
 #: Settings that must be positive integers wherever config.json sets them (GPT-2 spellings included).
 POSITIVE_INTEGERS = ("num_hidden_layers", "n_layer", "hidden_size", "n_embd", "num_attention_heads", "n_head",
                      "num_key_value_heads", "head_dim", "intermediate_size", "n_inner", "vocab_size",
-                     "max_position_embeddings", "n_positions", "n_ctx", "type_vocab_size",
+                     "max_position_embeddings", "n_positions", "n_ctx",
                      "original_max_position_embeddings", "attention_chunk_size")
-#: Settings that must be integers >= 0 where set (Qwen2's max_window_layers may be 0).
-NON_NEGATIVE_INTEGERS = ("max_window_layers", "sliding_window")
+#: Settings that must be integers >= 0 where set (Qwen2's max_window_layers may be 0; DeBERTa-v3 stores
+#: type_vocab_size 0: no token-type embeddings).
+NON_NEGATIVE_INTEGERS = ("max_window_layers", "sliding_window", "type_vocab_size")
 #: Settings that must be positive finite numbers where set.
 POSITIVE_NUMBERS = ("rope_theta", "partial_rotary_factor", "layer_norm_eps", "rms_norm_eps", "layer_norm_epsilon",
                     "floor_scale")

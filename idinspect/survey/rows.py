@@ -45,6 +45,8 @@ ROW_FIELDS: tuple[tuple[str, str], ...] = (
     ("findings_warning", "int64"),
     ("findings_note", "int64"),
     ("fingerprint", "string"),
+    ("whole_model_form", "string"),
+    ("whole_model_symmetries", "int64"),
     ("bytes_read", "int64"),
     ("bytes_fetched", "int64"),
     ("seconds", "float64"),
@@ -74,6 +76,10 @@ class SurveyOptions:
     timeout: float | None = 3600.0
     #: Per-model memory limit in bytes beyond the worker's own (None: the local pool's memory budget).
     model_memory: int | None = None
+    #: Also count the whole model's continuous symmetries (:mod:`idinspect.analysis.whole_model`): the
+    #: ``whole_model_form`` column ("not derived" where the family's form is not) and
+    #: ``whole_model_symmetries`` (logits convention; null where not derived).
+    whole_model: bool = False
 
 
 def empty_row(source: str) -> dict:
@@ -127,7 +133,7 @@ def _fill(row: dict, source: str, opts: SurveyOptions) -> None:
     model = load(source, token=opts.token, cache_dir=opts.cache_dir, local_files_only=opts.offline)
     with model:
         counter = _count_bytes_read(model)
-        result = inspect(model, device=opts.device)
+        result = inspect(model, device=opts.device, whole_model=opts.whole_model)
         if opts.fingerprint:
             row["fingerprint"] = fingerprint_digest(model, opts)
         row["bytes_read"] = counter.total
@@ -157,7 +163,17 @@ def row_fields(result: dict) -> dict:
         "closed_form": totals.get("closed_form"), "closed_form_ratio": totals.get("closed_form_ratio"),
         "bytes_fetched": (model.get("fetch") or {}).get("bytes_fetched"),
         "findings_error": counts["error"], "findings_warning": counts["warning"], "findings_note": counts["note"],
+        **_whole_model_fields(result.get("whole_model")),
     }
+
+
+def _whole_model_fields(section: dict | None) -> dict:
+    """The row's whole-model columns from the ``whole_model`` section (nothing when not asked)."""
+    if section is None:
+        return {}
+    if not section.get("derived"):
+        return {"whole_model_form": "not derived"}
+    return {"whole_model_form": section["form"], "whole_model_symmetries": section["exact"]}
 
 
 def fingerprint_digest(model, opts: SurveyOptions) -> str:

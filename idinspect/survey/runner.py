@@ -71,7 +71,8 @@ def run_survey(sources: Iterable[str], *, jsonl: str | None = None, parquet: str
     ``backend``: an object with ``run(tasks, emit) -> BackendStats`` (default: :class:`LocalPool`
     of ``workers`` within ``memory_budget`` bytes, half the available memory by default).
     With ``resume``, sources with an ``ok`` row at their current revision are skipped (with
-    ``options.fingerprint``, only those whose row has its fingerprint digest).
+    ``options.fingerprint``, only those whose row has its fingerprint digest; with ``options.whole_model``,
+    only those whose row has its whole-model columns).
     """
     opts = options or SurveyOptions()
     wanted = list(dict.fromkeys(s.strip() for s in sources if s and s.strip()))
@@ -84,7 +85,9 @@ def run_survey(sources: Iterable[str], *, jsonl: str | None = None, parquet: str
         old = before.get(source)
         revision = (current_revision(source, token=opts.token, cache_dir=opts.cache_dir, offline=opts.offline)
                     if old is not None and old.get("status") == "ok" else None)
-        if is_done(old, revision) and not (opts.fingerprint and not old.get("fingerprint")):
+        missing = old is not None and ((opts.fingerprint and not old.get("fingerprint"))
+                                       or (opts.whole_model and not old.get("whole_model_form")))
+        if is_done(old, revision) and not missing:
             skipped.append(source)
             if on_skip is not None:
                 on_skip(source)
