@@ -37,6 +37,7 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
+from ..errors import IdinspectError
 from ..layer.attention_layer import AttentionLayer
 from ..gauge import INVARIANTS, InvariantError, invariant_error_tensors, invariant_errors
 from ..gauge.factors import augment
@@ -313,6 +314,18 @@ class _Judged:
     amp_b: torch.Tensor
 
 
+def _refuse_overflow(layer, role: str, t: torch.Tensor, side: str) -> None:
+    """A float64 tensor whose products overflow float64 has no float64 invariants to compare: one line
+    naming it, its largest value and the limit (inspect reports it as the ``overflow`` finding)."""
+    from ..analysis.findings import overflow_limit
+
+    limit = overflow_limit(max(layer.d_model, layer.d_k))
+    if t.dtype == torch.float64 and t.numel() and float(t.abs().max()) > limit:
+        raise IdinspectError(f"{side}: tensor {layer.tensor_names.get(role, role)} holds values up to "
+                             f"{float(t.abs().max()):.3g}, beyond {limit:.3g} where its products overflow float64; "
+                             "verify cannot compare its invariants: repair or rescale the checkpoint")
+
+
 def _invariant_check(A: Model, B: Model, dtype: torch.dtype, progress: Progress = _no_progress) -> Check:
     """Every invariant of every head (and rotary plane) within max(the dtype's tolerance, the rounding
     bound of that head's own factors)."""
@@ -326,6 +339,7 @@ def _invariant_check(A: Model, B: Model, dtype: torch.dtype, progress: Progress 
                 bad = _non_finite(layer.tensor_names.get(role, role), t, side)
                 if bad:
                     return Check("invariants", False, detail=bad)
+                _refuse_overflow(layer, role, t, side)
         try:
             errors = invariant_error_tensors(la, lb)
         except ValueError as exc:
