@@ -37,7 +37,6 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
-from ..errors import IdinspectError
 from ..layer.attention_layer import AttentionLayer
 from ..gauge import INVARIANTS, InvariantError, invariant_error_tensors, invariant_errors
 from ..gauge.factors import augment
@@ -45,6 +44,7 @@ from ..gauge.qk_gain_trade import cast_norm, gain_product_amplification, trade, 
 from ..layer.structure import noop_key_bias_columns, unrotated_columns
 from ..sources.model import Model, load
 from . import functional as fn
+from .undefined import refuse_overflow, undefined_outputs
 
 FIXED_TOLERANCES = {torch.float64: {"invariants": 1e-10, "functional": 1e-6},
                     torch.float32: {"invariants": 1e-6, "functional": 1e-6}}
@@ -314,18 +314,6 @@ class _Judged:
     amp_b: torch.Tensor
 
 
-def _refuse_overflow(layer, role: str, t: torch.Tensor, side: str) -> None:
-    """A float64 tensor whose products overflow float64 has no float64 invariants to compare: one line
-    naming it, its largest value and the limit (inspect reports it as the ``overflow`` finding)."""
-    from ..analysis.findings import overflow_limit
-
-    limit = overflow_limit(max(layer.d_model, layer.d_k))
-    if t.dtype == torch.float64 and t.numel() and float(t.abs().max()) > limit:
-        raise IdinspectError(f"{side}: tensor {layer.tensor_names.get(role, role)} holds values up to "
-                             f"{float(t.abs().max()):.3g}, beyond {limit:.3g} where its products overflow float64; "
-                             "verify cannot compare its invariants: repair or rescale the checkpoint")
-
-
 def _invariant_check(A: Model, B: Model, dtype: torch.dtype, progress: Progress = _no_progress) -> Check:
     """Every invariant of every head (and rotary plane) within max(the dtype's tolerance, the rounding
     bound of that head's own factors)."""
@@ -339,7 +327,7 @@ def _invariant_check(A: Model, B: Model, dtype: torch.dtype, progress: Progress 
                 bad = _non_finite(layer.tensor_names.get(role, role), t, side)
                 if bad:
                     return Check("invariants", False, detail=bad)
-                _refuse_overflow(layer, role, t, side)
+                refuse_overflow(layer, role, t, side)
         try:
             errors = invariant_error_tensors(la, lb)
         except ValueError as exc:
@@ -403,9 +391,9 @@ def _functional_checks(A: Model, B: Model, dtype: torch.dtype, tokens: int, deco
     progress("functional", 1, runs)
     out_b = fn.run_model(B.provenance.path, ids, decode, plan)
     progress("functional", 2, runs)
-    undefined = _undefined_outputs(out_a, out_b, ids)
+    undefined = undefined_outputs(out_a, out_b, ids)
     if undefined is not None:
-        return [undefined]
+        return [Check("functional", undefined[0], detail=undefined[1])]
     err_abs = float((out_a.values - out_b.values).abs().max())
     scale = float(out_a.values.abs().max())
     err = err_abs / scale if scale > 0 else err_abs
@@ -427,24 +415,6 @@ def _functional_checks(A: Model, B: Model, dtype: torch.dtype, tokens: int, deco
         checks.append(Check("decode", same or excused, detail=detail,
                             extra={"a": out_a.decoded.tolist(), "b": out_b.decoded.tolist()}))
     return checks
-
-
-def _undefined_outputs(out_a, out_b, ids: torch.Tensor) -> Check | None:
-    """A skipped functional check when transformers' own run of A gives NaN/Inf (weights whose
-    products overflow its arithmetic, e.g. a float32 softmax over float64 scores): the function is
-    not defined there, so the invariants decide; B non-finite at the same places only. None otherwise."""
-    bad_a = ~torch.isfinite(out_a.values)
-    if not bool(bad_a.any()):
-        return None
-    bad_b = ~torch.isfinite(out_b.values)
-    n, total = int(bad_a.sum()), bad_a.numel()
-    if not torch.equal(bad_a, bad_b):
-        return Check("functional", False, detail=f"{out_a.kind} on {tuple(ids.shape)} seeded random ids: A's are not "
-                                                  f"finite at {n} of {total} values, B's at {int(bad_b.sum())} "
-                                                  "(not the same places)")
-    return Check("functional", None, detail=f"skipped: transformers' own {out_a.kind} of A are not finite at {n} of "
-                                           f"{total} values (its arithmetic overflows on these weights), and B's at "
-                                           "the same places; the invariants decide")
 
 
 def _apply_baseline(model, A: Model, dtype: torch.dtype) -> None:
