@@ -17,6 +17,7 @@ from pathlib import Path
 
 from ..errors import IdinspectError, TransientError, first_line
 from .file_names import CONFIG_FILE, INDEX_FILE, SHARD_PATTERN, SINGLE_FILE
+from ..textsafe import visible
 from .hub_guard import COMMIT_SHA
 
 #: ``org/name``, or a legacy name without an organisation (``gpt2``, ``bert-base-uncased``).
@@ -181,6 +182,12 @@ def _call(repo_id: str, revision: str | None, patterns: list[str], *, token, cac
                                  cache_dir=cache_dir, local_files_only=local_files_only, **extra)
     except Exception as exc:  # noqa: BLE001 - mapped to one line below, anything else re-raised
         error = hub_error(exc, repo_id, revision, offline=is_offline(local_files_only), cache_dir=cache_dir)
+        if error is None and isinstance(exc, (AttributeError, TypeError, ValueError, KeyError)):
+            # huggingface_hub tripping over an answer of the wrong shape (a listing that is not what the
+            # tree API returns, a path outside the snapshot): the server's fault, named as such
+            error = TransientError(f"{repo_id}: huggingface_hub could not use the hub's answer ({type(exc).__name__}: "
+                                   f"{visible(first_line(exc))[:120]}); check HF_ENDPOINT (a proxy or mirror "
+                                   "answering wrongly) and retry")
         if error is None:
             raise
         raise error from None
