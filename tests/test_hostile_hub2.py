@@ -302,3 +302,59 @@ def test_bad_deadline_setting_is_named(hub, tmp_path, value):
         return
     run_hub(tmp_path, REPO, code=2, env={"IDINSPECT_HUB_DEADLINE": value},
             names=("IDINSPECT_HUB_DEADLINE", "positive number of seconds"))
+
+
+class _NoSleep:
+    """``time`` for huggingface_hub's retry loop: sleeping does not wait."""
+
+    def __getattr__(self, name):
+        import time
+
+        return getattr(time, name)
+
+    @staticmethod
+    def sleep(seconds: float) -> None:
+        pass
+
+
+TREE = {
+    "dotdot-path": "../../../x.safetensors",
+    "absolute-path": "/tmp/x.safetensors",
+    "dotdot-config": "../config.json",
+}
+
+
+@pytest.mark.parametrize("case", list(TREE))
+def test_hostile_tree_listing_on_download(hub, tmp_path, case, monkeypatch):
+    """snapshot_download's own listing (the tree API, which --download reads after the validated
+    revision API) naming a path outside the snapshot: never fetched or written, one line naming the
+    repository and HF_ENDPOINT. huggingface_hub's own backoff (~20 s over its retries) is not waited
+    out here."""
+    from huggingface_hub.utils import _http
+
+    monkeypatch.setattr(_http, "time", _NoSleep())
+    entries = [{"type": "file", "oid": "b" * 40, "size": 5, "path": TREE[case],
+                "lfs": {"oid": "c" * 64, "size": 5, "pointerSize": 134}}]
+    hub.faults.append(Fault("body", host="hub", path="/tree/", body=json.dumps(entries).encode(),
+                            headers={"Content-Type": "application/json"}, times=10))
+    run_hub(tmp_path, REPO, mode="download", code=2, names=(REPO,))
+
+
+TREE_GARBAGE = {
+    "html": b"<html><body>proxy error</body></html>",
+    "truncated": b'[{"type": "file", "path": "config.json"',
+    "not-a-list": b'{"a": 1}',
+    "list-of-numbers": b"[1, 2, 3]",
+}
+
+
+@pytest.mark.parametrize("case", list(TREE_GARBAGE))
+def test_garbage_tree_listing_on_download(hub, tmp_path, case, monkeypatch):
+    """The tree API answering garbage: one line naming the repository (after huggingface_hub's own
+    retries, not waited out here), nothing written outside the cache."""
+    from huggingface_hub.utils import _http
+
+    monkeypatch.setattr(_http, "time", _NoSleep())
+    hub.faults.append(Fault("body", host="hub", path="/tree/", body=TREE_GARBAGE[case],
+                            headers={"Content-Type": "application/json"}, times=20))
+    run_hub(tmp_path, REPO, mode="download", code=2, names=(REPO,))

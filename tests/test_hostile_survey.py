@@ -192,3 +192,28 @@ def _direct_children(pid: int) -> list[int]:
             except (OSError, ValueError, IndexError):
                 continue
     return out
+
+
+SPECIAL = {"fifo": None, "dev-zero": "/dev/zero", "dev-urandom": "/dev/urandom"}
+
+
+@pytest.mark.parametrize("command", [(), ("audit",), ("export", "model", "out"), ("verify", "model", "model")])
+@pytest.mark.parametrize("special", list(SPECIAL))
+@pytest.mark.parametrize("fname", ["config.json", "model.safetensors.index.json"])
+def test_special_file_as_config_or_index(tiny_dir, tmp_path, command, special, fname):
+    """config.json or the shard index a FIFO or a link to a device: refused at once by name, never a hang
+    or an endless read (in-process, through the real CLI)."""
+    from tests.hostile import run_case
+
+    model = case_dir(tiny_dir("llama-gqa", max_shard_size="20KB"), tmp_path)
+    (model / fname).unlink()
+    if SPECIAL[special] is None:
+        os.mkfifo(model / fname)
+    else:
+        os.symlink(SPECIAL[special], model / fname)
+    args = command if command[:1] in (("export",), ("verify",)) else (*command, "model")
+    if command == ("audit",):
+        r = run_case(tmp_path, *args, code=2, one_line=False, env={"COLUMNS": "1000"})
+        assert fname in r.out and "not a regular file" in r.out
+        return
+    run_case(tmp_path, *args, code=2, names=(fname, "not a regular file"))

@@ -132,16 +132,19 @@ COMPILE_CACHE_VARIABLES = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
 def private_compile_caches():
     """Point torch's compile caches at a temporary folder of ours for the block, then remove it
     (a cache folder the user chose through the environment is left alone)."""
-    chosen = [k for k in COMPILE_CACHE_VARIABLES if os.environ.get(k)]
+    original = {k: os.environ.get(k) for k in COMPILE_CACHE_VARIABLES}
     folder = tempfile.mkdtemp(prefix="idinspect-compile-")
-    set_here = [k for k in COMPILE_CACHE_VARIABLES if k not in chosen]
-    for k in set_here:
-        os.environ[k] = os.path.join(folder, k.split("_")[0].lower())
+    for k, value in original.items():
+        if not value:
+            os.environ[k] = os.path.join(folder, k.split("_")[0].lower())
     try:
         yield
-    finally:
-        for k in set_here:
-            os.environ.pop(k, None)
+    finally:   # as before the block (torch writes the variable itself when it first asks for the folder)
+        for k, value in original.items():
+            if value:
+                os.environ[k] = value
+            else:
+                os.environ.pop(k, None)
         shutil.rmtree(folder, ignore_errors=True)
 
 

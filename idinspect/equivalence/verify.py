@@ -46,6 +46,7 @@ from ..sources.model import Model, load
 from . import functional as fn
 from .bounds import (CONDITION_FACTOR, INVARIANT_FLOOR, OutputBound, eps, factor_amplification, invariant_bound,
                      largest_amplification, layer_amplification, output_bound)
+from .undefined import refuse_overflow, undefined_outputs
 
 #: Stored dtypes judged by rounding bounds (:mod:`.bounds`); the others against the rounding baseline.
 BOUNDED_DTYPES = tuple(INVARIANT_FLOOR)
@@ -291,6 +292,7 @@ def _invariant_check(A: Model, B: Model, dtype: torch.dtype, progress: Progress 
                 bad = _non_finite(layer.tensor_names.get(role, role), t, side)
                 if bad:
                     return Check("invariants", False, detail=bad)
+                refuse_overflow(layer, role, t, side)
         try:
             errors = invariant_error_tensors(la, lb)
         except ValueError as exc:
@@ -360,9 +362,9 @@ def _functional_checks(A: Model, B: Model, dtype: torch.dtype, tokens: int, deco
     progress("functional", 1, runs)
     out_b = fn.run_model(B.provenance.path, ids, decode, plan)
     progress("functional", 2, runs)
-    undefined = _undefined_outputs(out_a, out_b, ids)
+    undefined = undefined_outputs(out_a, out_b, ids)
     if undefined is not None:
-        return [undefined]
+        return [Check("functional", undefined[0], detail=undefined[1])]
     err_abs = float((out_a.values - out_b.values).abs().max())
     scale = float(out_a.values.abs().max())
     err = err_abs / scale if scale > 0 else err_abs
@@ -390,24 +392,6 @@ def _functional_checks(A: Model, B: Model, dtype: torch.dtype, tokens: int, deco
         checks.append(Check("decode", same or excused, detail=detail,
                             extra={"a": out_a.decoded.tolist(), "b": out_b.decoded.tolist()}))
     return checks
-
-
-def _undefined_outputs(out_a, out_b, ids: torch.Tensor) -> Check | None:
-    """A skipped functional check when transformers' own run of A gives NaN/Inf (weights whose
-    products overflow its arithmetic, e.g. a float32 softmax over float64 scores): the function is
-    not defined there, so the invariants decide; B non-finite at the same places only. None otherwise."""
-    bad_a = ~torch.isfinite(out_a.values)
-    if not bool(bad_a.any()):
-        return None
-    bad_b = ~torch.isfinite(out_b.values)
-    n, total = int(bad_a.sum()), bad_a.numel()
-    if not torch.equal(bad_a, bad_b):
-        return Check("functional", False, detail=f"{out_a.kind} on {tuple(ids.shape)} seeded random ids: A's are not "
-                                                  f"finite at {n} of {total} values, B's at {int(bad_b.sum())} "
-                                                  "(not the same places)")
-    return Check("functional", None, detail=f"skipped: transformers' own {out_a.kind} of A are not finite at {n} of "
-                                           f"{total} values (its arithmetic overflows on these weights), and B's at "
-                                           "the same places; the invariants decide")
 
 
 def _apply_baseline(model, A: Model, dtype: torch.dtype) -> None:

@@ -88,7 +88,7 @@ class SafetensorsCheckpoint(TensorReader):
         if single.is_file():
             files = [SINGLE_FILE]
             weight_map = None
-        elif index.is_file():
+        elif index.is_file() or (index.exists() and not index.is_dir()):   # a FIFO or device: read_json refuses it by name
             self.index_path = index
             weight_map, self.index_metadata = _read_index(index)
             files = sorted(set(weight_map.values()))

@@ -10,11 +10,14 @@ folder's name is the resolved commit sha. Every hub failure becomes a one-line
 from __future__ import annotations
 
 import json
+import os
 import re
+import time
 from pathlib import Path
 
 from ..errors import IdinspectError, TransientError, first_line
 from .file_names import CONFIG_FILE, INDEX_FILE, SHARD_PATTERN, SINGLE_FILE
+from ..textsafe import visible
 from .hub_guard import COMMIT_SHA
 
 #: ``org/name``, or a legacy name without an organisation (``gpt2``, ``bert-base-uncased``).
@@ -91,8 +94,9 @@ def download_snapshot(repo_id: str, revision: str | None = None, token: str | No
 
     Online, the revision is first resolved with the validated revision API
     (:func:`~.remote_http.resolve_commit`): the download is pinned to that commit and asks for the
-    listed files by exact name (a hostile listing cannot add a path), and every downloaded file is
-    checked against the digest the API gave (:func:`~.hub_verify.verify_download`). If the index
+    listed files by exact name (a hostile listing cannot add a path), and every file this call
+    downloaded is checked against the digest the API gave (:func:`~.hub_verify.verify_download`;
+    a file already in the cache was checked when it was downloaded, and is not hashed again). If the index
     names shards that ``allow_patterns`` did not match, they are fetched by name in a second call
     pinned to the same commit.
     """
@@ -100,6 +104,7 @@ def download_snapshot(repo_id: str, revision: str | None = None, token: str | No
     kwargs = {"token": token, "cache_dir": str(cache_dir) if cache_dir is not None else None,
               "local_files_only": local_files_only}
     listing = None if is_offline(local_files_only) else _resolve(repo_id, revision, token, cache_dir)
+    started = time.time()
     if listing is None:
         folder = Path(_call(repo_id, revision, patterns, **kwargs))
         commit = folder.name
@@ -116,9 +121,10 @@ def download_snapshot(repo_id: str, revision: str | None = None, token: str | No
     if listing is not None:
         from .hub_verify import verify_download
 
-        for name, file in listing[1].items():
-            if (folder / name).is_file():
-                verify_download(folder / name, file.etag, f"{repo_id}@{commit[:12]}/{name}")
+        for name, file in listing[1].items():   # what this call downloaded (a cached blob was checked when it came)
+            path = folder / name
+            if path.is_file() and os.stat(path).st_mtime >= started - 2:
+                verify_download(path, file.etag, f"{repo_id}@{commit[:12]}/{name}")
     return folder, commit
 
 
@@ -176,6 +182,12 @@ def _call(repo_id: str, revision: str | None, patterns: list[str], *, token, cac
                                  cache_dir=cache_dir, local_files_only=local_files_only, **extra)
     except Exception as exc:  # noqa: BLE001 - mapped to one line below, anything else re-raised
         error = hub_error(exc, repo_id, revision, offline=is_offline(local_files_only), cache_dir=cache_dir)
+        if error is None and isinstance(exc, (AttributeError, TypeError, ValueError, KeyError)):
+            # huggingface_hub tripping over an answer of the wrong shape (a listing that is not what the
+            # tree API returns, a path outside the snapshot): the server's fault, named as such
+            error = TransientError(f"{repo_id}: huggingface_hub could not use the hub's answer ({type(exc).__name__}: "
+                                   f"{visible(first_line(exc))[:120]}); check HF_ENDPOINT (a proxy or mirror "
+                                   "answering wrongly) and retry")
         if error is None:
             raise
         raise error from None
