@@ -38,6 +38,11 @@ from .layout import (Block, Projection, fused_rows, head_rows, heads_from_linear
 ROLE_COUNT = {"q": "H", "k": "G", "v": "G"}
 
 
+#: Buffers any family's checkpoint may hold (position ids, RoPE frequencies, causal masks, token-type
+#: ids): recomputed from the config, so neither weights nor undeclared tensors.
+GENERIC_BUFFER_SUFFIXES = ("position_ids", "inv_freq", "masked_bias", "token_type_ids")
+
+
 @dataclass(frozen=True)
 class Site:
     """Where one attention block lives: ``path`` of its layer (relative to the model prefix, e.g.
@@ -227,7 +232,9 @@ class Adapter:
 
 
     def is_buffer(self, key: str) -> bool:
-        return any(key.endswith(s) for s in self.buffer_suffixes)
+        """A stored buffer, recomputed from the config (never a weight): the family's own suffixes and
+        :data:`GENERIC_BUFFER_SUFFIXES`, which transformers saved for every family in some versions."""
+        return key.endswith(self.buffer_suffixes + GENERIC_BUFFER_SUFFIXES)
 
     # names -------------------------------------------------------------------------
     def _find_prefix(self, keys: list[str]) -> str:

@@ -47,7 +47,6 @@ class DeepseekAdapter(Adapter):
     }
     layer_container = "layers"
     pre_norm = ("input_layernorm.weight",)
-    buffer_suffixes = (".rotary_emb.inv_freq",)
     hf_modules = {"self": (_ATTN, None)}
     latent = True
 

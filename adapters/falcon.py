@@ -52,7 +52,6 @@ class FalconAdapter(Adapter):
     }
     layer_container = "h"
     hf_modules = {"self": ("self_attention", None)}
-    buffer_suffixes = (".rotary_emb.inv_freq",)
 
     @property
     def n_kv_heads(self) -> int:

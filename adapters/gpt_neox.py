@@ -32,7 +32,7 @@ class GPTNeoXAdapter(LlamaAdapter):
         "final_layer_norm.(weight|bias)": "norm",
     }
     partial_rotary = True
-    buffer_suffixes = (".attention.bias", ".attention.masked_bias", ".rotary_emb.inv_freq")
+    buffer_suffixes = (".attention.bias", ".attention.masked_bias")
     hf_modules = {"self": ("attention", None)}
 
     # multi-head, head width d / H: the generic sizes, not Llama's num_key_value_heads / head_dim keys

@@ -37,7 +37,6 @@ class LlamaAdapter(Adapter):
         "norm.weight": "norm",
     }
     layer_container = "layers"
-    buffer_suffixes = (".rotary_emb.inv_freq",)
     hf_modules = {"self": ("self_attn", None)}
     #: The family's rotary module honours rope_parameters["partial_rotary_factor"] (Phi, StableLM, ...).
     partial_rotary: bool = False

@@ -151,14 +151,10 @@ def _verify(A: Model, B: Model, functional: bool, tokens: int, decode: int, seed
     return VerifyResult(A.provenance.source, B.provenance.source, str(dtype).removeprefix("torch."), checks)
 
 
-#: Stored tensors that are buffers recomputed from the config, not weights (transformers may or may
-#: not save them, and their values follow the config): never compared as weights.
-BUFFER_SUFFIXES = ("position_ids", "inv_freq", "masked_bias", "token_type_ids")
-
-
 def buffers(model: Model) -> set[str]:
-    """Names of the stored buffers of ``model`` (the adapter's and :data:`BUFFER_SUFFIXES`)."""
-    return {k for k in model.reader.keys() if model.adapter.is_buffer(k) or k.endswith(BUFFER_SUFFIXES)}
+    """Names of the stored buffers of ``model`` (:meth:`is_buffer` of its adapter): never compared as
+    weights (transformers may or may not save them, and their values follow the config)."""
+    return {k for k in model.reader.keys() if model.adapter.is_buffer(k)}
 
 
 def stored_dtype(model: Model) -> torch.dtype:
