@@ -1,7 +1,8 @@
 """``verify``: do two checkpoints compute the same function? Exit 0 yes, 1 no, 2 error.
 
 Checks, each with a dtype-dependent tolerance that is reported:
-- ``config``: the configs agree apart from dtype and bookkeeping fields;
+- ``config``: the configuration keys the model's computation reads agree (:mod:`.config_keys`;
+  other differences are notes, failures with ``strict_config``);
 - ``tensors``: the same tensor names; every non-attention tensor equal (bit-exact in the same
   dtype, within one rounding of the coarser dtype otherwise);
 - ``invariants``: layer by layer, every gauge invariant (each head's W_QK, each rotary plane's
@@ -44,13 +45,12 @@ from ..gauge.qk_gain_trade import cast_norm, gain_product_amplification, trade, 
 from ..layer.structure import noop_key_bias_columns, unrotated_columns
 from ..sources.model import Model, load
 from . import functional as fn
+from .config_keys import full_settings, split_differences
 
 FIXED_TOLERANCES = {torch.float64: {"invariants": 1e-10, "functional": 1e-6},
                     torch.float32: {"invariants": 1e-6, "functional": 1e-6}}
 BASELINE_FACTOR = 4.0
 BASELINE_SCALE = 8.0 / 7.0
-_IGNORED_CONFIG = {"dtype", "torch_dtype", "_name_or_path", "transformers_version", "_commit_hash",
-                   "_attn_implementation_autoset", "_attn_implementation_internal"}
 
 
 @dataclass
@@ -88,14 +88,16 @@ class VerifyResult:
 
 def verify(a, b, *, functional: bool = True, tokens: int = 16, decode: int = 8, seed: int = 0,
            max_memory: int | None = None, token: str | None = None, cache_dir=None,
-           local_files_only: bool = False, progress: Progress | None = None) -> VerifyResult:
+           local_files_only: bool = False, progress: Progress | None = None,
+           strict_config: bool = False) -> VerifyResult:
     """Compare checkpoints ``a`` (reference) and ``b``; see the module docstring for the checks.
 
     ``max_memory`` (bytes) bounds what a float64 model copy may take before the functional check
     streams the model (stored dtype, float64 module by module; default: half the available memory),
     and what the streamed model may take before accelerate's disk offload. ``progress(stage,
     done, total)`` is told how far each stage is: "open" (the two models), "tensors" (non-attention
-    tensors), "invariants" (layers), "functional" (transformers runs).
+    tensors), "invariants" (layers), "functional" (transformers runs). ``strict_config``: every
+    configuration key must agree, not only those the computation reads.
     """
     progress = progress or _no_progress
     opts = dict(token=token, cache_dir=cache_dir, local_files_only=local_files_only, whole_files=True)
@@ -106,7 +108,7 @@ def verify(a, b, *, functional: bool = True, tokens: int = 16, decode: int = 8, 
         B = b if isinstance(b, Model) else load(b, **opts)
         progress("open", 2, 2)
         try:
-            return _verify(A, B, functional, tokens, decode, seed, max_memory, progress)
+            return _verify(A, B, functional, tokens, decode, seed, max_memory, progress, strict_config)
         finally:
             if B is not b:
                 B.close()
@@ -124,13 +126,13 @@ def _no_progress(stage: str, done: int, total: int) -> None:
 
 
 def _verify(A: Model, B: Model, functional: bool, tokens: int, decode: int, seed: int,
-            max_memory: int | None, progress: Progress = _no_progress) -> VerifyResult:
+            max_memory: int | None, progress: Progress = _no_progress, strict_config: bool = False) -> VerifyResult:
     dtype = stored_dtype(B)
     latent = bool(getattr(A.adapter, "latent", False))
     if latent and (not functional or dtype not in FIXED_TOLERANCES):
         A.require_per_head("verify --no-functional" if not functional else f"verify of a {dtype} checkpoint "
                            "(its rounding baseline moves per-head factors)")
-    checks = [_config_check(A, B)]
+    checks = [_config_check(A, B, strict_config)]
     structure = _structure_check(A, B)
     checks.append(structure)
     if structure.passed:
@@ -138,7 +140,11 @@ def _verify(A: Model, B: Model, functional: bool, tokens: int, decode: int, seed
         checks.append(Check("invariants", None, detail="skipped: multi-head latent attention has no per-head "
                             "invariants; judged by the functional check") if latent
                       else _invariant_check(A, B, dtype, progress))
-        if functional:
+        gguf = [side for side, m in (("A", A), ("B", B)) if _is_gguf(m)]
+        if functional and gguf:
+            checks.append(Check("functional", None, detail=f"skipped: {' and '.join(gguf)} is a GGUF file, which stock "
+                                "transformers would dequantise and re-map on its own; the tensors and invariants decide"))
+        elif functional:
             checks += _functional_checks(A, B, dtype, tokens, decode, seed, max_memory, progress)
         else:
             checks.append(Check("functional", None, detail="skipped (--no-functional)"))
@@ -176,13 +182,19 @@ def rounding_baseline(layer: AttentionLayer, dtype: torch.dtype) -> AttentionLay
     return moved
 
 
-def _config_check(A: Model, B: Model) -> Check:
-    da, db = A.hf_config.to_dict(), B.hf_config.to_dict()
-    keys = sorted((set(da) | set(db)) - _IGNORED_CONFIG)
-    differ = [k for k in keys if da.get(k) != db.get(k)]
+def _config_check(A: Model, B: Model, strict: bool = False) -> Check:
+    """The configuration keys the model's computation reads must agree (:mod:`.config_keys`); other
+    differing keys are notes, or failures too with ``strict``."""
+    da, db = full_settings(A.hf_config), full_settings(B.hf_config)
+    computed, notes = split_differences(da, db, A.hf_config.model_type)
+    differ = computed + notes if strict else computed
+    extra = {"differ": differ, "notes": [] if strict else notes}
+    note = f"; notes: {len(notes)} keys the computation does not read differ ({', '.join(notes[:6])})" if notes and not strict else ""
     if differ:
-        return Check("config", False, detail=f"configs differ in {', '.join(differ[:8])}", extra={"differ": differ})
-    return Check("config", True, detail="same configuration (dtype aside)")
+        what = "configs differ in" if strict else "configs differ in keys the computation reads:"
+        return Check("config", False, detail=f"{what} {', '.join(differ[:8])}{note}", extra=extra)
+    same = "same configuration (dtype aside)" if strict or not notes else "same computation settings"
+    return Check("config", True, detail=f"{same}{note}", extra=extra)
 
 
 def _structure_check(A: Model, B: Model) -> Check:
@@ -410,6 +422,11 @@ def _functional_checks(A: Model, B: Model, dtype: torch.dtype, tokens: int, deco
         checks.append(Check("decode", same or excused, detail=detail,
                             extra={"a": out_a.decoded.tolist(), "b": out_b.decoded.tolist()}))
     return checks
+
+
+def _is_gguf(model: Model) -> bool:
+    path = model.provenance.path
+    return path is not None and path.suffix.lower() == ".gguf"
 
 
 def _apply_baseline(model, A: Model, dtype: torch.dtype) -> None:
