@@ -27,6 +27,10 @@ def diff_command(a: str, b: str, token: str | None, cache_dir: str | None, offli
 
     A and B must be checkpoints of the same model (same family and shapes).
     """
+    from ..sources.local_source import check_local_source
+
+    for model in (a, b):
+        check_local_source(model)   # refusals the file system decides, before torch loads
     from ..errors import IdinspectError
     from ..reports.atomic import write_text_atomic
     from ..reports.diff_html import write_diff_html

@@ -5,18 +5,16 @@ from __future__ import annotations
 import json
 
 import click
-from rich.console import Console
-from rich.markup import escape
 
 from ..cli import debug_option, hub_options, progress_options
 from ..textsafe import visible
-from ..exporting.pipeline import DTYPES, ExportResult, export
+from ..exporting import DTYPE_NAMES
 
 
 @click.command("export")
 @click.argument("model")
 @click.argument("out", type=click.Path(dir_okay=True, file_okay=True))
-@click.option("--dtype", type=click.Choice(list(DTYPES)), default="keep", show_default=True,
+@click.option("--dtype", type=click.Choice(list(DTYPE_NAMES)), default="keep", show_default=True,
               help="Dtype of the written floating-point tensors (keep: each tensor's own).")
 @click.option("--force", is_flag=True, help="Replace OUT if it exists.")
 @click.option("--revision", help="Hub branch, tag or commit (same as MODEL@REVISION).")
@@ -33,6 +31,13 @@ def export_command(model: str, out: str, dtype: str, force: bool, revision: str 
     tensor bit-identical (unless --dtype casts it). OUT is written under a temporary name beside
     it and appears only when complete; an existing OUT needs --force.
     """
+    from ..sources.local_source import check_local_source
+
+    check_local_source(model, export=True)   # refusals the file system decides, before torch loads
+    from rich.console import Console
+    from rich.markup import escape
+
+    from ..exporting.pipeline import export
     from ..progress import ProgressReporter, silence_library_progress
 
     err = Console(stderr=True, highlight=False)
@@ -53,7 +58,8 @@ def export_command(model: str, out: str, dtype: str, force: bool, revision: str 
         click.echo(visible(_summary(result), newlines=True))
 
 
-def _summary(r: ExportResult) -> str:
+def _summary(r) -> str:
+    """``r``: an :class:`~idinspect.exporting.pipeline.ExportResult`."""
     from ..reports.summary import plural
 
     unique = "unique" if not r.degeneracies else f"not unique at {plural(len(r.degeneracies), 'place')}, see notes"

@@ -5,8 +5,6 @@ from __future__ import annotations
 import click
 
 from ..cli import debug_option, hub_options
-from ..analysis.inspection import inspect
-from ..sources.model import load
 
 
 def report_options(f):
@@ -49,8 +47,13 @@ def inspect_command(model: str, revision: str | None, token: str | None, cache_d
                     download: bool, fmt: str, device: str, prove: bool, json_path: str | None, html_path: str | None, heads: bool,
                     layers: str, progress: str, quiet: bool, timestamp: bool) -> None:
     """Report a model's attention structure and parameter identification."""
+    from ..sources.local_source import check_local_source
+
+    check_local_source(model)   # refusals the file system decides, before torch loads
+    from ..analysis.inspection import inspect
     from ..progress import ProgressReporter, silence_library_progress
     from ..reports.emit import emit
+    from ..sources.model import load
     from ..reports.json_report import timestamp_now
 
     from .paths import check_report_path
