@@ -3,10 +3,12 @@ and B, and the layer table. Inline CSS and SVG only, no script, no external refe
 
 from __future__ import annotations
 
+import html
 import json
 
 from .atomic import write_text_atomic
 from .diff_svg import grouped_bars
+from .diff_text import DIFF_READING
 from .svg_charts import esc
 from .summary import plural
 
@@ -49,7 +51,8 @@ def render_diff_html(doc: dict) -> str:
             f'{esc(m.get("model_type"))}, {esc(m.get("layers"))} layers, H={esc(m.get("heads"))}, '
             f'G={esc(m.get("kv_heads"))}, d_k={esc(m.get("head_dim"))}, positional {esc(m.get("positional"))}</p>'
             f'<p>rho over the whole model: <b>{_f(doc["totals"]["rho"])}</b> (reference 1/(2H) = {_f(doc["one_over_2H"])}); '
-            f'largest relative change of an invariant: {_f(doc["totals"]["invariant_change_max"], ".3e")}.</p>{warn}'
+            f'largest relative change of an invariant: {_f(doc["totals"]["invariant_change_max"], ".3e")}.</p>'
+            f'<p>{html.escape(" ".join(line.strip() for line in DIFF_READING))}</p>{warn}'
             f'<h2>rho per layer</h2>{rho}<h2>beta per layer</h2>{beta}<h2>Layers</h2><table><thead><tr>'
             + "".join(f'<th scope="col">{h}</th>' for h in ("layer", "rho", "QK rho", "QK ref", "VO rho", "VO ref",
                                                          "QK beta A", "QK beta B", "QK tau A", "QK tau B", "VO beta A",

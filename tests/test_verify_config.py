@@ -84,3 +84,13 @@ def test_a_gguf_verifies_against_its_hf_conversion(tmp_path):
     assert checks["config"]["passed"] and {"bos_token_id", "eos_token_id"} <= set(checks["config"]["extra"]["notes"])
     assert checks["functional"]["passed"] is None and "GGUF" in checks["functional"]["detail"]
     assert checks["invariants"]["passed"] and checks["tensors"]["passed"]
+
+
+def test_library_verify_prints_no_loading_bars(tiny_dir, capfd):
+    import idinspect
+
+    src = tiny_dir("llama-gqa")
+    capfd.readouterr()        # what building the fixture printed
+    assert idinspect.verify(src, src)
+    err = capfd.readouterr().err
+    assert "Loading weights" not in err and "it/s" not in err, err

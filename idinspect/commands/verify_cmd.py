@@ -22,6 +22,10 @@ from ..cli import debug_option, hub_options, progress_options
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random token ids.")
 @click.option("--strict-config", is_flag=True, help="Fail on any differing config.json key, not only those the "
               "model's computation reads (docs/verify.md says how they are found); by default the others are notes.")
+@click.option("--memory", type=click.Choice(["auto", "memory", "stream", "offload"]), default="auto", show_default=True,
+              help="How the functional check holds each model: auto = in memory (float64) when its float64 copy fits "
+                   "in half the available memory, else streamed (stored dtype, float64 block by block), else "
+                   "offloaded to disk (float32); or one of these by name.")
 @hub_options
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True,
               help="text: one line per check; json: the full record on stdout.")
@@ -29,7 +33,7 @@ from ..cli import debug_option, hub_options, progress_options
 @debug_option
 @click.pass_context
 def verify_command(ctx: click.Context, a: str, b: str, functional: bool, tokens: int, decode: int, seed: int,
-                   strict_config: bool, token: str | None, cache_dir: str | None, offline: bool, fmt: str,
+                   strict_config: bool, memory: str, token: str | None, cache_dir: str | None, offline: bool, fmt: str,
                    progress: str, quiet: bool) -> None:
     """Check that checkpoint B computes the same function as A (e.g. B = idinspect export A).
 
@@ -51,7 +55,7 @@ def verify_command(ctx: click.Context, a: str, b: str, functional: bool, tokens:
         with bars.stage(f"verifying {a} -> {b}"):
             result = verify(a, b, functional=functional, tokens=tokens, decode=decode, seed=seed, token=token,
                             cache_dir=cache_dir, local_files_only=offline, progress=bars.callback(VERIFY_STAGES),
-                            strict_config=strict_config)
+                            strict_config=strict_config, memory=memory)
     if fmt == "json":
         click.echo(json.dumps(result.to_dict(), indent=2))
     else:

@@ -89,12 +89,13 @@ class VerifyResult:
 def verify(a, b, *, functional: bool = True, tokens: int = 16, decode: int = 8, seed: int = 0,
            max_memory: int | None = None, token: str | None = None, cache_dir=None,
            local_files_only: bool = False, progress: Progress | None = None,
-           strict_config: bool = False) -> VerifyResult:
+           strict_config: bool = False, memory: str = "auto") -> VerifyResult:
     """Compare checkpoints ``a`` (reference) and ``b``; see the module docstring for the checks.
 
     ``max_memory`` (bytes) bounds what a float64 model copy may take before the functional check
     streams the model (stored dtype, float64 module by module; default: half the available memory),
-    and what the streamed model may take before accelerate's disk offload. ``progress(stage,
+    and what the streamed model may take before accelerate's disk offload; ``memory`` ("auto",
+    "memory", "stream", "offload") picks the route instead of that rule. ``progress(stage,
     done, total)`` is told how far each stage is: "open" (the two models), "tensors" (non-attention
     tensors), "invariants" (layers), "functional" (transformers runs). ``strict_config``: every
     configuration key must agree, not only those the computation reads.
@@ -108,7 +109,7 @@ def verify(a, b, *, functional: bool = True, tokens: int = 16, decode: int = 8, 
         B = b if isinstance(b, Model) else load(b, **opts)
         progress("open", 2, 2)
         try:
-            return _verify(A, B, functional, tokens, decode, seed, max_memory, progress, strict_config)
+            return _verify(A, B, functional, tokens, decode, seed, max_memory, progress, strict_config, memory)
         finally:
             if B is not b:
                 B.close()
@@ -126,7 +127,8 @@ def _no_progress(stage: str, done: int, total: int) -> None:
 
 
 def _verify(A: Model, B: Model, functional: bool, tokens: int, decode: int, seed: int,
-            max_memory: int | None, progress: Progress = _no_progress, strict_config: bool = False) -> VerifyResult:
+            max_memory: int | None, progress: Progress = _no_progress, strict_config: bool = False,
+            memory: str = "auto") -> VerifyResult:
     dtype = stored_dtype(B)
     latent = bool(getattr(A.adapter, "latent", False))
     if latent and (not functional or dtype not in FIXED_TOLERANCES):
@@ -145,7 +147,7 @@ def _verify(A: Model, B: Model, functional: bool, tokens: int, decode: int, seed
             checks.append(Check("functional", None, detail=f"skipped: {' and '.join(gguf)} is a GGUF file, which stock "
                                 "transformers would dequantise and re-map on its own; the tensors and invariants decide"))
         elif functional:
-            checks += _functional_checks(A, B, dtype, tokens, decode, seed, max_memory, progress)
+            checks += _functional_checks(A, B, dtype, tokens, decode, seed, max_memory, progress, memory)
         else:
             checks.append(Check("functional", None, detail="skipped (--no-functional)"))
     return VerifyResult(A.provenance.source, B.provenance.source, str(dtype).removeprefix("torch."), checks)
@@ -388,12 +390,12 @@ def _worst_against_tolerance(kind: str, layers: list[_Judged], flat: float, base
 
 
 def _functional_checks(A: Model, B: Model, dtype: torch.dtype, tokens: int, decode: int, seed: int,
-                       max_memory: int | None, progress: Progress = _no_progress) -> list[Check]:
+                       max_memory: int | None, progress: Progress = _no_progress, memory: str = "auto") -> list[Check]:
     ids = fn.probe_ids(A.hf_config, tokens, decode, seed)
     size = max(_parameter_bytes_f64(A), _parameter_bytes_f64(B))
     stored = max(_parameter_bytes(A), _parameter_bytes(B))
     largest = max(_largest_tensor_f64(A), _largest_tensor_f64(B))
-    plan = fn.plan_loading(size, max_memory, stored_bytes=stored, largest_f64_bytes=largest)
+    plan = fn.plan_loading(size, max_memory, stored_bytes=stored, largest_f64_bytes=largest, mode=memory)
     how = plan.describe()
     runs = 2 if dtype in FIXED_TOLERANCES or plan.offload else 3
     progress("functional", 0, runs)
