@@ -269,17 +269,37 @@ def _forward(model, ids: torch.Tensor, dtype: torch.dtype | None = None) -> tupl
 
 
 def _greedy(model, ids: torch.Tensor, n: int, dtype: torch.dtype | None = None) -> torch.Tensor:
-    """n greedy tokens, recomputing the whole sequence each step (no cache: nothing hidden); a decoder
-    that cross-attends keeps the same encoder states throughout."""
+    """n greedy tokens. A decoder-only model decodes with its key/value cache (transformers' own
+    inference path: each step runs one new token, not the whole sequence again); a decoder that
+    cross-attends, or a model without a cache, recomputes the whole sequence each step and keeps the
+    same encoder states throughout."""
     import inspect
 
-    seq = ids
     fixed = {k: v for k, v in _inputs(model, ids, dtype).items() if k not in ("input_ids", "attention_mask")}
+    if not fixed and getattr(model, "_supports_cache_class", True) and not model.config.is_encoder_decoder:
+        return _greedy_cached(model, ids, n)
+    seq = ids
     if "logits_to_keep" in inspect.signature(model.forward).parameters:
         fixed["logits_to_keep"] = 1      # the head on the last position only: the same logits, 1/T of the work
     for _ in range(n):
         logits = model(input_ids=seq, attention_mask=torch.ones_like(seq), use_cache=False, **fixed).logits
         seq = torch.cat([seq, logits[:, -1].argmax(dim=-1, keepdim=True)], dim=1)
+    return seq[:, ids.shape[1]:]
+
+
+def _greedy_cached(model, ids: torch.Tensor, n: int) -> torch.Tensor:
+    """n greedy tokens through the model's key/value cache."""
+    import inspect
+
+    name = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+    out = model(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=True)
+    seq = ids
+    for step in range(n):
+        token = out.logits[:, -1].argmax(dim=-1, keepdim=True)
+        seq = torch.cat([seq, token], dim=1)
+        if step + 1 < n:
+            cache = getattr(out, "cache", None) or out.past_key_values
+            out = model(input_ids=token, attention_mask=torch.ones_like(seq), use_cache=True, **{name: cache})
     return seq[:, ids.shape[1]:]
 
 
