@@ -111,3 +111,19 @@ def test_cached_greedy_decoding_equals_recomputing_the_sequence(variant):
             logits = model(input_ids=seq, attention_mask=torch.ones_like(seq), use_cache=False).logits
             seq = torch.cat([seq, logits[:, -1].argmax(dim=-1, keepdim=True)], dim=1)
     assert torch.equal(cached, seq[:, ids.shape[1]:])
+
+
+def test_export_and_verify_state_the_same_largest_invariant_error(tiny_dir, tmp_path):
+    """One definition, one function, one wording (gauge.invariants.largest_over_layers / describe_largest)."""
+    from idinspect.gauge.invariants import describe_largest
+
+    src = tiny_dir("llama-gqa")
+    exported = run_cli("export", src, tmp_path / "out", "--format", "json")
+    assert exported.code == 0, exported.stderr
+    record = json.loads(exported.stdout)
+    res = run_cli("verify", src, tmp_path / "out", "--no-functional", "--format", "json")
+    inv = next(c for c in json.loads(res.stdout)["checks"] if c["name"] == "invariants")
+    line = describe_largest(record["max_invariant_error"], record["worst_invariant"])
+    assert line in inv["detail"]
+    text = run_cli("export", src, tmp_path / "again").stdout
+    assert line in text

@@ -60,6 +60,7 @@ def export_command(model: str, out: str, dtype: str, force: bool, revision: str 
 
 def _summary(r) -> str:
     """``r``: an :class:`~idinspect.exporting.pipeline.ExportResult`."""
+    from ..gauge.invariants import describe_largest
     from ..reports.summary import plural
 
     unique = "unique" if not r.degeneracies else f"not unique at {plural(len(r.degeneracies), 'place')}, see notes"
@@ -67,4 +68,4 @@ def _summary(r) -> str:
             f"  gauge: balanced v1 ({unique}); dtype: {r.dtype}\n"
             f"  {r.gauge_fixed_tensors} attention tensors gauge-fixed, {r.tensors - r.gauge_fixed_tensors} copied, "
             f"{plural(len(r.shards), 'shard')}, {plural(r.total_size, 'byte')}\n"
-            f"  largest invariant error: {r.max_invariant_error:.2e} ({r.worst_invariant})")
+            f"  {describe_largest(r.max_invariant_error, r.worst_invariant)}")

@@ -40,6 +40,7 @@ import torch
 
 from ..layer.attention_layer import AttentionLayer
 from ..gauge import INVARIANTS, InvariantError, invariant_error_tensors, invariant_errors
+from ..gauge.invariants import describe_largest, largest_over_layers, worst_entry
 from ..gauge.factors import augment
 from ..gauge.qk_gain_trade import cast_norm, gain_product_amplification, trade, tradable
 from ..layer.structure import noop_key_bias_columns, unrotated_columns
@@ -332,6 +333,7 @@ def _invariant_check(A: Model, B: Model, dtype: torch.dtype, progress: Progress 
     bound of that head's own factors)."""
     judged: dict[str, list[_Judged]] = {k: [] for k in INVARIANTS}
     base = {k: 0.0 for k in INVARIANTS}
+    largest: list[tuple[int, InvariantError]] = []     # each layer's largest, as export states it
     for i in range(A.num_layers):
         progress("invariants", i, A.num_layers)
         la, lb = A.layer(i), B.layer(i)
@@ -351,6 +353,7 @@ def _invariant_check(A: Model, B: Model, dtype: torch.dtype, progress: Progress 
             bound = (CONDITION_FACTOR * (eps_a * amp_a[kind] + eps_b * amp_b[kind]) if dtype in FIXED_TOLERANCES
                      else torch.zeros_like(err))
             judged[kind].append(_Judged(i, err, bound, amp_a[kind], amp_b[kind]))
+        largest.append((i, max((worst_entry(kind, err) for kind, err in errors.items()), key=lambda e: e.error)))
         for kind, e in invariant_errors(la, rounding_baseline(la, dtype)).items():
             base[kind] = max(base[kind], e.error)
     progress("invariants", A.num_layers, A.num_layers)
@@ -360,7 +363,8 @@ def _invariant_check(A: Model, B: Model, dtype: torch.dtype, progress: Progress 
     passed = all(v["error"] <= v["tolerance"] for v in per_kind.values())
     top = max(present, key=lambda k: per_kind[k]["error"] / per_kind[k]["tolerance"])
     return Check("invariants", passed, error=per_kind[top]["error"], tolerance=per_kind[top]["tolerance"],
-                 baseline=base[top], detail=f"{A.num_layers} layers; worst relative to tolerance: {per_kind[top]['where']}; "
+                 baseline=base[top], detail=f"{A.num_layers} layers; {describe_largest(*largest_over_layers(largest))}; "
+                 f"worst relative to its tolerance: {per_kind[top]['where']}; "
                  f"tolerance: {per_kind[top]['bound']}",
                  extra={"per_invariant": per_kind})
 
