@@ -39,6 +39,12 @@ def hub_options(command):
                         help="Hub token for gated or private models.")(command)
 
 
+#: Every form a MODEL argument takes, for each command's help (an epilog).
+MODEL_FORMS = ("MODEL (A, B): a checkpoint directory (config.json + safetensors); a hub id org/name[@revision]; "
+               "a hub cache snapshot folder; a GGUF file (path/model.gguf, or org/name[@revision]:file.gguf on the "
+               "hub); pkg:PACKAGE[/SUBDIR], a checkpoint inside an installed Python package.")
+
+
 def progress_options(command):
     """--progress auto|always|never and -q/--quiet, shared by the commands that take a while."""
     command = click.option("-q", "--quiet", is_flag=True,
@@ -114,7 +120,9 @@ class DefaultToInspect(click.Group):
 def cli() -> None:
     """Inspect transformer checkpoints for parameter identification.
 
-    MODEL is a local checkpoint directory, a hub id org/name[@revision], or the cache snapshot folder.
+    MODEL is a local checkpoint directory (config.json + safetensors), a hub id org/name[@revision],
+    a hub cache snapshot folder, a GGUF file (path/model.gguf, or org/name[@revision]:file.gguf on the
+    hub), or pkg:PACKAGE[/SUBDIR] (a checkpoint inside an installed Python package).
 
     Common report options (see idinspect inspect --help): --heads (per-head spectra table),
     --html PATH, --json PATH, --format json, --prove (check the count on a small twin).

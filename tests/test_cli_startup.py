@@ -80,3 +80,20 @@ def test_refusals_the_file_system_decides_come_before_torch(tmp_path):
         assert len(res.stderr.strip().splitlines()) == 1, (args, res.stderr)
         assert res.stdout.strip().splitlines()[-1] == "HEAVY ['rich']", (args, res.stdout)
     assert not (tmp_path / "out").exists()
+
+
+def test_dir_lists_each_public_name_once_and_no_future_flag():
+    code = ("import idinspect\n"
+            "idinspect.load; idinspect.verify\n"
+            "d = dir(idinspect)\n"
+            "print(len(d) == len(set(d)), 'annotations' in d, set(idinspect.__all__) <= set(d))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "True False True", out
+
+
+@pytest.mark.parametrize("command", ["inspect", "export", "verify", "diff", "compare", "fingerprint", "audit", None])
+def test_help_names_every_model_form(command):
+    args = [sys.executable, "-m", "idinspect", *([command] if command else []), "--help"]
+    out = " ".join(subprocess.run(args, capture_output=True, text=True, check=True).stdout.split())
+    for form in ("org/name[@revision]", "snapshot folder", "GGUF", ".gguf", "pkg:PACKAGE"):
+        assert form in out, (command, form)

@@ -10,10 +10,10 @@ import json
 
 import click
 
-from ..cli import debug_option, hub_options, progress_options
+from ..cli import MODEL_FORMS, debug_option, hub_options, progress_options
 
 
-@click.command("compare")
+@click.command("compare", epilog=MODEL_FORMS)
 @click.argument("a")
 @click.argument("b")
 @click.option("--expect", type=click.Choice(["same-function", "same-lineage", "unrelated"]), default="same-function",

@@ -6,10 +6,10 @@ import json
 
 import click
 
-from ..cli import debug_option, hub_options, progress_options
+from ..cli import MODEL_FORMS, debug_option, hub_options, progress_options
 
 
-@click.command("diff")
+@click.command("diff", epilog=MODEL_FORMS)
 @click.argument("a")
 @click.argument("b")
 @hub_options

@@ -6,12 +6,12 @@ import json
 
 import click
 
-from ..cli import debug_option, hub_options, progress_options
+from ..cli import MODEL_FORMS, debug_option, hub_options, progress_options
 from ..textsafe import visible
 from ..exporting import DTYPE_NAMES
 
 
-@click.command("export")
+@click.command("export", epilog=MODEL_FORMS)
 @click.argument("model")
 @click.argument("out", type=click.Path(dir_okay=True, file_okay=True))
 @click.option("--dtype", type=click.Choice(list(DTYPE_NAMES)), default="keep", show_default=True,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from ..cli import debug_option, hub_options
+from ..cli import MODEL_FORMS, debug_option, hub_options
 
 
 def report_options(f):
@@ -27,7 +27,7 @@ def report_options(f):
     return f
 
 
-@click.command("inspect")
+@click.command("inspect", epilog=MODEL_FORMS)
 @click.argument("model")
 @click.option("--revision", help="Hub branch, tag or commit (same as MODEL@REVISION).")
 @hub_options

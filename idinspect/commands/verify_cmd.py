@@ -8,10 +8,10 @@ import click
 
 from ..textsafe import visible
 
-from ..cli import debug_option, hub_options, progress_options
+from ..cli import MODEL_FORMS, debug_option, hub_options, progress_options
 
 
-@click.command("verify")
+@click.command("verify", epilog=MODEL_FORMS)
 @click.argument("a")
 @click.argument("b")
 @click.option("--functional/--no-functional", default=True, show_default=True,
