@@ -1,0 +1,25 @@
+"""Numbers in the HTML charts are read at a glance: a heatmap cell never shows exponent form."""
+
+import re
+
+import pytest
+
+from idinspect.reports.svg_charts import cell_number, heatmap
+
+
+@pytest.mark.parametrize("value, text", [(3.14159, "3.1"), (47.2, "47"), (123.4, "123"), (999.4, "999"),
+                                         (12_345.0, "12k"), (0.5, "0.5"), (0.0, "0"), (0.001, "~0")])
+def test_cell_numbers_are_short_and_never_exponents(value, text):
+    assert cell_number(value) == text
+    assert "e" not in cell_number(value) and len(cell_number(value)) <= 4
+
+
+def test_a_gemma3_sized_heatmap_shows_whole_numbers():
+    """Gemma 3's head width 256 gives values ~120 (effective ranks): once `1.2e+02` in every cell."""
+    layers = [{"index": i, "d_k": 256, "d_v": 256,
+               "spectra": {"qk": [[120.4 + h, 1.0] for h in range(4)], "qk_rank": [256] * 4,
+                           "qk_condition": [8.0] * 4}} for i in range(3)]
+    svg = heatmap(layers, "qk", "top_sigma", "h", scale=(100.0, 130.0))
+    cells = re.findall(r'class="cell-txt[^"]*"[^>]*>([^<]*)<', svg)
+    assert cells and all("e+" not in c for c in cells), cells
+    assert "120" in cells and "123" in cells
