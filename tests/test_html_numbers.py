@@ -23,3 +23,18 @@ def test_a_gemma3_sized_heatmap_shows_whole_numbers():
     cells = re.findall(r'class="cell-txt[^"]*"[^>]*>([^<]*)<', svg)
     assert cells and all("e+" not in c for c in cells), cells
     assert "120" in cells and "123" in cells
+
+
+def test_survey_rows_follow_the_input_order_and_a_failure_wraps(tiny_dir, tmp_path):
+    """A source done in an earlier run (resumed) and a failed one: the HTML table lists the models in
+    the order given, and the failed row's error wraps inside its cell instead of running off-screen."""
+    from tests.cli import run_cli
+
+    a, b, missing = str(tiny_dir("gpt2")), str(tiny_dir("llama-gqa")), str(tmp_path / "no-such-model")
+    out, page = tmp_path / "rows.jsonl", tmp_path / "survey.html"
+    assert run_cli("survey", b, "--jsonl", out, "-q").code == 0
+    run_cli("survey", missing, a, b, "--jsonl", out, "--html", page, "-q")
+    html = page.read_text()
+    rows = re.findall(r'<th scope="row"><code>([^<]*)</code>', html)
+    assert rows == [missing, a, b]
+    assert re.search(r"td\.failed \{[^}]*white-space: normal[^}]*overflow-wrap: anywhere", html)
