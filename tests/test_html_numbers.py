@@ -38,3 +38,31 @@ def test_survey_rows_follow_the_input_order_and_a_failure_wraps(tiny_dir, tmp_pa
     rows = re.findall(r'<th scope="row"><code>([^<]*)</code>', html)
     assert rows == [missing, a, b]
     assert re.search(r"td\.failed \{[^}]*white-space: normal[^}]*overflow-wrap: anywhere", html)
+
+
+def test_beta_chart_uses_a_log_axis_when_values_span_decades():
+    """VO beta ~100 beside QK beta ~0.01: on a linear axis the QK bars vanish; the log axis keeps them."""
+    from idinspect.reports.diff_svg import grouped_bars
+
+    svg = grouped_bars(["0", "1"], [("QK beta A", [0.01, 0.02]), ("VO beta A", [100.0, 200.0])],
+                       title="t", ylabel="beta", chart_id="c")
+    heights = [float(h) for h in re.findall(r'height="([^"]+)" fill="[^"]+"><title>', svg)]
+    assert min(heights) > 0.1 * max(heights), heights       # linear: 0.01 / 200 of the height, invisible
+    assert "beta (log scale)" in svg
+    linear = grouped_bars(["0"], [("a", [1.0]), ("b", [2.0])], title="t", ylabel="y", chart_id="d")
+    assert "log scale" not in linear
+
+
+def test_diff_report_shares_the_stylesheet_and_keeps_numbers_whole():
+    from idinspect.reports.diff_html import render_diff_html
+    from idinspect.reports.html_style import CSS
+
+    group = {"rho": 0.5, "reference": 0.125, "beta_a": 1e-3, "beta_b": 2.0, "tau_a": 0.0, "tau_b": 1.0, "mu_min": 1e-4}
+    doc = {"a": {"source": "a"}, "b": {"source": "b"}, "model": {"layers": 1}, "one_over_2H": 0.125,
+           "totals": {"rho": 0.5, "invariant_change_max": 1e-3, "ill_posed": []},
+           "layers": [{"index": 0, "rho": 0.5, "qk": group, "vo": group, "raw_change": {"relative": 0.1},
+                       "invariant_change_max": 1e-3}]}
+    page = render_diff_html(doc)
+    assert CSS in page and '<div class="scroll"><table>' in page
+    cells = re.findall(r"<td([^>]*)>", page)
+    assert cells and all('class="num"' in c for c in cells)        # td.num: white-space nowrap
