@@ -66,3 +66,14 @@ def test_diff_report_shares_the_stylesheet_and_keeps_numbers_whole():
     assert CSS in page and '<div class="scroll"><table>' in page
     cells = re.findall(r"<td([^>]*)>", page)
     assert cells and all('class="num"' in c for c in cells)        # td.num: white-space nowrap
+
+
+@pytest.mark.parametrize("fixture", ["llama", "bert"])
+def test_every_report_table_can_scroll_instead_of_being_clipped(fixture):
+    """A wide table (Gemma 3's counts with its nearly-null rows) scrolls inside its section."""
+    from idinspect.reports.html import render_html
+    from tests.report_fixtures import bert_result, llama_result
+
+    page = render_html(llama_result() if fixture == "llama" else bert_result())
+    tables = page.count("<table")
+    assert tables >= 3 and page.count('<div class="scroll"><table') == tables
