@@ -15,7 +15,8 @@ from .summary import plural
 
 #: The other reports' stylesheet (light and dark), plus the diff's few additions.
 _CSS = CSS + ("svg.chart { max-width: 100%; height: auto; }\n.warn { color: var(--warning, #b45309); }\n"
-              "code.src { overflow-wrap: anywhere; }\n")
+              "code.src { overflow-wrap: anywhere; }\nmain { max-width: none; }\n"
+              "#layers table { font-size: 13px; }\n")
 
 
 def _f(v, spec=".4g") -> str:
@@ -56,11 +57,11 @@ def render_diff_html(doc: dict) -> str:
             f'largest relative change of an invariant: {_f(doc["totals"]["invariant_change_max"], ".3e")}.</p>'
             f'<p>{html.escape(" ".join(line.strip() for line in DIFF_READING))}</p>{warn}'
             f'<h2>rho per layer</h2><figure>{rho}</figure><h2>beta per layer</h2><figure>{beta}</figure>'
-            f'<h2>Layers</h2><div class="scroll"><table><thead><tr>'
+            f'<section id="layers"><h2>Layers</h2><div class="scroll"><table><thead><tr>'
             + "".join(f'<th scope="col" class="num">{h}</th>' for h in ("layer", "rho", "QK rho", "QK ref", "VO rho", "VO ref",
                                                          "QK beta A", "QK beta B", "QK tau A", "QK tau B", "VO beta A",
                                                          "VO beta B", "QK mu", "raw rel", "inv change"))
-            + f'</tr></thead><tbody>{rows}</tbody></table></div></main>'
+            + f'</tr></thead><tbody>{rows}</tbody></table></div></section></main>'
             f'<script type="application/json" id="idinspect-diff">{data}</script></body></html>\n')
 
 
