@@ -47,7 +47,10 @@ def __getattr__(name: str):
 
 
 def __dir__() -> list[str]:
-    return sorted([*globals(), *_PUBLIC])
+    """The public names (each once, loaded or not), ``__version__`` and the submodules imported so far;
+    not the ``annotations`` feature flag of ``from __future__`` nor private helpers."""
+    names = {n for n in globals() if not n.startswith("_") and n != "annotations"}
+    return sorted(names | set(_PUBLIC) | {"__version__"})
 
 
 __all__ = ["AttentionLayer", "IdinspectError", "Model", "Positional", "RotarySpec", "__version__", "analyze",

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import sys
 import traceback
 
@@ -36,6 +37,12 @@ def hub_options(command):
                            help="Hub cache folder (default: HF_HUB_CACHE).")(command)
     return click.option("--token", envvar="HF_TOKEN", show_envvar=True,
                         help="Hub token for gated or private models.")(command)
+
+
+#: Every form a MODEL argument takes, for each command's help (an epilog).
+MODEL_FORMS = ("MODEL (A, B): a checkpoint directory (config.json + safetensors); a hub id org/name[@revision]; "
+               "a hub cache snapshot folder; a GGUF file (path/model.gguf, or org/name[@revision]:file.gguf on the "
+               "hub); pkg:PACKAGE[/SUBDIR], a checkpoint inside an installed Python package.")
 
 
 def progress_options(command):
@@ -113,7 +120,9 @@ class DefaultToInspect(click.Group):
 def cli() -> None:
     """Inspect transformer checkpoints for parameter identification.
 
-    MODEL is a local checkpoint directory, a hub id org/name[@revision], or the cache snapshot folder.
+    MODEL is a local checkpoint directory (config.json + safetensors), a hub id org/name[@revision],
+    a hub cache snapshot folder, a GGUF file (path/model.gguf, or org/name[@revision]:file.gguf on the
+    hub), or pkg:PACKAGE[/SUBDIR] (a checkpoint inside an installed Python package).
 
     Common report options (see idinspect inspect --help): --heads (per-head spectra table),
     --html PATH, --json PATH, --format json, --prove (check the count on a small twin).
@@ -170,7 +179,7 @@ def main(argv: list[str] | None = None) -> None:
     except IdinspectError as exc:
         if _DEBUG["on"]:
             traceback.print_exc()
-        err.print(f"[bold red]error:[/] {_escape(visible(str(exc)))}", soft_wrap=True)
+        err.print(f"[bold red]error:[/] {_escape(visible(_one_line(str(exc))))}", soft_wrap=True)
         code = exc.exit_code
     except OSError as exc:  # the file system said no: name the path and the reason, never "internal error"
         from .sources.validate import os_reason
@@ -183,10 +192,16 @@ def main(argv: list[str] | None = None) -> None:
     except Exception as exc:  # a bug: still one line unless --debug
         if _DEBUG["on"]:
             traceback.print_exc()
-        err.print(f"[bold red]internal error:[/] {_escape(visible(type(exc).__name__ + ': ' + str(exc)))} "
+        err.print(f"[bold red]internal error:[/] {_escape(visible(_one_line(type(exc).__name__ + ': ' + str(exc))))} "
                   "(rerun with --debug for the traceback and report it)", soft_wrap=True)
         code = 2
     sys.exit(code if isinstance(code, int) else 0)
+
+
+def _one_line(text: str) -> str:
+    """An exception's message on one line: a library's multi-line message (transformers' config
+    validation) joined at its line breaks, never shown as a literal ``\\x0a``."""
+    return re.sub(r"\s*\n\s*", " ", text.strip())
 
 
 class _ErrorConsole:

@@ -98,9 +98,12 @@ class ProgressReporter:
             from rich.progress import (BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn,
                                        TimeElapsedColumn)
 
-            self._progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
-                                      MofNCompleteColumn(), TimeElapsedColumn(), console=self.console,
-                                      transient=True, redirect_stdout=False, redirect_stderr=False)
+            if self.console.is_terminal:
+                self._progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
+                                          MofNCompleteColumn(), TimeElapsedColumn(), console=self.console,
+                                          transient=True, redirect_stdout=False, redirect_stderr=False)
+            else:   # --progress always into a log or CI: plain lines (a live bar would draw nothing there)
+                self._progress = PlainLines(self.console.file)
             self._progress.start()
             self._token = _HUB_TQDM.set(hub_tqdm_class(self))
         return self
@@ -186,6 +189,67 @@ class ProgressReporter:
     def download_bytes(self, name: str, description: str, done: float, total: float | None) -> None:
         """Byte counts, shown in MB so the M/N column stays readable."""
         self.download_update(name, f"{description} (MB)", round(done / 1e6, 1), round(total / 1e6, 1) if total else None)
+
+
+#: Plain progress lines: at most one line per task every this many seconds (and one when it completes).
+PLAIN_INTERVAL_S = 5.0
+
+
+class PlainLines:
+    """The part of rich's ``Progress`` the reporter uses, writing plain lines (``idinspect: layers 3/16
+    (12 s)``) to a log instead of drawing bars: a line when a task starts, at most one per task every
+    :data:`PLAIN_INTERVAL_S` seconds, and one when it completes."""
+
+    def __init__(self, stream, interval: float = PLAIN_INTERVAL_S):
+        import time
+
+        self._stream, self._interval, self._clock = stream, interval, time.monotonic
+        self._tasks: dict[int, dict] = {}
+        self._next = 0
+        self._start = self._clock()
+
+    def start(self) -> None:
+        self._start = self._clock()
+
+    def stop(self) -> None:
+        return None
+
+    def add_task(self, description: str, total: float | None = None, **_) -> int:
+        task, self._next = self._next, self._next + 1
+        self._tasks[task] = {"description": description, "total": total, "completed": 0, "said": None, "done": False}
+        self._say(task)
+        return task
+
+    def update(self, task: int, *, completed: float | None = None, total: float | None = None,
+               description: str | None = None, **_) -> None:
+        t = self._tasks.get(task)
+        if t is None:
+            return
+        if completed is not None:
+            t["completed"] = completed
+        if total is not None:
+            t["total"] = total
+        if description is not None:
+            t["description"] = description
+        finished = t["total"] is not None and t["completed"] >= t["total"]
+        if finished and not t["done"]:
+            t["done"] = True
+            self._say(task)
+        elif not finished and self._clock() - t["said"] >= self._interval:
+            self._say(task)
+
+    def remove_task(self, task: int) -> None:
+        self._tasks.pop(task, None)
+
+    def _say(self, task: int) -> None:
+        from rich.markup import render
+
+        t = self._tasks[task]
+        t["said"] = self._clock()
+        count = f" {t['completed']:g}/{t['total']:g}" if t["total"] is not None else ""
+        text = render(t["description"]).plain      # descriptions are escaped markup (see _plain)
+        self._stream.write(f"idinspect: {text}{count} ({self._clock() - self._start:.0f} s)\n")
+        self._stream.flush()
 
 
 def _plain(text: str) -> str:

@@ -36,23 +36,42 @@ def _legend(out: list[str], items: list[tuple[str, str, bool]], x: float, y: flo
 
 
 def grouped_bars(categories: list[str], series: list[tuple[str, list[float | None]]], *, title: str, ylabel: str,
-                 chart_id: str, references: list[tuple[str, float]] = (), width: int = 860, height: int = 260) -> str:
-    """One group of bars per category (e.g. layer), one bar per series, dashed horizontal references."""
+                 chart_id: str, references: list[tuple[str, float]] = (), width: int = 860, height: int = 260,
+                 log: bool | None = None) -> str:
+    """One group of bars per category (e.g. layer), one bar per series, dashed horizontal references.
+    ``log``: a log10 axis from the decade below the smallest positive value (default: when the
+    positive values span more than two decades, so small bars beside large ones stay visible)."""
     left, top, bottom = 64, 30, 40
     plot_w, plot_h = width - left - 16, height - top - bottom
     vals = [v for _, vs in series for v in vs if v is not None and math.isfinite(v)] + [v for _, v in references]
-    step = nice_step(max(max(vals, default=1.0), 1e-300) * 1.1 / 4)
-    vmax = step * 4
+    positive = [v for v in vals if v > 0]
+    if log is None:
+        log = len(positive) > 1 and max(positive) / min(positive) > 100
+    if log and positive:
+        lo_dec, hi_dec = math.ceil(math.log10(min(positive))) - 1, math.ceil(math.log10(max(positive)))
+        hi_dec = max(hi_dec, lo_dec + 1)
+
+        def frac(v: float) -> float:
+            return 0.0 if v <= 0 else min(1.0, max(0.0, (math.log10(v) - lo_dec) / (hi_dec - lo_dec)))
+        ticks = [(10.0 ** d, (d - lo_dec) / (hi_dec - lo_dec)) for d in range(lo_dec, hi_dec + 1)]
+        ticks = ticks[::max(1, math.ceil(len(ticks) / 6))]
+    else:
+        step = nice_step(max(max(vals, default=1.0), 1e-300) * 1.1 / 4)
+        vmax = step * 4
+
+        def frac(v: float) -> float:
+            return max(v, 0) / vmax
+        ticks = [(vmax * k / 4, k / 4) for k in range(5)]
     desc = "; ".join(f"{c}: " + ", ".join(f"{name} {_fmt(vs[i]) if vs[i] is not None else 'n/a'}" for name, vs in series)
                      for i, c in enumerate(categories[:60]))
     out = _open(chart_id, width, height, title, desc)
     colours = [PALETTE[i % len(PALETTE)] for i in range(len(series))]
     _legend(out, [(n, c, False) for (n, _), c in zip(series, colours)] +
             [(n, PALETTE[(len(series) + i) % len(PALETTE)], True) for i, (n, _) in enumerate(references)], left, 16)
-    for k in range(5):
-        y = top + plot_h - plot_h * k / 4
+    for value, f in ticks:
+        y = top + plot_h - plot_h * f
         out.append(f'<line x1="{left}" y1="{y:.1f}" x2="{left + plot_w}" y2="{y:.1f}" stroke="#8888" stroke-width="0.5"/>'
-                   f'<text x="{left - 6}" y="{y + 4:.1f}" text-anchor="end" fill="currentColor">{_fmt(vmax * k / 4)}</text>')
+                   f'<text x="{left - 6}" y="{y + 4:.1f}" text-anchor="end" fill="currentColor">{_fmt(value)}</text>')
     n = max(len(categories), 1)
     slot = plot_w / n
     bar = slot * 0.8 / max(len(series), 1)
@@ -62,19 +81,19 @@ def grouped_bars(categories: list[str], series: list[tuple[str, list[float | Non
             v = vs[i]
             if v is None or not math.isfinite(v):
                 continue
-            h = plot_h * max(v, 0) / vmax
+            h = plot_h * frac(v)
             out.append(f'<rect x="{x0 + j * bar:.2f}" y="{top + plot_h - h:.2f}" width="{bar * 0.92:.2f}" '
                        f'height="{h:.2f}" fill="{colour}"><title>{esc(cat)}: {esc(name)} {_fmt(v)}</title></rect>')
         if i % max(1, math.ceil(n / 32)) == 0:
             out.append(f'<text x="{left + i * slot + slot / 2:.2f}" y="{top + plot_h + 14}" text-anchor="middle" '
                        f'fill="currentColor">{esc(cat)}</text>')
     for k, (name, v) in enumerate(references):
-        y = top + plot_h - plot_h * v / vmax
+        y = top + plot_h - plot_h * frac(v)
         colour = PALETTE[(len(series) + k) % len(PALETTE)]
         out.append(f'<line x1="{left}" y1="{y:.2f}" x2="{left + plot_w}" y2="{y:.2f}" stroke="{colour}" stroke-width="2" '
                    f'stroke-dasharray="4 3"><title>{esc(name)} = {_fmt(v)}</title></line>')
     out.append(f'<text x="14" y="{top + plot_h / 2:.1f}" transform="rotate(-90 14 {top + plot_h / 2:.1f})" '
-               f'text-anchor="middle" fill="currentColor">{esc(ylabel)}</text></svg>')
+               f'text-anchor="middle" fill="currentColor">{esc(ylabel + (" (log scale)" if log else ""))}</text></svg>')
     return "".join(out)
 
 

@@ -9,6 +9,13 @@ def _f(v, spec: str = ".3g") -> str:
     return "n/a" if v is None else format(v, spec)
 
 
+#: How to read the two headline figures (also in the HTML report).
+DIFF_READING = ("  The invariant change decides whether the function changed (0 up to rounding: same function, "
+                "whatever rho);",
+                "  rho is a first-order (tangent) share: 1 for a small gauge move, lower for a large one (the orbit "
+                "is curved).")
+
+
 def render_diff(doc: dict, *, heads: bool = False) -> str:
     """One line per layer (rho of QK, VO and both, beside the references; beta A -> B; mu; raw and
     invariant change), then the ill-posed groups; with ``heads`` one line per kv group and side."""
@@ -16,9 +23,10 @@ def render_diff(doc: dict, *, heads: bool = False) -> str:
     lines = [f"diff {doc['a']['source']} -> {doc['b']['source']}",
              f"  {m.get('model_type')} {m.get('layers')} layers, H={m.get('heads')}, G={m.get('kv_heads')}, "
              f"d_k={m.get('head_dim')}, positional {m.get('positional')}",
-             f"  rho (share of the step's squared length along A's gauge orbit): {_f(doc['totals']['rho'], '.4f')}"
-             f"   reference 1/(2H) = {_f(doc['one_over_2H'], '.4f')}",
-             f"  largest relative change of an invariant (the function): {_f(doc['totals']['invariant_change_max'], '.2e')}",
+             f"  rho (first-order share: the step's squared length along the tangent of A's gauge orbit): "
+             f"{_f(doc['totals']['rho'], '.4f')}   reference 1/(2H) = {_f(doc['one_over_2H'], '.4f')}",
+             f"  largest relative change of an invariant: {_f(doc['totals']['invariant_change_max'], '.2e')}",
+             *DIFF_READING,
              "",
              f"{'layer':>5} {'rho':>7} {'qk rho':>7} {'qk ref':>7} {'vo rho':>7} {'vo ref':>7} "
              f"{'qk beta A -> B':>21} {'vo beta A -> B':>21} {'qk mu':>8} {'raw rel':>8} {'inv chg':>8}"]

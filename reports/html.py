@@ -105,7 +105,7 @@ def _embedded(result: dict) -> dict:
 
 def _kv_table(rows: list[tuple[str, str]], caption: str) -> str:
     body = "".join(f'<tr><th scope="row">{esc(k)}</th><td>{v}</td></tr>' for k, v in rows)
-    return f'<table class="kv"><caption>{esc(caption)}</caption><tbody>{body}</tbody></table>'
+    return f'<div class="scroll"><table class="kv"><caption>{esc(caption)}</caption><tbody>{body}</tbody></table></div>'
 
 
 def _summary(result: dict) -> str:

@@ -49,6 +49,7 @@ th, td { border-bottom: 1px solid var(--line); padding: 4px 10px; text-align: le
 thead th { background: var(--panel); }
 td.num, th.num { text-align: right; white-space: nowrap; }
 table.kv th { white-space: nowrap; }
+table.kv td { overflow-wrap: anywhere; }
 .scroll { overflow-x: auto; max-width: 100%; }
 table.findings { width: 100%; }
 table.findings td { overflow-wrap: normal; }

@@ -22,7 +22,9 @@ svg .gqa-curve { stroke: var(--vo); stroke-width: 1.6; fill: none; stroke-dashar
 svg .pt-mha { fill: var(--meas); stroke: var(--bg); stroke-width: 1; }
 svg .pt-gqa { fill: var(--abs); stroke: var(--bg); stroke-width: 1; }
 svg .own { stroke: var(--free); stroke-width: 2.5; }
-td.failed { color: var(--error); }
+main { max-width: none; }       /* the models table takes the window's width before it scrolls */
+#models table { font-size: 13px; }
+td.failed { color: var(--error); white-space: normal; overflow-wrap: anywhere; min-width: 24ch; max-width: 48ch; }
 tbody th[scope=row] code { white-space: nowrap; overflow-wrap: normal; }
 svg .curve-lbl { fill: var(--vo); font-size: 11px; }
 """

@@ -231,6 +231,19 @@ def heatmap_scale(layers: list[dict], metric: str) -> tuple[float, float]:
     return (min(finite), max(finite)) if finite else (0.0, 1.0)
 
 
+def cell_number(value) -> str:
+    """A heatmap cell's number in at most four characters, never in exponent form: ``3.1``, ``47``,
+    ``123``, ``12k`` (Gemma 3's effective ranks of ~120 once read ``1.2e+02``); the tooltip has the full value."""
+    if value is None or not math.isfinite(float(value)):
+        return fmt_float(value)
+    v = float(value)
+    if abs(v) < 10:
+        return f"{v:.2g}" if abs(v) >= 0.01 or v == 0 else "~0"
+    if abs(v) < 1000:
+        return f"{v:.0f}"
+    return f"{v / 1000:.0f}k" if abs(v) < 999_500 else f"{v / 1e6:.0f}M"
+
+
 def heatmap(layers: list[dict], side: str, metric: str, chart_id: str,
             scale: tuple[float, float] | None = None) -> str:
     """Layer x head heatmap of one spectral ``metric`` for ``side`` ("qk" or "ov").
@@ -285,7 +298,7 @@ def heatmap(layers: list[dict], side: str, metric: str, chart_id: str,
             out.append(f'<g><title>{esc(tip)}</title><rect class="{cls}" x="{x:.2f}" y="{y:.2f}" '
                        f'width="{cell_w:.2f}" height="{cell_h:.2f}" fill="{fill}"/>')
             if show_text or deficient:
-                text = ("!" if deficient else "") + (fmt_float(v, 2) if show_text else "")
+                text = ("!" if deficient else "") + (cell_number(v) if show_text else "")
                 ink = _ink_for(t) if t is not None else "ink-plain"
                 out.append(f'<text class="cell-txt {ink}" x="{x + cell_w / 2:.2f}" y="{y + cell_h * 0.68:.2f}" '
                            f'text-anchor="middle">{esc(text)}</text>')

@@ -110,3 +110,18 @@ def test_ill_posed_groups_are_reported(tmp_path):
     assert doc["totals"]["rho"] < 1e-12
     res = run_cli("diff", a, b)
     assert res.code == 0 and "ill-posed projection" in res.stdout and "layer 1 qk group 0" in res.stdout
+
+
+def test_a_large_gauge_move_reads_as_same_function_with_rho_below_one(tmp_path):
+    """rho is the first-order (tangent) share: a large gauge move gives rho well below 1 with no
+    invariant change, and the text and HTML say that the invariant change is what decides."""
+    from idinspect.reports.diff_html import render_diff_html
+    from idinspect.reports.diff_text import render_diff
+
+    a, b = _moved("llama-gqa", tmp_path, lambda layer, g: gauge_move(layer, g, 0.5))
+    doc = diff(str(a), str(b))
+    assert doc["totals"]["rho"] < 0.99
+    assert doc["totals"]["invariant_change_max"] < 1e-10
+    text = render_diff(doc)
+    assert "first-order share" in text and "The invariant change decides whether the function changed" in text
+    assert "invariant change decides whether the function changed" in render_diff_html(doc)

@@ -36,12 +36,12 @@ def browser() -> str:
     pytest.skip(reason)
 
 
-def run_browser(exe: str, tmp: Path, page: Path, *args: str) -> subprocess.CompletedProcess:
+def run_browser(exe: str, tmp: Path, page: Path, *args: str, width: int = WIDTH) -> subprocess.CompletedProcess:
     profile = tmp / f"profile-{len(list(tmp.iterdir()))}"
     cmd = [exe, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
            "--disable-background-networking", "--disable-component-update", "--disable-sync",
            "--disable-breakpad", "--hide-scrollbars", "--host-resolver-rules=MAP * ~NOTFOUND",
-           f"--user-data-dir={profile}", f"--window-size={WIDTH},{HEIGHT}", *args, page.resolve().as_uri()]
+           f"--user-data-dir={profile}", f"--window-size={width},{HEIGHT}", *args, page.resolve().as_uri()]
     env = {**os.environ, "HOME": str(tmp)}
     return subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
 
@@ -202,3 +202,56 @@ def test_layout_at_1280_px_keeps_cells_short_and_names_whole(chromium, tmp_path,
     assert layout["rules"] and all(r["lines"] < 1.6 for r in layout["rules"]), layout["rules"]
     assert layout["page"] <= WIDTH, layout["page"]
     assert layout["maths"] >= 3  # closed form (summary, card, ratio section) and U / P: rendered fractions
+
+
+#: Injected into any report: the page's width and every table cell whose content overflows it
+#: (clipped text), written into <body data-fit="..."> for --dump-dom.
+FIT = """<script>
+(function () {
+  var out = {page: document.documentElement.scrollWidth, clipped: [], wide: []};
+  document.querySelectorAll(".scroll").forEach(function (d) {
+    if (d.scrollWidth > d.clientWidth + 1) { out.wide.push((d.querySelector("caption") || d).textContent.slice(0, 40)); }
+  });
+  document.querySelectorAll("td, th").forEach(function (c) {
+    if (c.getBoundingClientRect().height && c.scrollWidth > c.clientWidth + 1) {
+      out.clipped.push(c.textContent.slice(0, 60));
+    }
+  });
+  document.body.setAttribute("data-fit", JSON.stringify(out));
+})();
+</script>"""
+
+
+def _every_writer(minilm: Path, tmp_path: Path) -> dict[str, str]:
+    """Each HTML writer's page on the real all-MiniLM-L6-v2 (diff and compare of it against itself;
+    survey with it and a failed source)."""
+    from idinspect.compare import compare
+    from idinspect.reports.compare_html import render_compare_html
+    from idinspect.reports.diff_html import render_diff_html
+    from idinspect.reports.html import render_html
+    from idinspect.reports.survey_html import render_survey_html
+    from idinspect.survey.rows import survey_row
+    from idinspect.training.diff import diff
+
+    rows = [survey_row(str(minilm)), survey_row(str(tmp_path / "missing-model"))]
+    return {"inspect": render_html(inspect(str(minilm))), "diff": render_diff_html(diff(str(minilm), str(minilm))),
+            "compare": render_compare_html(compare(str(minilm), str(minilm)).to_dict()),
+            "survey": render_survey_html(rows)}
+
+
+@pytest.mark.parametrize("width", [1280, 2200])
+def test_every_html_writer_fits_its_width(chromium, minilm_dir, tmp_path, width):
+    """Every HTML writer at 1280 and 2200 px: the page never scrolls sideways (wide tables scroll in
+    their own container) and no table cell clips its text."""
+    import json
+
+    for name, page_html in _every_writer(minilm_dir, tmp_path).items():
+        page = tmp_path / f"{name}-{width}.html"
+        page.write_text(page_html.replace("</body>", FIT + "</body>"), encoding="utf-8")
+        proc = run_browser(chromium, tmp_path, page, "--dump-dom", width=width)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        fit = json.loads([a for t, a in Dom(proc.stdout).tags if t == "body"][0]["data-fit"])
+        assert fit["page"] <= width, (name, width, fit["page"])
+        assert not fit["clipped"], (name, width, fit["clipped"][:5])
+        if width >= 2200:     # a wide window holds every table of these three whole (inspect's per-head table scrolls)
+            assert not (name in ("diff", "compare", "survey") and fit["wide"]), (name, fit["wide"])

@@ -1,9 +1,10 @@
 """``--prove``: the structural count checked numerically on a shrunken twin of the model's attention.
 
 The twin is a one-layer model of the same ``model_type`` built by transformers itself, with the
-same bias pattern, positional scheme (RoPE type and parameters), causality, sliding window and
-kv-group ratio r = H/G, but small: G' = min(G, 2) groups (H' = min(H, 4) for multi-head),
-H' = r G', head width 4 with RoPE (2 planes) or 2 without, and width d' keeping d / (H d_k).
+same bias pattern, positional scheme (RoPE type and parameters), causality and sliding window,
+but small: G' = min(G, 2) groups (H' = min(H, 4) for multi-head), H' = min(r, 4) G' with r = H/G,
+head width 4 with RoPE (2 planes) or 2 without, and a width d' near d / (H d_k) that every family's
+config validation accepts (:func:`twin_width`).
 
 Its attention module's output y (float64, sdpa, Gaussian hidden states of B sequences x T tokens,
 the real module's own masks and rotary embeddings) is differentiated with respect to that module's
@@ -41,6 +42,9 @@ RTOL = 1e-9
 NEAR_EXACT_RTOL = 1e-12
 NEAR_RTOL = 1e-6
 TOKENS = 8
+#: The twin's largest kv-group ratio: sharing keys among several query heads is kept, but Falcon-7B's
+#: 71 query heads on one key head would give a Jacobian of ~10^5 columns.
+MAX_GROUP_RATIO = 4
 
 
 def twin_shape(model) -> dict:
@@ -52,11 +56,26 @@ def twin_shape(model) -> dict:
         G2 = H2 = min(H, 4)
     else:
         G2 = min(G, 2)
-        H2 = r * G2
+        H2 = min(r, MAX_GROUP_RATIO) * G2
     rope = a.positional().kind == "rope"
     dk2 = 4 if rope else 2
-    d2 = max(dk2, round(H2 * dk2 * d / (H * dk)))
-    return {"heads": H2, "kv_heads": G2, "head_dim": dk2, "hidden_size": d2}
+    return {"heads": H2, "kv_heads": G2, "head_dim": dk2, "hidden_size": twin_width(d, H, G, dk, H2, G2, dk2)}
+
+
+def twin_width(d: int, H: int, G: int, dk: int, H2: int, G2: int, dk2: int) -> int:
+    """The twin's width d': a multiple of H' (every family's config validation asks d' = 0 mod H') nearest
+    to H' dk' d / (H dk), on the same side of dk, G dk and H dk as d is of them (d' against dk', G' dk',
+    H' dk'), so the ranks min(d, ...) that the count reads keep their order."""
+    def side(a: int, b: int) -> int:
+        return (a > b) - (a < b)
+
+    target = H2 * dk2 * d / (H * dk)
+    sides = [(side(d, x), x2) for x, x2 in ((dk, dk2), (G * dk, G2 * dk2), (H * dk, H2 * dk2))]
+    candidates = sorted(range(H2, H2 * (H2 * dk2 + 2 * dk2 + 2), H2), key=lambda w: (abs(w - target), w))
+    for w in candidates:
+        if all(side(w, x2) == s for s, x2 in sides):
+            return w
+    return min(candidates, key=lambda w: (abs(w - max(target, dk2)), w))
 
 
 def _twin_config(model, shape: dict):
@@ -64,7 +83,15 @@ def _twin_config(model, shape: dict):
     cfg = model.hf_config
     common = {"num_hidden_layers": 1, "vocab_size": 32, "bos_token_id": None, "eos_token_id": None,
               "pad_token_id": None}
-    return type(cfg)(**{**common, **model.adapter.twin_settings(cfg, shape)})
+    from huggingface_hub.errors import StrictDataclassError
+
+    settings = {**common, **model.adapter.twin_settings(cfg, shape)}
+    try:
+        return type(cfg)(**settings)
+    except (ValueError, TypeError, StrictDataclassError) as exc:   # the family's config validation
+        reason = " ".join(str(exc).split())
+        raise IdinspectError(f"--prove: no twin can be built for this {model.adapter.family} model: transformers' "
+                             f"{type(cfg).__name__} refuses the twin {shape} ({reason})") from exc
 
 
 def build_twin(model, seed: int = 0, shape: dict | None = None):

@@ -21,7 +21,7 @@ from ..audit.baseline import Baseline, render as render_baseline
 from ..audit.policy import cli_settings, load_policy
 from ..audit.rules import RULE_IDS, SEVERITIES
 from ..audit.run import AuditResult, run_audit
-from ..cli import debug_option, hub_options
+from ..cli import MODEL_FORMS, debug_option, hub_options
 from ..errors import IdinspectError
 from ..reports.atomic import write_text_atomic
 from ..sources.file_names import CONFIG_FILE, INDEX_FILE, SAFETENSORS_SUFFIX
@@ -116,7 +116,7 @@ def _debug_logging() -> None:
 
 
 @click.command("audit", epilog="Exit status: 0 pass; 1 a finding at or above --fail-on; 2 an error (missing, empty or "
-                                "unreadable model, bad policy or baseline, unknown rule), whatever --format.")
+                                "unreadable model, bad policy or baseline, unknown rule), whatever --format. " + MODEL_FORMS)
 @click.argument("models", nargs=-1, required=True, metavar="MODEL [MODEL ...]")
 @click.option("--fail-on", type=click.Choice(SEVERITIES), default=None,
               help="Exit 1 when a finding is at or above this severity. [default: error, or fail-on in the policy]")

@@ -10,10 +10,10 @@ import json
 
 import click
 
-from ..cli import debug_option, hub_options
+from ..cli import MODEL_FORMS, debug_option, hub_options, progress_options
 
 
-@click.command("compare")
+@click.command("compare", epilog=MODEL_FORMS)
 @click.argument("a")
 @click.argument("b")
 @click.option("--expect", type=click.Choice(["same-function", "same-lineage", "unrelated"]), default="same-function",
@@ -30,11 +30,12 @@ from ..cli import debug_option, hub_options
 @click.option("--html", "html_path", type=click.Path(dir_okay=False), metavar="PATH",
               help="Also write a single-file HTML report (similarity-by-layer chart) to PATH.")
 @click.option("--device", default="cpu", show_default=True, help="Where the linear algebra runs: cpu or cuda.")
+@progress_options
 @debug_option
 @click.pass_context
 def compare_command(ctx: click.Context, a: str, b: str, expect: str, alpha: float, permutations: int, seed: int,
                     token: str | None, cache_dir: str | None, offline: bool, fmt: str, json_path: str | None,
-                    html_path: str | None, device: str) -> None:
+                    html_path: str | None, device: str, progress: str, quiet: bool) -> None:
     """Compare two models, or a fingerprint file (idinspect fingerprint) and a model.
 
     Per-head invariants (singular values of W_QK, W_OV and each RoPE plane, norm gains folded in)
@@ -43,27 +44,37 @@ def compare_command(ctx: click.Context, a: str, b: str, expect: str, alpha: floa
     --alpha), unrelated. Exit status: 0 verdict at least --expect, 1 not, 2 error.
     """
     from ..analysis.device import resolve_device
-    from ..compare import compare
+    from ..compare import compare_invariants, invariants_of
+    from ..progress import ProgressReporter, silence_library_progress
     from ..reports.atomic import write_text_atomic
+    from ..textsafe import visible
     from .paths import check_output_paths
 
     check_output_paths([("--json", json_path), ("--html", html_path)], [a, b])   # before any work
-    result = compare(a, b, alpha=alpha, permutations=permutations, seed=seed, token=token, cache_dir=cache_dir,
-                     local_files_only=offline, device=str(resolve_device(device)))
+    silence_library_progress()
+    opts = dict(token=token, cache_dir=cache_dir, local_files_only=offline, device=str(resolve_device(device)))
+    with ProgressReporter("never" if quiet else progress) as bars:
+        sides = []
+        for name, source in (("A", a), ("B", b)):
+            with bars.stage(f"invariants of {name}: {source}"):
+                sides.append(invariants_of(source, on_layer=bars.on_layer, **opts))
+        result = compare_invariants(*sides, alpha=alpha, permutations=permutations, seed=seed)
     record = result.to_dict()
     text = json.dumps(record, indent=1, allow_nan=False) + "\n"
     if json_path:
         write_text_atomic(json_path, text)
+        if not quiet:
+            click.echo(f"wrote the JSON report to {visible(json_path)}", err=True)
     if html_path:
         from ..reports.compare_html import write_compare_html
 
         write_compare_html(record, html_path)
+        if not quiet:
+            click.echo(f"wrote the HTML report to {visible(html_path)}", err=True)
     if fmt == "json":
         click.echo(text, nl=False)
     else:
         from ..reports.compare_text import render_compare_text
-
-        from ..textsafe import visible
 
         click.echo(visible(render_compare_text(record), newlines=True))
     ctx.exit(0 if result.satisfies(expect) else 1)

@@ -5,18 +5,16 @@ from __future__ import annotations
 import json
 
 import click
-from rich.console import Console
-from rich.markup import escape
 
-from ..cli import debug_option, hub_options, progress_options
+from ..cli import MODEL_FORMS, debug_option, hub_options, progress_options
 from ..textsafe import visible
-from ..exporting.pipeline import DTYPES, ExportResult, export
+from ..exporting import DTYPE_NAMES
 
 
-@click.command("export")
+@click.command("export", epilog=MODEL_FORMS)
 @click.argument("model")
 @click.argument("out", type=click.Path(dir_okay=True, file_okay=True))
-@click.option("--dtype", type=click.Choice(list(DTYPES)), default="keep", show_default=True,
+@click.option("--dtype", type=click.Choice(list(DTYPE_NAMES)), default="keep", show_default=True,
               help="Dtype of the written floating-point tensors (keep: each tensor's own).")
 @click.option("--force", is_flag=True, help="Replace OUT if it exists.")
 @click.option("--revision", help="Hub branch, tag or commit (same as MODEL@REVISION).")
@@ -33,6 +31,13 @@ def export_command(model: str, out: str, dtype: str, force: bool, revision: str 
     tensor bit-identical (unless --dtype casts it). OUT is written under a temporary name beside
     it and appears only when complete; an existing OUT needs --force.
     """
+    from ..sources.local_source import check_local_source
+
+    check_local_source(model, export=True)   # refusals the file system decides, before torch loads
+    from rich.console import Console
+    from rich.markup import escape
+
+    from ..exporting.pipeline import export
     from ..progress import ProgressReporter, silence_library_progress
 
     err = Console(stderr=True, highlight=False)
@@ -55,7 +60,9 @@ def export_command(model: str, out: str, dtype: str, force: bool, revision: str 
         click.echo(visible(_summary(result), newlines=True))
 
 
-def _summary(r: ExportResult) -> str:
+def _summary(r) -> str:
+    """``r``: an :class:`~idinspect.exporting.pipeline.ExportResult`."""
+    from ..gauge.invariants import describe_largest
     from ..reports.summary import plural
 
     unique = "unique" if not r.degeneracies else f"not unique at {plural(len(r.degeneracies), 'place')}, see notes"
@@ -63,4 +70,4 @@ def _summary(r: ExportResult) -> str:
             f"  gauge: balanced v1 ({unique}); dtype: {r.dtype}\n"
             f"  {r.gauge_fixed_tensors} attention tensors gauge-fixed, {r.tensors - r.gauge_fixed_tensors} copied, "
             f"{plural(len(r.shards), 'shard')}, {plural(r.total_size, 'byte')}\n"
-            f"  largest invariant error: {r.max_invariant_error:.2e} ({r.worst_invariant})")
+            f"  {describe_largest(r.max_invariant_error, r.worst_invariant)}")

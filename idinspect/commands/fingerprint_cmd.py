@@ -6,10 +6,10 @@ import json
 
 import click
 
-from ..cli import debug_option, hub_options
+from ..cli import MODEL_FORMS, debug_option, hub_options
 
 
-@click.command("fingerprint")
+@click.command("fingerprint", epilog=MODEL_FORMS)
 @click.argument("model")
 @click.option("--revision", help="Hub branch, tag or commit (same as MODEL@REVISION).")
 @hub_options

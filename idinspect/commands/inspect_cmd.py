@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import click
 
-from ..cli import debug_option, hub_options
-from ..analysis.inspection import inspect
-from ..sources.model import load
+from ..cli import MODEL_FORMS, debug_option, hub_options
 
 
 def report_options(f):
@@ -29,7 +27,7 @@ def report_options(f):
     return f
 
 
-@click.command("inspect")
+@click.command("inspect", epilog=MODEL_FORMS)
 @click.argument("model")
 @click.option("--revision", help="Hub branch, tag or commit (same as MODEL@REVISION).")
 @hub_options
@@ -53,8 +51,13 @@ def inspect_command(model: str, revision: str | None, token: str | None, cache_d
                     download: bool, fmt: str, device: str, prove: bool, whole_model: bool, json_path: str | None, html_path: str | None, heads: bool,
                     layers: str, progress: str, quiet: bool, timestamp: bool) -> None:
     """Report a model's attention structure and parameter identification."""
+    from ..sources.local_source import check_local_source
+
+    check_local_source(model)   # refusals the file system decides, before torch loads
+    from ..analysis.inspection import inspect
     from ..progress import ProgressReporter, silence_library_progress
     from ..reports.emit import emit
+    from ..sources.model import load
     from ..reports.json_report import timestamp_now
 
     from .paths import check_output_paths

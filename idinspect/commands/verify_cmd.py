@@ -8,12 +8,10 @@ import click
 
 from ..textsafe import visible
 
-from ..cli import debug_option, hub_options, progress_options
-from ..equivalence.verify import Check, VerifyResult, verify
-from ..sources.hf_logging import quiet_transformers
+from ..cli import MODEL_FORMS, debug_option, hub_options, progress_options
 
 
-@click.command("verify")
+@click.command("verify", epilog=MODEL_FORMS)
 @click.argument("a")
 @click.argument("b")
 @click.option("--functional/--no-functional", default=True, show_default=True,
@@ -22,6 +20,12 @@ from ..sources.hf_logging import quiet_transformers
 @click.option("--decode", type=click.IntRange(0), default=8, show_default=True,
               help="Greedy tokens compared for causal LMs.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random token ids.")
+@click.option("--strict-config", is_flag=True, help="Fail on any differing config.json key, not only those the "
+              "model's computation reads (docs/verify.md says how they are found); by default the others are notes.")
+@click.option("--memory", type=click.Choice(["auto", "memory", "stream", "offload"]), default="auto", show_default=True,
+              help="How the functional check holds each model: auto = in memory (float64) when its float64 copy fits "
+                   "in half the available memory, else streamed (stored dtype, float64 block by block), else "
+                   "offloaded to disk (float32); or one of these by name.")
 @hub_options
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True,
               help="text: one line per check; json: the full record on stdout.")
@@ -29,8 +33,8 @@ from ..sources.hf_logging import quiet_transformers
 @debug_option
 @click.pass_context
 def verify_command(ctx: click.Context, a: str, b: str, functional: bool, tokens: int, decode: int, seed: int,
-                   token: str | None, cache_dir: str | None, offline: bool, fmt: str, progress: str,
-                   quiet: bool) -> None:
+                   strict_config: bool, memory: str, token: str | None, cache_dir: str | None, offline: bool, fmt: str,
+                   progress: str, quiet: bool) -> None:
     """Check that checkpoint B computes the same function as A (e.g. B = idinspect export A).
 
     Layer-wise gauge invariants (cheap at any size), non-attention tensors, and (unless
@@ -38,13 +42,20 @@ def verify_command(ctx: click.Context, a: str, b: str, functional: bool, tokens:
     B's dtype and are printed; bfloat16/float16 are judged against the error of rounding A alone.
     Exit status: 0 equivalent, 1 not equivalent, 2 error.
     """
+    from ..sources.local_source import check_local_source
+
+    for model in (a, b):
+        check_local_source(model)   # refusals the file system decides, before torch loads
+    from ..equivalence.verify import verify
     from ..progress import ProgressReporter, silence_library_progress
+    from ..sources.hf_logging import quiet_transformers
 
     silence_library_progress()
     with quiet_transformers(), ProgressReporter("never" if quiet else progress) as bars:
         with bars.stage(f"verifying {a} -> {b}"):
             result = verify(a, b, functional=functional, tokens=tokens, decode=decode, seed=seed, token=token,
-                            cache_dir=cache_dir, local_files_only=offline, progress=bars.callback(VERIFY_STAGES))
+                            cache_dir=cache_dir, local_files_only=offline, progress=bars.callback(VERIFY_STAGES),
+                            strict_config=strict_config, memory=memory)
     if fmt == "json":
         click.echo(json.dumps(result.to_dict(), indent=2))
     else:
@@ -57,8 +68,8 @@ VERIFY_STAGES = {"open": "opening A and B", "tensors": "comparing other tensors"
                  "functional": "transformers runs (A, B, rounding baseline)"}
 
 
-def render(result: VerifyResult) -> str:
-    """Plain text, one line per check, then the verdict."""
+def render(result) -> str:
+    """Plain text, one line per check, then the verdict, of a :class:`~idinspect.equivalence.verify.VerifyResult`."""
     lines = [f"verify {result.a} -> {result.b} (B stored as {result.dtype})"]
     for c in result.checks:
         lines.append(f"  {_mark(c):4} {c.name:11} {_numbers(c)}{c.detail}")
@@ -69,11 +80,11 @@ def render(result: VerifyResult) -> str:
     return "\n".join(lines)
 
 
-def _mark(c: Check) -> str:
+def _mark(c) -> str:
     return {True: "ok", False: "FAIL", None: "skip"}[c.passed]
 
 
-def _numbers(c: Check) -> str:
+def _numbers(c) -> str:
     if c.error is None or c.tolerance is None:
         return ""
     base = f", rounding baseline {c.baseline:.2e}" if c.baseline is not None else ""

@@ -26,6 +26,9 @@ VERDICTS = ("same-function", "same-lineage", "unrelated")
 ALPHA = 1e-6
 KINDS = ("qk", "ov", "planes")
 
+#: The compare record's schema_version (an integer, as in every idinspect JSON output: docs/json-contract.md).
+SCHEMA_VERSION = 1
+
 
 @dataclass
 class CompareResult:
@@ -48,7 +51,7 @@ class CompareResult:
     def to_dict(self) -> dict:
         """The JSON record (strict JSON: non-finite numbers become null)."""
         return _json_safe({
-            "schema": "idinspect-compare", "version": 1, "verdict": self.verdict, "alpha": self.alpha,
+            "schema_version": SCHEMA_VERSION, "kind": "idinspect-compare", "verdict": self.verdict, "alpha": self.alpha,
             "a": _side(self.a), "b": _side(self.b),
             "structurally_different": self.lineage is None, "structure_notes": self.structure_notes,
             "similarity": self.similarity, "same_function": self.same_function,

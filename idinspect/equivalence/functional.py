@@ -27,13 +27,13 @@ from pathlib import Path
 import torch
 
 from ..errors import IdinspectError
+from ..sources.hf_logging import quiet_transformers
 
-#: Part of the available memory a float64 copy of a model may take before streaming.
+#: Part of the available memory a float64 copy of a model may take before it is streamed instead.
 MEMORY_FRACTION = 0.5
-#: Without an explicit memory budget, a model whose float64 copy is larger than this is streamed
-#: even where the copy would fit: peak memory one model as stored plus a module in float64 (a
-#: streamed Llama-3.1-8B-shaped 2-layer verify: 4.9 GB and 90 s, against 17.7 GB and 89 s in memory).
-IN_MEMORY_MAX_BYTES = 2**30
+#: ``verify --memory``: auto (in memory when the float64 copy fits MEMORY_FRACTION of the available
+#: memory, else streamed, else offloaded), or one of the three routes by name.
+MEMORY_MODES = ("auto", "memory", "stream", "offload")
 #: Part of the available memory the stored model plus its largest module in float64 may take when
 #: streamed, before offloading to disk.
 STREAM_FRACTION = 0.85
@@ -95,18 +95,25 @@ def model_class(config):
 
 
 def plan_loading(parameter_bytes_f64: int, max_memory: int | None = None, stored_bytes: int | None = None,
-                 largest_f64_bytes: int = 0) -> LoadPlan:
-    """In memory when the float64 copy fits in ``max_memory`` (default: half the available RAM, and
-    only up to :data:`IN_MEMORY_MAX_BYTES`); streamed when the stored model (``stored_bytes``) plus its largest tensor in float64 fits
-    (default: :data:`STREAM_FRACTION` of the available RAM; ``max_memory`` when given); else offloaded."""
+                 largest_f64_bytes: int = 0, mode: str = "auto") -> LoadPlan:
+    """``mode`` "auto": in memory when the float64 copy fits in ``max_memory`` (default:
+    :data:`MEMORY_FRACTION` of the available RAM); streamed when the stored model (``stored_bytes``)
+    plus its largest tensor in float64 fits (default: :data:`STREAM_FRACTION` of the available RAM;
+    ``max_memory`` when given); else offloaded. "memory", "stream", "offload": that route."""
+    if mode not in MEMORY_MODES:
+        raise IdinspectError(f"--memory {mode!r}: choose one of {', '.join(MEMORY_MODES)}")
     budget = max_memory if max_memory is not None else int(MEMORY_FRACTION * available_memory())
-    small = max_memory is not None or parameter_bytes_f64 <= IN_MEMORY_MAX_BYTES or stored_bytes is None
-    if parameter_bytes_f64 <= budget and small:
-        return LoadPlan(offload=False, compute_dtype=torch.float64)
+    in_memory = LoadPlan(offload=False, compute_dtype=torch.float64)
+    streamed = LoadPlan(offload=False, compute_dtype=torch.float64, streamed=True)
+    offloaded = LoadPlan(offload=True, compute_dtype=torch.float32, max_memory=max(budget, 1))
+    if mode != "auto":
+        return {"memory": in_memory, "stream": streamed, "offload": offloaded}[mode]
+    if parameter_bytes_f64 <= budget:
+        return in_memory
     stream_budget = max_memory if max_memory is not None else int(STREAM_FRACTION * available_memory())
     if stored_bytes is not None and stored_bytes + largest_f64_bytes <= stream_budget:
-        return LoadPlan(offload=False, compute_dtype=torch.float64, streamed=True)
-    return LoadPlan(offload=True, compute_dtype=torch.float32, max_memory=max(budget, 1))
+        return streamed
+    return offloaded
 
 
 def available_memory() -> int:
@@ -170,7 +177,8 @@ def _run_model(path: Path, ids: torch.Tensor, decode: int, plan: LoadPlan,
         kwargs.update(device_map="auto", max_memory={"cpu": plan.max_memory}, offload_folder=offload_dir.name)
     try:
         try:
-            model = cls.from_pretrained(str(path), **kwargs)
+            with quiet_transformers():   # no loading bars or config chatter from a library call either
+                model = cls.from_pretrained(str(path), **kwargs)
         except (OSError, ValueError, RuntimeError, KeyError) as exc:
             first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             raise IdinspectError(f"{path}: transformers cannot load it ({first})") from None
@@ -296,13 +304,37 @@ def _forward(model, ids: torch.Tensor, dtype: torch.dtype | None = None) -> tupl
 
 
 def _greedy(model, ids: torch.Tensor, n: int, dtype: torch.dtype | None = None) -> torch.Tensor:
-    """n greedy tokens, recomputing the whole sequence each step (no cache: nothing hidden); a decoder
-    that cross-attends keeps the same encoder states throughout."""
-    seq = ids
+    """n greedy tokens. A decoder-only model decodes with its key/value cache (transformers' own
+    inference path: each step runs one new token, not the whole sequence again); a decoder that
+    cross-attends, or a model without a cache, recomputes the whole sequence each step and keeps the
+    same encoder states throughout."""
+    import inspect
+
     fixed = {k: v for k, v in _inputs(model, ids, dtype).items() if k not in ("input_ids", "attention_mask")}
+    if not fixed and getattr(model, "_supports_cache_class", True) and not model.config.is_encoder_decoder:
+        return _greedy_cached(model, ids, n)
+    seq = ids
+    if "logits_to_keep" in inspect.signature(model.forward).parameters:
+        fixed["logits_to_keep"] = 1      # the head on the last position only: the same logits, 1/T of the work
     for _ in range(n):
         logits = model(input_ids=seq, attention_mask=torch.ones_like(seq), use_cache=False, **fixed).logits
         seq = torch.cat([seq, logits[:, -1].argmax(dim=-1, keepdim=True)], dim=1)
+    return seq[:, ids.shape[1]:]
+
+
+def _greedy_cached(model, ids: torch.Tensor, n: int) -> torch.Tensor:
+    """n greedy tokens through the model's key/value cache."""
+    import inspect
+
+    name = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+    out = model(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=True)
+    seq = ids
+    for step in range(n):
+        token = out.logits[:, -1].argmax(dim=-1, keepdim=True)
+        seq = torch.cat([seq, token], dim=1)
+        if step + 1 < n:
+            cache = getattr(out, "cache", None) or out.past_key_values
+            out = model(input_ids=token, attention_mask=torch.ones_like(seq), use_cache=True, **{name: cache})
     return seq[:, ids.shape[1]:]
 
 

@@ -1,7 +1,8 @@
 """``verify``: do two checkpoints compute the same function? Exit 0 yes, 1 no, 2 error.
 
 Checks, each with a dtype-dependent tolerance that is reported:
-- ``config``: the configs agree apart from dtype and bookkeeping fields;
+- ``config``: the configuration keys the model's computation reads agree (:mod:`.config_keys`;
+  other differences are notes, failures with ``strict_config``);
 - ``tensors``: the same tensor names; every non-attention tensor equal (bit-exact in the same
   dtype, within one rounding of the coarser dtype otherwise);
 - ``invariants``: layer by layer, every gauge invariant (each head's W_QK, each rotary plane's
@@ -41,19 +42,19 @@ import torch
 
 from ..layer.attention_layer import AttentionLayer
 from ..gauge import INVARIANTS, InvariantError, invariant_error_tensors, invariant_errors
+from ..gauge.invariants import describe_largest, largest_over_layers, worst_entry
 from ..gauge.qk_gain_trade import cast_norm, trade, tradable
 from ..sources.model import Model, load
 from . import functional as fn
 from .bounds import (CONDITION_FACTOR, INVARIANT_FLOOR, OutputBound, eps, factor_amplification, invariant_bound,
                      largest_amplification, layer_amplification, output_bound)
+from .config_keys import full_settings, split_differences
 from .undefined import refuse_overflow, undefined_outputs
 
 #: Stored dtypes judged by rounding bounds (:mod:`.bounds`); the others against the rounding baseline.
 BOUNDED_DTYPES = tuple(INVARIANT_FLOOR)
 BASELINE_FACTOR = 4.0
 BASELINE_SCALE = 8.0 / 7.0
-_IGNORED_CONFIG = {"dtype", "torch_dtype", "_name_or_path", "transformers_version", "_commit_hash",
-                   "_attn_implementation_autoset", "_attn_implementation_internal"}
 
 
 @dataclass
@@ -91,14 +92,17 @@ class VerifyResult:
 
 def verify(a, b, *, functional: bool = True, tokens: int = 16, decode: int = 8, seed: int = 0,
            max_memory: int | None = None, token: str | None = None, cache_dir=None,
-           local_files_only: bool = False, progress: Progress | None = None) -> VerifyResult:
+           local_files_only: bool = False, progress: Progress | None = None,
+           strict_config: bool = False, memory: str = "auto") -> VerifyResult:
     """Compare checkpoints ``a`` (reference) and ``b``; see the module docstring for the checks.
 
     ``max_memory`` (bytes) bounds what a float64 model copy may take before the functional check
     streams the model (stored dtype, float64 module by module; default: half the available memory),
-    and what the streamed model may take before accelerate's disk offload. ``progress(stage,
+    and what the streamed model may take before accelerate's disk offload; ``memory`` ("auto",
+    "memory", "stream", "offload") picks the route instead of that rule. ``progress(stage,
     done, total)`` is told how far each stage is: "open" (the two models), "tensors" (non-attention
-    tensors), "invariants" (layers), "functional" (transformers runs).
+    tensors), "invariants" (layers), "functional" (transformers runs). ``strict_config``: every
+    configuration key must agree, not only those the computation reads.
     """
     progress = progress or _no_progress
     opts = dict(token=token, cache_dir=cache_dir, local_files_only=local_files_only, whole_files=True)
@@ -109,7 +113,7 @@ def verify(a, b, *, functional: bool = True, tokens: int = 16, decode: int = 8, 
         B = b if isinstance(b, Model) else load(b, **opts)
         progress("open", 2, 2)
         try:
-            return _verify(A, B, functional, tokens, decode, seed, max_memory, progress)
+            return _verify(A, B, functional, tokens, decode, seed, max_memory, progress, strict_config, memory)
         finally:
             if B is not b:
                 B.close()
@@ -127,13 +131,14 @@ def _no_progress(stage: str, done: int, total: int) -> None:
 
 
 def _verify(A: Model, B: Model, functional: bool, tokens: int, decode: int, seed: int,
-            max_memory: int | None, progress: Progress = _no_progress) -> VerifyResult:
+            max_memory: int | None, progress: Progress = _no_progress, strict_config: bool = False,
+            memory: str = "auto") -> VerifyResult:
     dtype = stored_dtype(B)
     latent = bool(getattr(A.adapter, "latent", False))
     if latent and (not functional or dtype not in BOUNDED_DTYPES):
         A.require_per_head("verify --no-functional" if not functional else f"verify of a {dtype} checkpoint "
                            "(its rounding baseline moves per-head factors)")
-    checks = [_config_check(A, B)]
+    checks = [_config_check(A, B, strict_config)]
     structure = _structure_check(A, B)
     checks.append(structure)
     if structure.passed:
@@ -142,10 +147,14 @@ def _verify(A: Model, B: Model, functional: bool, tokens: int, decode: int, seed
         checks.append(Check("invariants", None, detail="skipped: multi-head latent attention has no per-head "
                             "invariants; judged by the functional check") if latent
                       else _invariant_check(A, B, dtype, progress, amps))
-        if functional:
+        gguf = [side for side, m in (("A", A), ("B", B)) if _is_gguf(m)]
+        if functional and gguf:
+            checks.append(Check("functional", None, detail=f"skipped: {' and '.join(gguf)} is a GGUF file, which stock "
+                                "transformers would dequantise and re-map on its own; the tensors and invariants decide"))
+        elif functional:
             if len(amps[0]) != A.num_layers:
                 amps = (_amplifications(A), _amplifications(B))
-            checks += _functional_checks(A, B, dtype, tokens, decode, seed, max_memory, amps, progress)
+            checks += _functional_checks(A, B, dtype, tokens, decode, seed, max_memory, amps, progress, memory)
         else:
             checks.append(Check("functional", None, detail="skipped (--no-functional)"))
     return VerifyResult(A.provenance.source, B.provenance.source, str(dtype).removeprefix("torch."), checks)
@@ -178,13 +187,19 @@ def rounding_baseline(layer: AttentionLayer, dtype: torch.dtype) -> AttentionLay
     return moved
 
 
-def _config_check(A: Model, B: Model) -> Check:
-    da, db = A.hf_config.to_dict(), B.hf_config.to_dict()
-    keys = sorted((set(da) | set(db)) - _IGNORED_CONFIG)
-    differ = [k for k in keys if da.get(k) != db.get(k)]
+def _config_check(A: Model, B: Model, strict: bool = False) -> Check:
+    """The configuration keys the model's computation reads must agree (:mod:`.config_keys`); other
+    differing keys are notes, or failures too with ``strict``."""
+    da, db = full_settings(A.hf_config), full_settings(B.hf_config)
+    computed, notes = split_differences(da, db, A.hf_config.model_type)
+    differ = computed + notes if strict else computed
+    extra = {"differ": differ, "notes": [] if strict else notes}
+    note = f"; notes: {len(notes)} keys the computation does not read differ ({', '.join(notes[:6])})" if notes and not strict else ""
     if differ:
-        return Check("config", False, detail=f"configs differ in {', '.join(differ[:8])}", extra={"differ": differ})
-    return Check("config", True, detail="same configuration (dtype aside)")
+        what = "configs differ in" if strict else "configs differ in keys the computation reads:"
+        return Check("config", False, detail=f"{what} {', '.join(differ[:8])}{note}", extra=extra)
+    same = "same configuration (dtype aside)" if strict or not notes else "same computation settings"
+    return Check("config", True, detail=f"{same}{note}", extra=extra)
 
 
 def _structure_check(A: Model, B: Model) -> Check:
@@ -280,6 +295,7 @@ def _invariant_check(A: Model, B: Model, dtype: torch.dtype, progress: Progress 
     bound of that head's own factors). Appends each layer's largest amplification to ``amps`` (A, B)."""
     judged: dict[str, list[_Judged]] = {k: [] for k in INVARIANTS}
     base = {k: 0.0 for k in INVARIANTS}
+    largest: list[tuple[int, InvariantError]] = []     # each layer's largest, as export states it
     for i in range(A.num_layers):
         progress("invariants", i, A.num_layers)
         la, lb = A.layer(i), B.layer(i)
@@ -303,6 +319,7 @@ def _invariant_check(A: Model, B: Model, dtype: torch.dtype, progress: Progress 
             bound = (invariant_bound(eps_a, amp_a[kind], eps_b, amp_b[kind]) if dtype in BOUNDED_DTYPES
                      else torch.zeros_like(err))
             judged[kind].append(_Judged(i, err, bound, amp_a[kind], amp_b[kind]))
+        largest.append((i, max((worst_entry(kind, err) for kind, err in errors.items()), key=lambda e: e.error)))
         for kind, e in invariant_errors(la, rounding_baseline(la, dtype)).items():
             base[kind] = max(base[kind], e.error)
     progress("invariants", A.num_layers, A.num_layers)
@@ -312,7 +329,8 @@ def _invariant_check(A: Model, B: Model, dtype: torch.dtype, progress: Progress 
     passed = all(v["error"] <= v["tolerance"] for v in per_kind.values())
     top = max(present, key=lambda k: per_kind[k]["error"] / per_kind[k]["tolerance"])
     return Check("invariants", passed, error=per_kind[top]["error"], tolerance=per_kind[top]["tolerance"],
-                 baseline=base[top], detail=f"{A.num_layers} layers; worst relative to tolerance: {per_kind[top]['where']}; "
+                 baseline=base[top], detail=f"{A.num_layers} layers; {describe_largest(*largest_over_layers(largest))}; "
+                 f"worst relative to its tolerance: {per_kind[top]['where']}; "
                  f"tolerance: {per_kind[top]['bound']}",
                  extra={"per_invariant": per_kind})
 
@@ -343,14 +361,14 @@ def _worst_against_tolerance(kind: str, layers: list[_Judged], flat: float, base
 
 def _functional_checks(A: Model, B: Model, dtype: torch.dtype, tokens: int, decode: int, seed: int,
                        max_memory: int | None, amps: tuple[list[float], list[float]],
-                       progress: Progress = _no_progress) -> list[Check]:
+                       progress: Progress = _no_progress, memory: str = "auto") -> list[Check]:
     """The outputs of A and B within the rounding bound (float32/float64, :func:`~.bounds.output_bound`
     from the per-layer amplifications ``amps``) or against the rounding baseline (bf16/fp16)."""
     ids = fn.probe_ids(A.hf_config, tokens, decode, seed)
     size = max(_parameter_bytes_f64(A), _parameter_bytes_f64(B))
     stored = max(_parameter_bytes(A), _parameter_bytes(B))
     largest = max(_largest_tensor_f64(A), _largest_tensor_f64(B))
-    plan = fn.plan_loading(size, max_memory, stored_bytes=stored, largest_f64_bytes=largest)
+    plan = fn.plan_loading(size, max_memory, stored_bytes=stored, largest_f64_bytes=largest, mode=memory)
     how = plan.describe()
     runs = 2 if dtype in BOUNDED_DTYPES or plan.offload else 3
     progress("functional", 0, runs)
@@ -388,6 +406,11 @@ def _functional_checks(A: Model, B: Model, dtype: torch.dtype, tokens: int, deco
         checks.append(Check("decode", same or excused, detail=detail,
                             extra={"a": out_a.decoded.tolist(), "b": out_b.decoded.tolist()}))
     return checks
+
+
+def _is_gguf(model: Model) -> bool:
+    path = model.provenance.path
+    return path is not None and path.suffix.lower() == ".gguf"
 
 
 def _apply_baseline(model, A: Model, dtype: torch.dtype) -> None:

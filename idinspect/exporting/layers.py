@@ -33,6 +33,7 @@ from ..analysis.spectra import all_finite
 from ..errors import IdinspectError
 from ..layer.attention_layer import AttentionLayer
 from ..gauge import Degeneracy, InvariantError, canonicalize, largest_invariant_error
+from ..gauge.invariants import largest_over_layers
 from ..gauge.latent import canonicalize_latent, latent_output_error
 from ..gauge.qk_gain_trade import cast_norm
 from ..layer.buffers import Float64Buffers
@@ -184,11 +185,8 @@ class LayerStream:
             if i not in self.errors:
                 fixed = self._take(i)
                 self.errors[i], self.degeneracies[i] = fixed.error, fixed.degeneracies
-        worst, where, degeneracies = 0.0, "", []
-        for i in range(self.model.num_layers):
-            if self.errors[i].error >= worst:
-                worst, where = self.errors[i].error, self.errors[i].where(i)
-            degeneracies += self.degeneracies[i]
+        worst, where = largest_over_layers((i, self.errors[i]) for i in range(self.model.num_layers))
+        degeneracies = [d for i in range(self.model.num_layers) for d in self.degeneracies[i]]
         return worst, where, degeneracies
 
     def close(self) -> None:

@@ -36,6 +36,8 @@ from pathlib import Path
 import torch
 
 from ..sources.checkpoint import SafetensorsCheckpoint
+from ..sources.local_source import gguf_export_refusal
+from . import DTYPE_NAMES
 from ..sources.file_names import CONFIG_FILE, INDEX_FILE
 from ..errors import IdinspectError
 from ..sources.validate import os_reason
@@ -57,8 +59,8 @@ from .shard_writer import (
 )
 from ..sources.safetensors_format import tensor_spans
 
-DTYPES: dict[str, torch.dtype | None] = {"keep": None, "float32": torch.float32, "float64": torch.float64,
-                                          "bfloat16": torch.bfloat16, "float16": torch.float16}
+DTYPES: dict[str, torch.dtype | None] = dict(zip(DTYPE_NAMES, (None, torch.float32, torch.float64, torch.bfloat16,
+                                                                torch.float16)))
 _CASTABLE = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 #: Header slots patched after the data: the widest JSON a float can need (repr of a negative
 #: subnormal is 24 characters) and true/false.
@@ -130,9 +132,7 @@ def _export(model: Model, out: Path, dtype_name: str, target: torch.dtype | None
     reader = model.reader
     src = model.provenance.path
     if getattr(reader, "gguf_architecture", None) is not None:
-        raise IdinspectError(f"{src}: export writes Hugging Face safetensors checkpoints only and refuses a GGUF input "
-                             "(its tensors may be quantised, and a gauge-fixed GGUF would need llama.cpp's own "
-                             "writer); export the original Hugging Face checkpoint instead")
+        raise gguf_export_refusal(src)
     if not isinstance(reader, SafetensorsCheckpoint) or src is None:
         raise IdinspectError("export needs a checkpoint directory or hub id (a model in memory has no files to keep); "
                              "save_pretrained it first")

@@ -80,15 +80,20 @@ def gauge_residuals(layer: AttentionLayer) -> list[tuple[float, str]]:
                 out.append((float(res.max()), f"{at} {cls} {what} q/k gain {name}"))
     Q = stack_groups(augment(L.W_Q, L.b_Q), G)
     K = augment(L.W_K, L.b_K)
+    v_live = L.b_V is not None and not value_bias_absorbable(L)
+    V = augment(L.W_V, L.b_V if v_live else None)
+    O = output_stack(L.W_O, G)      # once per layer: each group's slice of one reshape
+    o_signs = _column_sign_residuals(O).amax(dim=1).tolist()   # [G]: the VO sign residual of every group
+    GV, GO = V.mT @ V, O.mT @ O     # [G, d_v, d_v] each: every group's Grams in one batched product
+    if L.positional.kind == "rope" and not qk_kept:
+        k_signs = _column_sign_residuals(K)          # [G, d_k]
+        GQ, GK = Q.mT @ Q, K.mT @ K                  # [G, d_k, d_k]: every plane's entries
     for g in range(G):
         if cols:
             out += _pair_residuals(Q[g][:, cols], K[g][:key_row, cols], f"{at} group {g} QK")
         if L.positional.kind == "rope" and not qk_kept:
-            for p, (i, j) in enumerate(L.positional.rotary.plane_columns()):
-                out += _plane_residuals(Q[g][:, [i, j]], K[g][:, [i, j]], f"{at} group {g} plane {p}")
-        v_live = L.b_V is not None and not value_bias_absorbable(L)
-        V = augment(L.W_V, L.b_V if v_live else None)
-        out += _pair_residuals(V[g], output_stack(L.W_O, G)[g], f"{at} group {g} VO")
+            out += _plane_residuals(GQ[g], GK[g], k_signs[g], L.positional.rotary.plane_columns(), f"{at} group {g}")
+        out += _pair_residuals(V[g], O[g], f"{at} group {g} VO", sign=o_signs[g], grams=(GV[g], GO[g]))
     return out
 
 
@@ -144,28 +149,55 @@ def _offdiag(G: torch.Tensor) -> torch.Tensor:
 
 def _sign_residual(Y: torch.Tensor) -> float:
     """Largest over columns of (|most negative| - most positive)^+ / max |entry|."""
-    top = Y.abs().amax(dim=0)
-    bad = (-Y.amin(dim=0) - Y.amax(dim=0)).clamp(min=0)
+    return float(_column_sign_residuals(Y).max())
+
+
+def _column_sign_residuals(Y: torch.Tensor) -> torch.Tensor:
+    """(|most negative| - most positive)^+ / max |entry| of every column of Y [..., n, k]: [..., k]
+    (0 for a zero column); the largest entry's magnitude is max(most positive, |most negative|)."""
+    hi, lo = Y.amax(dim=-2), Y.amin(dim=-2)
+    top = torch.maximum(hi, -lo)
+    bad = (-lo - hi).clamp(min=0)
     ratio = bad / torch.where(top > 0, top, torch.ones_like(top))
-    return float(torch.where(top > 0, ratio, torch.zeros_like(top)).max())
+    return torch.where(top > 0, ratio, torch.zeros_like(top))
 
 
-def _pair_residuals(X: torch.Tensor, Y: torch.Tensor, at: str) -> list[tuple[float, str]]:
-    Gx, Gy = X.T @ X, Y.T @ Y
+def _pair_residuals(X: torch.Tensor, Y: torch.Tensor, at: str, sign: float | None = None,
+                    grams: tuple[torch.Tensor, torch.Tensor] | None = None) -> list[tuple[float, str]]:
+    """Balance, order and sign of one group's factors; ``sign`` (Y's sign residual) and ``grams``
+    (X^T X, Y^T Y) where already computed for all groups at once."""
+    Gx, Gy = grams if grams is not None else (X.T @ X, Y.T @ Y)
     scale = 0.5 * (Gx.norm() + Gy.norm())
     balance = max(float((Gx - Gy).norm()), float(_offdiag(Gx).norm()), float(_offdiag(Gy).norm()))
     g = torch.diagonal(Gx)
     order = float((g[1:] - g[:-1]).clamp(min=0).max()) if g.numel() > 1 else 0.0
     return [(_ratio(torch.tensor(balance), scale), f"{at} balance"),
             (_ratio(torch.tensor(order), g.max() if g.numel() else torch.tensor(0.0)), f"{at} order"),
-            (_sign_residual(Y), f"{at} sign")]
+            (_sign_residual(Y) if sign is None else sign, f"{at} sign")]
 
 
-def _plane_residuals(Qp: torch.Tensor, Kp: torch.Tensor, at: str) -> list[tuple[float, str]]:
-    nq, nk = Qp.pow(2).sum(), Kp.pow(2).sum()
-    M = Qp.T @ Qp + Kp.T @ Kp
-    tr = M[0, 0] + M[1, 1]
-    return [(_ratio((nq - nk).abs(), nq + nk), f"{at} scale"),
-            (_ratio(M[0, 1].abs(), tr), f"{at} rotation"),
-            (_ratio((M[1, 1] - M[0, 0]).clamp(min=0), tr), f"{at} order"),
-            (_sign_residual(Kp[:, :1]), f"{at} half-turn")]
+def _plane_residuals(GQ: torch.Tensor, GK: torch.Tensor, k_signs: torch.Tensor, planes: list[tuple[int, int]],
+                     at: str) -> list[tuple[float, str]]:
+    """The four plane conditions of every rotary plane p = (i, j) of one group at once, from the
+    Grams GQ = Q^T Q and GK = K^T K [d_k, d_k] of its stacked factors Q [m, d_k], K [n, d_k]; with Q_p = Q[:, (i, j)], K_p likewise and M = Q_p^T Q_p + K_p^T K_p,
+    scale | ||Q_p||^2 - ||K_p||^2 | / (||Q_p||^2 + ||K_p||^2), rotation |M_01| / tr M,
+    order (M_11 - M_00)^+ / tr M, half-turn the sign residual of K_p's first column (``k_signs``
+    [d_k]: K's column sign residuals, :func:`_column_sign_residuals`). Each is
+    read off the Grams (not ~20 small operations per plane)."""
+    if not planes:
+        return []
+    i = torch.tensor([p[0] for p in planes])
+    j = torch.tensor([p[1] for p in planes])
+    qi, qj, ki, kj = GQ[i, i], GQ[j, j], GK[i, i], GK[j, j]
+    nq, nk = qi + qj, ki + kj
+    m00, m11, m01 = qi + ki, qj + kj, GQ[i, j] + GK[i, j]
+    tr = m00 + m11
+    columns = [("scale", _ratios((nq - nk).abs(), nq + nk)), ("rotation", _ratios(m01.abs(), tr)),
+               ("order", _ratios((m11 - m00).clamp(min=0), tr)), ("half-turn", k_signs[i].tolist())]
+    return [(values[p], f"{at} plane {p} {name}") for p in range(len(planes)) for name, values in columns]
+
+
+def _ratios(num: torch.Tensor, den: torch.Tensor) -> list[float]:
+    """:func:`_ratio` of each entry (0 where the numerator is 0)."""
+    safe = torch.where(num == 0, torch.ones_like(den), den)
+    return torch.where(num == 0, torch.zeros_like(num), num / safe).tolist()

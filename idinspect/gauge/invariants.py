@@ -31,6 +31,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from collections.abc import Iterable
+
 import torch
 
 from ..layer.attention_layer import AttentionLayer
@@ -70,7 +72,7 @@ def invariant_errors(a: AttentionLayer, b: AttentionLayer, *, overwrite_a: bool 
                      precision: torch.dtype = torch.float64) -> dict[str, InvariantError]:
     """Largest relative change of every invariant between layers ``a`` and ``b``, with its head and
     plane: :func:`invariant_error_tensors` reduced to its worst entry per kind."""
-    return {kind: _worst(kind, err) for kind, err in
+    return {kind: worst_entry(kind, err) for kind, err in
             invariant_error_tensors(a, b, overwrite_a=overwrite_a, grams_a=grams_a, precision=precision).items()}
 
 
@@ -208,6 +210,22 @@ def largest_invariant_error(a: AttentionLayer, b: AttentionLayer, *, overwrite_a
                key=lambda e: e.error)
 
 
+def largest_over_layers(errors: Iterable[tuple[int, InvariantError]]) -> tuple[float, str]:
+    """(error, where) of the largest invariant error over ``(layer index, that layer's largest)``
+    pairs, the last maximum winning: "largest invariant error" as export and verify both state it,
+    the largest relative change ||I_B - I_A|| / ||I_A|| of any invariant of any head, plane or layer."""
+    worst, where = 0.0, ""
+    for i, e in errors:
+        if e.error >= worst:
+            worst, where = e.error, e.where(i)
+    return worst, where
+
+
+def describe_largest(error: float, where: str) -> str:
+    """The one wording of :func:`largest_over_layers`'s figure (export's summary, verify's invariant line)."""
+    return f"largest invariant error: {error:.2e} ({where})"
+
+
 def _query_bias(L: AttentionLayer, other: AttentionLayer) -> torch.Tensor | None:
     """The query bias row of Q~ [H, d_k]: zeros where only ``other`` has one, None where neither does."""
     return _zero_if_none(L.b_Q, other.b_Q)
@@ -272,7 +290,7 @@ def _rel(A: torch.Tensor, B: torch.Tensor, C: torch.Tensor, D: torch.Tensor) -> 
     return relative(diff, ab, cd)
 
 
-def _worst(name: str, err: torch.Tensor) -> InvariantError:
+def worst_entry(name: str, err: torch.Tensor) -> InvariantError:
     """err [], [H] or [H, P] -> the largest, with its head (and plane)."""
     if err.dim() == 0:
         return InvariantError(name, float(err))

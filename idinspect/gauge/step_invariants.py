@@ -26,7 +26,7 @@ from ..layer.attention_layer import AttentionLayer
 from ..layer.structure import noop_key_bias_columns, unrotated_columns
 from .aligned import Alignment
 from .biases import effective_output_bias
-from .invariants import InvariantError, _check_comparable, _plane_j, _worst
+from .invariants import InvariantError, _check_comparable, _plane_j, worst_entry
 from .linalg import relative
 
 #: A factor's products: GA, GB, M, D [n, k, k] (float64).
@@ -93,7 +93,7 @@ def step_invariant_errors(a: AttentionLayer, b: AttentionLayer, factors: dict[st
     else:
         ea, eb = (_output_bias(L) for L in (a, b))
     out["output_bias"] = relative((ea - eb).norm(), ea.norm(), eb.norm())
-    return {kind: _worst(kind, err.to(torch.float64)) for kind, err in out.items()}
+    return {kind: worst_entry(kind, err.to(torch.float64)) for kind, err in out.items()}
 
 
 def _bias_or_zero(layer: AttentionLayer) -> torch.Tensor:

@@ -6,7 +6,6 @@ Both readers expose the same small interface (``keys``, ``shape``, ``dtype``, ``
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
@@ -15,7 +14,8 @@ import torch
 from safetensors import SafetensorError, safe_open
 
 from ..errors import IdinspectError
-from .file_names import INDEX_FILE, PICKLE_SUFFIXES, SINGLE_FILE
+from .file_names import INDEX_FILE, SINGLE_FILE
+from .local_source import require_safetensors
 from . import pread
 from .safetensors_format import DTYPES_BY_CODE, tensor_spans
 
@@ -55,20 +55,6 @@ class TensorReader:
         pass
 
 
-def refuse_pickle(directory: Path) -> None:
-    """Raise if ``directory`` holds pickle weights (``.bin``, ``.pt``, ...); they are never opened."""
-    pickles = sorted(p.name for p in directory.iterdir() if p.suffix in PICKLE_SUFFIXES)
-    if pickles:
-        shown = ", ".join(pickles[:3]) + (f", ... ({len(pickles) - 3} more)" if len(pickles) > 3 else "")
-        raise IdinspectError(
-            f"{directory}: only pickle weights ({shown}) and no safetensors; idinspect never unpickles "
-            "(loading a pickle can run arbitrary code). Convert once, in a trusted environment: "
-            "python -c \"from transformers import AutoModel; "
-            f"AutoModel.from_pretrained('{directory}').save_pretrained('{directory}-safetensors')\" "
-            "(use the model's own class, e.g. AutoModelForCausalLM, to keep its head), then inspect the new folder"
-        )
-
-
 class SafetensorsCheckpoint(TensorReader):
     """``model.safetensors`` or a sharded ``model.safetensors.index.json`` in ``directory``.
 
@@ -85,22 +71,14 @@ class SafetensorsCheckpoint(TensorReader):
         single = self.directory / SINGLE_FILE
         self.index_path: Path | None = None
         self.index_metadata: dict = {}
+        require_safetensors(self.directory)   # refuses pickle-only folders by name
         if single.is_file():
             files = [SINGLE_FILE]
             weight_map = None
-        elif index.is_file() or (index.exists() and not index.is_dir()):   # a FIFO or device: read_json refuses it by name
+        else:   # require_safetensors let the index through (a FIFO or device one: read_json refuses it by name)
             self.index_path = index
             weight_map, self.index_metadata = _read_index(index)
             files = sorted(set(weight_map.values()))
-        else:
-            others = sorted(p.name for p in self.directory.glob("*.safetensors"))
-            if others:
-                raise IdinspectError(
-                    f"{self.directory}: safetensors files {others} but neither {SINGLE_FILE} nor "
-                    f"{INDEX_FILE}; rename a single file to {SINGLE_FILE} or add the index that save_pretrained writes")
-            refuse_pickle(self.directory)
-            raise IdinspectError(f"{self.directory}: no {SINGLE_FILE} or {INDEX_FILE}; pass a checkpoint directory "
-                                 "written by save_pretrained (transformers writes safetensors by default)")
         self._handles = {}
         self._fds: dict[str, int] = {}
         self._pool = pread.BufferPool(READ_POOL_BYTES)

@@ -19,13 +19,13 @@ from ..layer.attention_layer import AttentionLayer
 from .config import CheckpointConfig, read_config
 from .checkpoint import SafetensorsCheckpoint, ShapeOnlyReader, StateDictReader, TensorReader
 from .coverage import check_coverage
-from .file_names import CONFIG_FILE, INDEX_FILE, SINGLE_FILE
+from .file_names import CONFIG_FILE
 from ..errors import IdinspectError, one_line
 from .hf_logging import quiet_transformers
 from .safetensors_format import DTYPE_CODES
-from .validate import check_settings, check_settings_against_headers, check_sizes_against_headers, os_reason, read_json
+from .validate import check_settings, check_settings_against_headers, check_sizes_against_headers, read_json
 from .hub import COMMIT_SHA, HUB_ID, INSPECT_PATTERNS, HubUnreachable, download_snapshot, looks_like_path, split_revision
-from .remote_gguf import split_gguf_source
+from .local_source import is_gguf_file, local_path, require_directory, split_gguf_source
 
 
 @dataclass(frozen=True)
@@ -238,12 +238,8 @@ def load(source, *, revision: str | None = None, token: str | None = None,
                               local_files_only=local_files_only)
     if isinstance(source, Path) or looks_like_path(text) or Path(text).expanduser().is_symlink():
         _no_revision(text, revision)
-        path = Path(text).expanduser()
-        try:
-            path.stat()
-        except OSError as exc:  # absent, a dangling link, a link loop, no permission on a parent
-            raise IdinspectError(f"{text}: {os_reason(exc)}") from None
-        if path.is_file() and path.suffix.lower() == ".gguf":
+        path = local_path(text) or Path(text).expanduser()
+        if is_gguf_file(path):
             return _from_gguf(path, Provenance(source=text, kind="gguf", path=path))
         return _from_directory(path, Provenance(source=text, kind="local", revision=cache_revision(path), path=path))
     repo_id, rev = split_revision(text)
@@ -334,9 +330,7 @@ def package_checkpoint(source: str) -> Path:
 
 
 def _from_directory(path: Path, provenance: Provenance) -> Model:
-    if not path.is_dir():
-        hint = f"; pass its folder {path.parent}" if path.name in (CONFIG_FILE, SINGLE_FILE, INDEX_FILE) else ""
-        raise IdinspectError(f"{path}: expected a checkpoint directory (config.json + model.safetensors), got a file{hint}")
+    require_directory(path)
     reader = SafetensorsCheckpoint(path)  # refuses pickle-only folders before anything else
     try:
         check_config_file(path, reader)

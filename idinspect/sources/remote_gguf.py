@@ -19,6 +19,7 @@ import threading
 from pathlib import Path
 
 from ..errors import IdinspectError
+from .local_source import split_gguf_source
 from .remote import Pinned, fetch_missing, hub_errors, pin
 
 #: Fetched together after the header: the attention projections, the per-head q/k norms of the
@@ -100,14 +101,6 @@ class RemoteGGUF:
 
     def close(self) -> None:
         self._dir.cleanup()
-
-
-def split_gguf_source(text: str) -> tuple[str, str] | None:
-    """``org/name[@rev]:path/file.gguf`` -> (``org/name[@rev]``, ``path/file.gguf``); None otherwise."""
-    head, sep, tail = text.partition(":")
-    if sep and tail.lower().endswith(".gguf") and "/" in head and not head.startswith((".", "/", "~")):
-        return head, tail
-    return None
 
 
 def open_remote_gguf(repo_id: str, revision: str | None, filename: str, *, token: str | None,

@@ -122,4 +122,6 @@ def run_survey(sources: Iterable[str], *, jsonl: str | None = None, parquet: str
     for row in new:
         after.pop(row["source"], None)
         after[row["source"]] = row
-    return SurveyResult(rows=list(after.values()), new=new, skipped=skipped, stats=stats, sources=wanted)
+    order = {s: i for i, s in enumerate(wanted)}     # this survey's sources in the order given, then older rows
+    rows = sorted(after.values(), key=lambda r: order.get(r["source"], len(order)))
+    return SurveyResult(rows=rows, new=new, skipped=skipped, stats=stats, sources=wanted)

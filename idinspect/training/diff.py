@@ -22,7 +22,7 @@ from . import step_products
 from .group_grams import group_grams, group_grams_from_products
 from .metrics import SIDES, check_modelled, check_same_shape, layer_metrics, pooled_rho
 
-SCHEMA_VERSION = "1"
+SCHEMA_VERSION = 1
 
 
 def _norm_sq(layer: AttentionLayer) -> float:
