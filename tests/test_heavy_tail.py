@@ -5,16 +5,25 @@ negative control on the raw projections)."""
 
 from __future__ import annotations
 
+import json
 import math
+from importlib.resources import files
 
+import jsonschema
 import pytest
+from rich.console import Console
 import torch
 
 import idinspect
 from idinspect.analysis.heavy_tail import (MIN_TAIL, circuit_figures, dense_singular_values, heavy_tail, layer_factors,
                                            power_law_fits, product_singular_values, trap_count)
 from idinspect.analysis.spectra import head_spectra
+from idinspect.reports.heavy_tail import MEANING
+from idinspect.reports.html import render_html
+from idinspect.reports.terminal_heavy_tail import heavy_tail_panel
 from tests import tiny
+from tests.cli import run_cli
+from tests.report_fixtures import bert_result
 from tests.test_gauge import random_gauge, synthetic_layer
 
 
@@ -196,3 +205,59 @@ def test_invariant_minilm(minilm_dir):
             moved_raw += sum(abs(x - y) > 1e-3 * abs(x) for x, y in zip(_raw_alphas(L), _raw_alphas(moved))
                              if x is not None and y is not None)
     assert moved_raw >= 2 * 4
+
+
+def test_cli_json_carries_the_figures_and_validates(minilm_dir):
+    """`inspect --format json` on MiniLM: every layer has heavy_tail per head and per layer sum, it
+    validates against the schema, and it equals the library's figures for that layer."""
+    res = run_cli(minilm_dir, "--format", "json")
+    assert res.code == 0, res.stderr
+    out = json.loads(res.stdout)
+    schema = json.loads(files("idinspect").joinpath("schemas/report.schema.json").read_text())
+    jsonschema.Draft202012Validator(schema).validate(out)
+    layers = out["layers"]
+    assert len(layers) == 6
+    for entry in layers:
+        ht = entry["spectra"]["heavy_tail"]
+        assert len(ht["qk"]["heads"]) == len(ht["ov"]["heads"]) == 12
+        assert ht["qk"]["layer"]["alpha"] > 1 and ht["ov"]["layer"]["traps"] >= 0
+    layer = idinspect.load(minilm_dir).layer(2)
+    ref = heavy_tail(layer, head_spectra(layer))
+    assert layers[2]["spectra"]["heavy_tail"]["ov"]["layer"]["alpha"] == pytest.approx(ref["ov"]["layer"]["alpha"],
+                                                                                        rel=1e-12)
+
+
+def _with_alphas(qk: list[float], ov: list[float]) -> dict:
+    """The BERT report fixture with a heavy_tail object of the given per-layer-sum alphas."""
+    result = bert_result()
+    result["layers"] = result["layers"][:len(qk)]
+    for layer, a, b in zip(result["layers"], qk, ov):
+        fig = lambda alpha: {"alpha": alpha, "xmin": 1.0, "n_tail": 20, "ks": 0.05, "stable_rank": 4.0,  # noqa: E731
+                             "spectral_norm": 2.0, "mp_spikes": 3, "n_evals": 64, "traps": 0, "trap_ratio": 0.5}
+        layer["spectra"]["heavy_tail"] = {"xmin_rule": "x", "alpha_range": [2.0, 6.0],
+                                          "qk": {"heads": [fig(3.0)], "layer": fig(a)},
+                                          "ov": {"heads": [None], "layer": fig(b)}}
+    return result
+
+
+def test_reports_mark_layers_outside_the_usual_range():
+    """Terminal and HTML: exactly the layers whose alpha lies outside [2, 6] are marked, with the sentence."""
+    result = _with_alphas([1.5, 3.0], [4.0, 7.25])
+    assert len(result["layers"]) == 2
+    console = Console(width=160, record=True)
+    console.print(heavy_tail_panel(result))
+    text = console.export_text()
+    assert "1.5 !" in text and "7.25 !" in text and "3 !" not in text and "4 !" not in text
+    assert "not evidence of under- or over-training" in " ".join(text.split())
+    page = render_html(result)
+    section = page[page.index('<section id="heavy-tail"'):]
+    section = section[:section.index("</section>")]
+    assert section.count('stroke="#c00000"') == 2
+    assert "layer 0 (QK); layer 1 (OV)" in section
+    assert "describes the weights" in section and MEANING.split(";")[0][:40] in section
+
+
+def test_reports_without_figures_show_nothing():
+    result = bert_result()
+    assert heavy_tail_panel(result) is None
+    assert 'id="heavy-tail"' not in render_html(result)
