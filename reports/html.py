@@ -18,6 +18,7 @@ from .html_style import CSS, SCRIPT
 from .json_report import ordered
 from .html_findings import findings_section as _findings_section
 from .html_findings import sev_badge as _sev
+from .html_heavy_tail import heavy_tail_section
 from .html_spectra import spectra_section as _spectra_section
 from .mathml import math as formula_math, with_formula
 from .summary import (near_null_text, attention_shape, bias_free_ratio, closed_form_line, closed_form_name, closed_form_text,
@@ -44,6 +45,7 @@ def render_html(result: dict) -> str:
     sections = [_summary(result)]
     if layers:
         sections += [_layers_section(layers), _ratio_section(result, layers), _spectra_section(layers)]
+        sections += [s for s in (heavy_tail_section(result),) if s]
     if findings is not None:
         sections.append(_findings_section(findings))
     if result.get("proof"):

@@ -22,6 +22,7 @@ from .summary import (near_null_text, attention_shape, closed_form_line, finding
                       fmt_ratio, gguf_text, layer_groups, plural, not_analysed_lines, layer_kinds_text, positional_text, revision_text, softmax_text,
                       severity_counts, stack_lines)
 from .finding_words import finding_phrases, finding_tensors
+from .terminal_heavy_tail import heavy_tail_panel
 from .terminal_spectra import head_tables, spectra_panel
 
 SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "note": "cyan"}
@@ -43,6 +44,9 @@ def render_report(result: dict, console: Console | None = None, *, layers: Layer
         spectra = spectra_panel(result)
         if spectra is not None:
             sections.append(spectra)
+        tails = heavy_tail_panel(result)
+        if tails is not None:
+            sections.append(tails)
     findings = result.get("findings")
     if findings is not None:
         sections.append(findings_section(findings, width=console.width))

