@@ -44,11 +44,12 @@ def pip(venv: Path, *args: str) -> str:
 
 
 def freeze(venv: Path) -> list[str]:
-    """``pip freeze`` of ``venv`` as sorted exact pins, without idinspect itself and local labels."""
+    """``pip freeze --all`` of ``venv`` as sorted exact pins, without idinspect itself, pip and local
+    labels (setuptools stays: the packaging test builds the wheel with the environment's own)."""
     pins = []
-    for line in pip(venv, "freeze", "--exclude-editable").splitlines():
+    for line in pip(venv, "freeze", "--all", "--exclude-editable").splitlines():
         m = re.match(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([^+\s]+)", line)
-        if m and m.group(1).lower() != "idinspect":
+        if m and m.group(1).lower() not in ("idinspect", "pip"):
             pins.append(f"{m.group(1)}=={m.group(2)}")
     return sorted(pins, key=str.lower)
 

@@ -29,10 +29,11 @@ def test_smoke_run_writes_the_report_with_every_check(tmp_path):
     assert all(isinstance(c["held"], bool) and c["text"] for c in checks.values())
     assert {k: v["held"] for k, v in summary.items() if k != "seconds"} == {k: v["held"] for k, v in checks.items()}
     # what holds at any length: the discrete SGD law (float32) and weight decay's rate; key-bias gradients
-    # are rounding, here against query-bias gradients still small at 40 steps of 4 x 32 (full run: <= 6e-6)
+    # are rounding: within the float32 bound relative to the scale of the terms that cancel in them
     assert checks["sgd"]["max_unexplained"] < 1e-2 and checks["sgd"]["adamw_unexplained_median"] > 0.5
     assert checks["weight_decay"]["relative_error"] < 0.05 and checks["weight_decay"]["held"]
-    assert 0 <= checks["key_bias"]["max_ratio"] < 1e-2
+    key_bias = checks["key_bias"]
+    assert 0 < key_bias["max_cancel"] <= key_bias["cancel_bound"] and key_bias["held"]
     runs = {r["name"]: r for r in json.loads(saved.read_text())["runs"]}
     assert len(runs) == 8 and all(len(r["loss"]) == 40 for r in runs.values())
     assert runs["AdamW + rebalancing"]["rebalance_seconds"] > 0 and runs["AdamW"]["rebalance_seconds"] == 0
