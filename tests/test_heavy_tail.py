@@ -261,3 +261,28 @@ def test_reports_without_figures_show_nothing():
     result = bert_result()
     assert heavy_tail_panel(result) is None
     assert 'id="heavy-tail"' not in render_html(result)
+
+
+def test_survey_row_summarises_the_exponents():
+    """A survey row carries the median per-layer alpha of W_QK and W_OV and the count of layers with
+    either outside [2, 6]; a result without heavy-tail figures adds none of these fields."""
+    from idinspect.survey.rows import FIELD_NAMES, row_fields
+
+    row = row_fields(_with_alphas([1.5, 3.0, 4.0], [4.0, 7.25, 5.0]))
+    assert (row["heavy_tail_alpha_qk"], row["heavy_tail_alpha_ov"], row["heavy_tail_layers_outside"]) == (3.0, 5.0, 2)
+    assert {"heavy_tail_alpha_qk", "heavy_tail_alpha_ov", "heavy_tail_layers_outside"} <= set(FIELD_NAMES)
+    assert not any(k.startswith("heavy_tail") for k in row_fields(bert_result()))
+
+
+def test_survey_row_of_a_gauged_copy_agrees(tmp_path, minilm_dir):
+    """End to end through `inspect`: the survey fields of all-MiniLM-L6-v2 and of its float64 export
+    (a gauge move) agree to 1e-6 relative."""
+    from idinspect.survey.rows import survey_row
+
+    out = tmp_path / "fixed"
+    idinspect.export(minilm_dir, out, dtype="float64")
+    a, b = survey_row(str(minilm_dir)), survey_row(str(out))
+    assert a["status"] == b["status"] == "ok", (a["error"], b["error"])
+    for key in ("heavy_tail_alpha_qk", "heavy_tail_alpha_ov"):
+        assert a[key] is not None and b[key] == pytest.approx(a[key], rel=1e-6)
+    assert a["heavy_tail_layers_outside"] == b["heavy_tail_layers_outside"]

@@ -11,6 +11,7 @@ backends (process pool, Ray) give identical rows for the same survey.
 
 from __future__ import annotations
 
+import statistics
 import time
 from dataclasses import asdict, dataclass
 
@@ -45,6 +46,9 @@ ROW_FIELDS: tuple[tuple[str, str], ...] = (
     ("findings_warning", "int64"),
     ("findings_note", "int64"),
     ("fingerprint", "string"),
+    ("heavy_tail_alpha_qk", "float64"),
+    ("heavy_tail_alpha_ov", "float64"),
+    ("heavy_tail_layers_outside", "int64"),
     ("whole_model_form", "string"),
     ("whole_model_symmetries", "int64"),
     ("bytes_read", "int64"),
@@ -163,8 +167,25 @@ def row_fields(result: dict) -> dict:
         "closed_form": totals.get("closed_form"), "closed_form_ratio": totals.get("closed_form_ratio"),
         "bytes_fetched": (model.get("fetch") or {}).get("bytes_fetched"),
         "findings_error": counts["error"], "findings_warning": counts["warning"], "findings_note": counts["note"],
+        **_heavy_tail_fields(result),
         **_whole_model_fields(result.get("whole_model")),
     }
+
+
+def _heavy_tail_fields(result: dict) -> dict:
+    """Median over layers of the heavy-tail exponent alpha of the per-layer circuit sums W_QK and
+    W_OV (gauge-invariant; docs/mathematics.md, "Heavy-tailed spectra"), and how many layers have
+    either outside the usual range (nothing when the result has no heavy-tail figures)."""
+    from ..reports.heavy_tail import layer_tails
+
+    tails, _ = layer_tails(result)
+    if not tails:
+        return {}
+    out: dict = {"heavy_tail_layers_outside": sum(any(t.outside.values()) for t in tails)}
+    for form in ("qk", "ov"):
+        alphas = [t.alpha[form] for t in tails if t.alpha[form] is not None]
+        out[f"heavy_tail_alpha_{form}"] = statistics.median(alphas) if alphas else None
+    return out
 
 
 def _whole_model_fields(section: dict | None) -> dict:
