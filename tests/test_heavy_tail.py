@@ -286,3 +286,15 @@ def test_survey_row_of_a_gauged_copy_agrees(tmp_path, minilm_dir):
     for key in ("heavy_tail_alpha_qk", "heavy_tail_alpha_ov"):
         assert a[key] is not None and b[key] == pytest.approx(a[key], rel=1e-6)
     assert a["heavy_tail_layers_outside"] == b["heavy_tail_layers_outside"]
+
+
+@pytest.mark.parametrize("scale", [1e200, 1e-200, 1e-305])
+def test_figures_do_not_depend_on_the_scale_near_the_float64_limits(scale):
+    """alpha, stable rank, spikes and KS of a circuit scaled by 1e200 or into subnormal products are
+    those of the unscaled one (the hostile-weights tests saw OverflowError / ZeroDivisionError)."""
+    values = _pareto(200, 3.0, 1.0, seed=5).sqrt().sort(descending=True).values[None]
+    base = circuit_figures(values, 1e-12, (256, 256))[0]
+    moved = circuit_figures(values * scale, 1e-12, (256, 256))[0]
+    for key in ("alpha", "stable_rank", "ks", "mp_spikes", "n_tail"):
+        assert moved[key] == pytest.approx(base[key], rel=1e-12), key
+    assert moved["spectral_norm"] == pytest.approx(base["spectral_norm"] * scale, rel=1e-12)

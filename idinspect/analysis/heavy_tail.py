@@ -120,15 +120,21 @@ def circuit_figures(values: torch.Tensor, rtol: float, shape: tuple[int, int],
                     ok: torch.Tensor | None = None) -> list[dict | None]:
     """Per row of singular values ``values`` [B, k] (float64) of an N x M circuit: the dict of
     alpha, x_min, n_tail, ks, stable_rank, spectral_norm, mp_spikes (see module docstring); None
-    where ``ok`` is False or the values are not finite."""
+    where ``ok`` is False or the values are not finite.
+
+    Everything but x_min and the spectral norm is scale-free, so it is computed on s_i / s_1: weights
+    near the float64 range's ends (1e200, subnormals) give the same figures as moderate ones, and
+    x_min (in units of s_1^2) is None where its own value leaves the range."""
     values = values.to(torch.float64)
     N, M = shape
     smax = values.amax(dim=1, keepdim=True)
-    valid = values > rtol * smax
-    fits = power_law_fits(values.square(), valid)
-    fro2 = values.square().sum(dim=1)
+    unit = values / torch.where(smax > 0, smax, torch.ones((), dtype=values.dtype))
+    evals = unit.square()
+    valid = (unit > rtol) & (evals > 0)
+    fits = power_law_fits(evals, valid)
+    fro2 = evals.sum(dim=1)                              # ||W||_F^2 / s_1^2
     edge = (fro2 / (N * M)).sqrt() * (math.sqrt(N) + math.sqrt(M))
-    spikes = (values > edge[:, None]).sum(dim=1)
+    spikes = (unit > edge[:, None]).sum(dim=1)
     good = torch.isfinite(values).all(dim=1)
     if ok is not None:
         good &= ok
@@ -139,7 +145,10 @@ def circuit_figures(values: torch.Tensor, rtol: float, shape: tuple[int, int],
             out.append(None)
             continue
         row = {"alpha": None, "xmin": None, "n_tail": None, "ks": None} if fit is None else asdict(fit)
-        row.update(stable_rank=float(fro2[b]) / s1 ** 2 if s1 > 0 else None, spectral_norm=s1,
+        if fit is not None:
+            xmin = fit.xmin * s1 * s1
+            row["xmin"] = xmin if math.isfinite(xmin) and xmin > 0 else None
+        row.update(stable_rank=float(fro2[b]) if s1 > 0 else None, spectral_norm=s1,
                    mp_spikes=int(spikes[b]), n_evals=int(valid[b].sum()))
         out.append(row)
     return out
@@ -204,9 +213,28 @@ def heavy_tail(layer: AttentionLayer, s: HeadSpectra) -> dict:
         finite = bool(torch.isfinite(X).all()) and bool(torch.isfinite(Y).all())
         row: dict | None = None
         if finite:
+            (X, cx), (Y, cy) = _unit_scale(X), _unit_scale(Y)     # exact: no overflow in X Y^T
             sv = product_singular_values(X, Y)
             row = circuit_figures(sv[None], rank_rtol(d, X.shape[1]), (d, d))[0]
             if row is not None:
                 row["traps"], row["trap_ratio"] = trap_count(X, Y, float(sv.square().sum()))
+                _rescale(row, cx * cy)
         out[form] = {"heads": circuit_figures(values, s.rtol, (d, d), ok), "layer": row}
     return out
+
+
+def _unit_scale(X: torch.Tensor) -> tuple[torch.Tensor, float]:
+    """(X 2^-e, 2^e) with 2^e the power of two at or above max |X|: an exact rescaling."""
+    top = float(X.abs().max()) if X.numel() else 0.0
+    if not top > 0:
+        return X, 1.0
+    e = math.frexp(top)[1]
+    return torch.ldexp(X, torch.tensor(-e)), math.ldexp(1.0, e)
+
+
+def _rescale(row: dict, c: float) -> None:
+    """Put the scale ``c`` of the circuit back into its scale-carrying figures (None out of range)."""
+    for key, power in (("spectral_norm", 1), ("xmin", 2)):
+        if row.get(key) is not None:
+            v = row[key] * c if power == 1 else row[key] * c * c
+            row[key] = v if math.isfinite(v) and v > 0 else None

@@ -29,7 +29,9 @@ def diff_command(a: str, b: str, token: str | None, cache_dir: str | None, offli
     A and B must be checkpoints of the same model (same family and shapes).
     """
     from ..sources.local_source import check_local_source
+    from .paths import check_output_paths
 
+    check_output_paths([("--json", json_path), ("--html", html_path)], [a, b])   # before any work
     for model in (a, b):
         check_local_source(model)   # refusals the file system decides, before torch loads
     from ..errors import IdinspectError
@@ -38,11 +40,8 @@ def diff_command(a: str, b: str, token: str | None, cache_dir: str | None, offli
     from ..reports.diff_text import render_diff
     from ..training.diff import diff
     from ..textsafe import visible
-    from .paths import check_output_paths
-
     from ..progress import ProgressReporter, silence_library_progress
 
-    check_output_paths([("--json", json_path), ("--html", html_path)], [a, b])   # before any work
     silence_library_progress()
     with ProgressReporter("never" if quiet else progress) as bars:
         with bars.stage(f"diff {a} -> {b}"):

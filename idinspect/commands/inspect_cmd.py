@@ -52,7 +52,10 @@ def inspect_command(model: str, revision: str | None, token: str | None, cache_d
                     layers: str, progress: str, quiet: bool, timestamp: bool) -> None:
     """Report a model's attention structure and parameter identification."""
     from ..sources.local_source import check_local_source
+    from .paths import check_output_paths
 
+    # before any work: a report never lands in its input, or in no folder
+    check_output_paths([("--json", json_path), ("--html", html_path)], [model])
     check_local_source(model)   # refusals the file system decides, before torch loads
     from ..analysis.inspection import inspect
     from ..progress import ProgressReporter, silence_library_progress
@@ -60,10 +63,6 @@ def inspect_command(model: str, revision: str | None, token: str | None, cache_d
     from ..sources.model import load
     from ..reports.json_report import timestamp_now
 
-    from .paths import check_output_paths
-
-    # before any work: a report never lands in its input, or in no folder
-    check_output_paths([("--json", json_path), ("--html", html_path)], [model])
     silence_library_progress()
     with ProgressReporter("never" if quiet or fmt == "json" else progress) as bars:
         with bars.stage(f"opening {model}"):
