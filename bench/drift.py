@@ -85,7 +85,7 @@ def main(argv: list[str]) -> int:
         text = log.read_text()
         sys.stderr.write(text[-4000:])
         summary = next((line for line in reversed(text.splitlines()) if " passed" in line or " failed" in line), "")
-        failed = sorted(set(re.findall(r"^FAILED (\S+)", text, re.M)))
+        failed = sorted(set(re.findall(r"^(?:FAILED|ERROR) (.+?)(?: - .*)?$", text, re.M)))
         return _record(end, versions, summary, code, failed, time.monotonic() - started, pins)
 
 
