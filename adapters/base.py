@@ -413,7 +413,7 @@ class Adapter:
     def twin_settings(self, hf_config, shape: dict) -> dict[str, Any]:
         """config keyword arguments of a one-layer twin of ``shape`` (heads, kv_heads, head_dim,
         hidden_size) with this model's bias pattern, positional scheme and causality (see
-        :mod:`idinspect.analysis.prove`)."""
+        :mod:`idinspect.analysis.twin`)."""
         raise IdinspectError(f"--prove has no twin recipe for the {self.family} family")
 
     def exact_float64(self) -> contextlib.AbstractContextManager:

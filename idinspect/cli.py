@@ -16,42 +16,7 @@ import click
 from .errors import IdinspectError
 from .textsafe import visible
 
-_DEBUG = {"on": False}
-
-
-def _set_debug(ctx, param, value):
-    if value:
-        _DEBUG["on"] = True
-    return value
-
-
-debug_option = click.option("--debug", is_flag=True, expose_value=False, is_eager=True, callback=_set_debug,
-                             help="Show the full traceback on errors.")
-
-
-def hub_options(command):
-    """--token, --cache-dir and --offline, shared by every command that opens a model."""
-    command = click.option("--offline", is_flag=True,
-                           help="Use only the hub cache, never the network (like HF_HUB_OFFLINE=1).")(command)
-    command = click.option("--cache-dir", type=click.Path(file_okay=False),
-                           help="Hub cache folder (default: HF_HUB_CACHE).")(command)
-    return click.option("--token", envvar="HF_TOKEN", show_envvar=True,
-                        help="Hub token for gated or private models.")(command)
-
-
-#: Every form a MODEL argument takes, for each command's help (an epilog).
-MODEL_FORMS = ("MODEL (A, B): a checkpoint directory (config.json + safetensors); a hub id org/name[@revision]; "
-               "a hub cache snapshot folder; a GGUF file (path/model.gguf, or org/name[@revision]:file.gguf on the "
-               "hub); pkg:PACKAGE[/SUBDIR], a checkpoint inside an installed Python package.")
-
-
-def progress_options(command):
-    """--progress auto|always|never and -q/--quiet, shared by the commands that take a while."""
-    command = click.option("-q", "--quiet", is_flag=True,
-                           help="No progress and no 'wrote ...' messages (notes and errors still print).")(command)
-    return click.option("--progress", type=click.Choice(["auto", "always", "never"]), default="auto",
-                        show_default=True,
-                        help="Progress on stderr: auto = only on an interactive terminal outside CI.")(command)
+from .commands.options import _DEBUG, debug_option, hub_options, progress_options  # noqa: F401 - the group's options
 
 
 class DefaultToInspect(click.Group):
@@ -163,13 +128,13 @@ def main(argv: list[str] | None = None) -> None:
         exc.show()
         code = exc.exit_code
     except click.Abort as exc:  # click turns KeyboardInterrupt (and entry.Terminated) into Abort
-        from .entry import interrupted_code, say_interrupted
+        from .interrupts import interrupted_code, say_interrupted
 
         cause = exc.__cause__ if isinstance(exc.__cause__, KeyboardInterrupt) else KeyboardInterrupt()
         say_interrupted(cause)
         code = interrupted_code(cause)
     except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM/SIGHUP (entry.Terminated): cleanups have run
-        from .entry import interrupted_code, say_interrupted
+        from .interrupts import interrupted_code, say_interrupted
 
         say_interrupted(exc)
         code = interrupted_code(exc)
@@ -245,7 +210,7 @@ def run() -> None:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     if os.environ.get("IDINSPECT_NO_FAST_EXIT", "").strip() not in ("", "0"):
         sys.exit(code)
-    from .entry import finish_multiprocessing
+    from .interrupts import finish_multiprocessing
 
     finish_multiprocessing()
     logging.shutdown()

@@ -36,13 +36,7 @@ if _started_as_the_program() and _signal.getsignal(_signal.SIGINT) is _signal.de
 
 import signal  # noqa: E402
 
-
-class Terminated(KeyboardInterrupt):
-    """SIGTERM or SIGHUP, raised in the main thread so that every ``finally`` and cleanup runs."""
-
-    def __init__(self, signum: int):
-        super().__init__(signum)
-        self.signum = signum
+from .interrupts import Terminated, finish_multiprocessing, interrupted_code, say_interrupted  # noqa: E402
 
 
 def _raise_terminated(signum, frame) -> None:
@@ -101,19 +95,6 @@ def install_signal_handlers() -> None:
             signal.signal(sig, _raise_terminated)
 
 
-def interrupted_code(exc: KeyboardInterrupt) -> int:
-    return 128 + exc.signum if isinstance(exc, Terminated) else 130
-
-
-def say_interrupted(exc: KeyboardInterrupt) -> None:
-    """One line on stderr, whatever state the interpreter is in."""
-    what = signal.Signals(exc.signum).name if isinstance(exc, Terminated) else "Ctrl-C"
-    try:
-        os.write(2, f"idinspect: interrupted ({what}); nothing half-written was left behind\n".encode())
-    except OSError:
-        pass
-
-
 def use_huge_pages_for_tensors() -> None:
     """Ask torch's CPU allocator for transparent huge pages on large tensors (its own switch,
     ``THP_MEM_ALLOC_ENABLE``; a user's explicit setting wins). The command line reads a layer's
@@ -139,17 +120,6 @@ def run() -> None:
     except KeyboardInterrupt as exc:  # while modules load, or anywhere cli.run did not catch it
         say_interrupted(exc)
         _quiet_exit(interrupted_code(exc))
-
-
-def finish_multiprocessing() -> None:
-    """multiprocessing's own exit handler (the atexit function that ``os._exit`` skips): ends the
-    fork server and worker processes a survey started and removes their ``pymp-*`` temp folder."""
-    util = sys.modules.get("multiprocessing.util")
-    if util is not None:
-        try:
-            util._exit_function()
-        except Exception:  # noqa: BLE001 - the command's outputs are complete; leave as before
-            pass
 
 
 def _quiet_exit(code: int) -> None:

@@ -6,7 +6,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from ..audit.rules import WORST_FIRST
+from ..rules import WORST_FIRST
 from .summary import plural
 
 _STYLE = {"error": "bold red", "warning": "yellow", "note": "cyan"}

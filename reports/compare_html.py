@@ -10,7 +10,7 @@ import math
 from .atomic import write_text_atomic
 from .html import embed_json
 from .html_style import CSS
-from .svg_charts import _open_svg, esc, nice_step
+from .svg_charts import _open_svg, esc
 
 _EXTRA_CSS = """
 svg .c-sim { fill: var(--meas); } svg .c-min { fill: var(--closed); }

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 
-from ..audit.rules import severity_rank
+from ..rules import severity_rank
 from ..textsafe import visible
 from .summary import plural
 

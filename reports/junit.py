@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 import xml.etree.ElementTree as ET
 
-from ..audit.rules import RULES, at_or_above, is_active
+from ..rules import RULES, at_or_above, is_active
 from .summary import plural
 
 _INVALID_XML = re.compile("[^\u0009\u000a\u000d\u0020-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")

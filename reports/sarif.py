@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 
-from ..audit.rules import RULES, Rule, information_uri, rule_for
+from ..rules import RULES, Rule, information_uri, rule_for
 
 SCHEMA_URI = "https://json.schemastore.org/sarif-2.1.0.json"
 VERSION = "2.1.0"

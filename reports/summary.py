@@ -11,7 +11,7 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from ..audit.rules import WORST_FIRST, severity_rank
+from ..rules import WORST_FIRST, severity_rank
 
 #: The per-layer columns that decide whether consecutive layers are "identical" in the table.
 LAYER_KEYS = ("attention_parameters", "qk_gauge", "vo_gauge", "noop_bias", "absorbable_bias",

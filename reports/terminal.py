@@ -18,7 +18,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from .summary import (near_null_text, attention_shape, closed_form_line, finding_details, findings_by_rule, fmt_float, fmt_int,
+from .summary import (near_null_text, attention_shape, closed_form_line, findings_by_rule, fmt_float, fmt_int,
                       fmt_ratio, gguf_text, layer_groups, plural, not_analysed_lines, layer_kinds_text, positional_text, revision_text, softmax_text,
                       severity_counts, stack_lines)
 from .finding_words import finding_phrases, finding_tensors

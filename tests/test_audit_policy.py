@@ -165,7 +165,7 @@ def test_layering_in_the_library():
 def test_one_severity_order_for_the_audit_and_the_writers():
     """rules.SEVERITIES is the only order: severity_rank grows with severity (unknown text below
     note), and the report views list worst first from it."""
-    from idinspect.audit.rules import SEVERITIES, WORST_FIRST, severity_rank
+    from idinspect.rules import SEVERITIES, WORST_FIRST, severity_rank
     from idinspect.reports.summary import findings_by_rule, severity_counts
 
     assert [severity_rank(s) for s in (*SEVERITIES, "custom")] == [0, 1, 2, -1]

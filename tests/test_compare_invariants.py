@@ -12,7 +12,7 @@ import torch
 from idinspect.compare.invariants import layer_invariants, unit_roundoff
 from idinspect.compare.lineage import lineage_test
 from idinspect.compare.matching import assignment
-from idinspect.sources.model import load
+from idinspect.model import load
 from tests import tiny
 
 
@@ -150,7 +150,7 @@ def test_lineage_p_value_is_valid_under_the_null():
 def test_every_family_compares_to_itself_and_finds_its_gains(variant, tiny_dir):
     from idinspect.compare import compare
 
-    from idinspect.sources.model import load
+    from idinspect.model import load
 
     r = compare(tiny_dir(variant), tiny_dir(variant))
     assert r.verdict == "same-function"

@@ -21,7 +21,7 @@ import idinspect
 from idinspect.adapters import ADAPTERS, adapter_for
 from idinspect.analysis import analyze
 from idinspect.sources.config import CheckpointConfig
-from idinspect.sources.model import Model
+from idinspect.model import Model
 from tests import tiny
 
 

@@ -386,7 +386,7 @@ def test_bad_input_is_exit_2(tmp_path):
 def test_hub_source_fetches_export_files_and_records_the_commit(tiny_dir, tmp_path, monkeypatch):
     """A hub id goes through snapshot_download with EXPORT_PATTERNS; provenance names id and commit
     (whose bytes were verified against their blobs' digests: tests/test_hostile_provenance.py)."""
-    import idinspect.sources.model as model_module
+    import idinspect.model as model_module
     from tests.hostile import cache_snapshot
     from idinspect.sources.hub import EXPORT_PATTERNS
 

@@ -8,6 +8,7 @@ import transformers as tf
 
 import idinspect
 from idinspect.analysis import prove as prove_mod
+from idinspect.analysis import twin as twin_mod
 from tests import tiny
 from tests.cli import run_cli
 
@@ -35,7 +36,7 @@ def test_twin_proof_agrees_and_mirrors_the_model(variant, tiny_dir):
         partial = original.positional.rotary_dim < original.d_k
         assert twin["rotary_dim"] == (2 if partial else twin["head_dim"])
     # the twin's count is idinspect's own pipeline on the twin, block by block
-    rows = idinspect.inspect(prove_mod.build_twin(model)[0], spectra=False)["layers"]
+    rows = idinspect.inspect(twin_mod.build_twin(model)[0], spectra=False)["layers"]
     assert [b["structural_unidentified"] for b in proof["blocks"]] == [r["unidentified_parameters"] for r in rows]
     assert proof["structural_unidentified"] == sum(r["unidentified_parameters"] for r in rows)
     assert all(b["agree"] and b["jacobian_nullity"] == b["structural_unidentified"] for b in proof["blocks"])
@@ -65,10 +66,10 @@ def test_twin_keeps_the_group_ratio_small():
     cfg = tf.LlamaConfig(hidden_size=64, intermediate_size=16, num_hidden_layers=1, num_attention_heads=32,
                          num_key_value_heads=8, head_dim=2, vocab_size=32)
     model = idinspect.load(tf.LlamaForCausalLM(cfg))
-    assert prove_mod.twin_shape(model) == {"heads": 8, "kv_heads": 2, "head_dim": 4, "hidden_size": 32}
+    assert twin_mod.twin_shape(model) == {"heads": 8, "kv_heads": 2, "head_dim": 4, "hidden_size": 32}
     mha = idinspect.load(tf.LlamaForCausalLM(tf.LlamaConfig(hidden_size=64, intermediate_size=16, num_hidden_layers=1,
                                                             num_attention_heads=16, vocab_size=32)))
-    assert prove_mod.twin_shape(mha) == {"heads": 4, "kv_heads": 4, "head_dim": 4, "hidden_size": 16}
+    assert twin_mod.twin_shape(mha) == {"heads": 4, "kv_heads": 4, "head_dim": 4, "hidden_size": 16}
 
 
 def test_a_wrong_count_is_caught_and_fails_the_command(tiny_dir, monkeypatch):

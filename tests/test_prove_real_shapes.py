@@ -9,6 +9,7 @@ import torch
 
 import idinspect
 from idinspect.analysis import prove as prove_mod
+from idinspect.analysis import twin as twin_mod
 from tests import tiny
 
 #: variant: (checkpoint whose attention shape it takes, config attribute -> value).
@@ -101,9 +102,9 @@ def test_the_family_accepts_the_twin_of_a_real_shape(variant):
 
         shape = latent_twin_shape(model)
     else:
-        shape = prove_mod.twin_shape(model)
+        shape = twin_mod.twin_shape(model)
         assert shape["hidden_size"] % shape["heads"] == 0 and shape["heads"] <= 8
-    twin, _ = prove_mod.build_twin(model, shape=shape)
+    twin, _ = twin_mod.build_twin(model, shape=shape)
     assert twin.config.model_type == model.hf_config.model_type
 
 
@@ -121,18 +122,18 @@ def test_prove_holds_at_the_real_shape(variant):
 
 def test_twin_width_is_a_multiple_of_its_heads_on_the_same_side():
     # Gemma 3 270M: d = 640 < H d_k = 1024 and > d_k = 256; the twin keeps both, with d' = 0 mod H'
-    assert prove_mod.twin_width(640, 4, 1, 256, 4, 1, 4) == 8
+    assert twin_mod.twin_width(640, 4, 1, 256, 4, 1, 4) == 8
     # Qwen3 0.6B: d = 1024 < H d_k = 2048, = G d_k: d' = G' d_k' = 8 kept equal
-    assert prove_mod.twin_width(1024, 16, 8, 128, 4, 2, 4) == 8
+    assert twin_mod.twin_width(1024, 16, 8, 128, 4, 2, 4) == 8
     # Llama 3.2 1B: d = H d_k
-    assert prove_mod.twin_width(2048, 32, 8, 64, 8, 2, 4) == 32
+    assert twin_mod.twin_width(2048, 32, 8, 64, 8, 2, 4) == 32
 
 
 def test_a_twin_the_family_refuses_is_one_line(monkeypatch, tiny_dir):
     """Where transformers' config validation refuses a twin, --prove says so in one line, exit 2."""
     from tests.cli import run_cli
 
-    monkeypatch.setattr(prove_mod, "twin_width", lambda *a: 10)
+    monkeypatch.setattr(twin_mod, "twin_width", lambda *a: 10)
     res = run_cli(tiny_dir("gemma3-text"), "--prove", "--format", "json")
     assert res.code == 2
     line = res.stderr.strip()

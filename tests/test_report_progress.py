@@ -7,7 +7,7 @@ import io
 import pytest
 from rich.console import Console
 
-from idinspect.sources.model import load
+from idinspect.model import load
 from idinspect.progress import ProgressReporter, current_hub_tqdm, should_show, silence_library_progress
 from tests.cli import run_cli
 

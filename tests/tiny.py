@@ -195,7 +195,7 @@ def capture_attention(model, input_ids: torch.Tensor) -> list[tuple[torch.Tensor
 
         handles.append(src.register_forward_pre_hook(pre, with_kwargs=True))
         handles.append(dst.register_forward_hook(post))
-    from idinspect.analysis.prove import exact_softmax
+    from idinspect.analysis.twin import exact_softmax
 
     try:
         with torch.no_grad(), exact_softmax(), adapter.exact_float64():

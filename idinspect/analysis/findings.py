@@ -30,9 +30,11 @@ import torch
 from ..layer import structure
 from ..layer.attention_layer import ROLES, AttentionLayer
 from .spectra import RANK_RULE, HeadSpectra, finite_slices
+from ..rules import RULES_BY_ID
 
-SEVERITY = {"non-finite": "error", "overflow": "error", "noop-bias": "warning", "absorbable-bias": "note",
-            "rank-deficient-head": "warning"}
+#: Each finding's default severity, from the one table of rules (:data:`idinspect.rules.RULES`).
+SEVERITY = {rule: RULES_BY_ID[rule].severity for rule in
+            ("non-finite", "overflow", "noop-bias", "absorbable-bias", "rank-deficient-head")}
 
 
 def _finding(rule: str, layer: AttentionLayer, roles: tuple[str, ...], parameters: int, message: str,

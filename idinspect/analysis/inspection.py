@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ..sources.model import Model, load
+from ..model import Model, load
 
 SCHEMA_VERSION = 1
 

@@ -33,7 +33,7 @@ def prove_latent(model, seed: int = 0) -> dict:
     """The ``proof`` object for an MLA model (same keys as :func:`prove.prove`, plus the nearly-null band)."""
     import idinspect
 
-    from .prove import TOKENS, attention_jacobian, build_twin
+    from .twin import TOKENS, attention_jacobian, build_twin
 
     hf, shape = build_twin(model, seed, shape=latent_twin_shape(model))
     twin = idinspect.load(hf)

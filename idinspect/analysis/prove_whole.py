@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 
 from .parallel import single_threaded_kernels
-from .prove import exact_softmax
+from .twin import exact_softmax
 from .whole_model_read import FORM_BY_TYPE, PRE_LN, whole_model
 
 #: Relative singular-value cut (null directions measured <= 5e-16, kept >= 7e-11 on the twins).

@@ -8,7 +8,7 @@ models into one JSON-ready result that the writers in ``idinspect.reports`` rend
 from __future__ import annotations
 
 from .policy import Policy, PolicyError, load_policy
-from .rules import RULES, RULES_BY_ID, SEVERITIES, Rule
+from ..rules import RULES, RULES_BY_ID, SEVERITIES, Rule
 from .run import AuditResult, run_audit
 
 __all__ = ["AuditResult", "Policy", "PolicyError", "RULES", "RULES_BY_ID", "Rule", "SEVERITIES", "load_policy",

@@ -91,7 +91,7 @@ def unsupported_model_type(directory: Path | None) -> str | None:
 def local_directory(source: str, cache_dir: str | Path | None = None) -> Path | None:
     """The directory a source names without downloading: a path, ``pkg:...``, or a cached hub snapshot."""
     from ..sources.hub import HUB_ID, INSPECT_PATTERNS, looks_like_path, split_revision
-    from ..sources.model import package_checkpoint
+    from ..model import package_checkpoint
 
     try:
         if source.startswith("pkg:"):

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ..errors import IdinspectError
-from .rules import LEVELS, RULES_BY_ID, SEVERITIES, is_known
+from ..rules import LEVELS, RULES_BY_ID, SEVERITIES, is_known
 
 try:
     import tomllib  # novermin: Python 3.10 takes the tomli fallback below

@@ -22,7 +22,7 @@ from ..sources.file_names import CONFIG_FILE
 from . import checks
 from .baseline import Baseline, Entry, fingerprint
 from .policy import ModelPolicy, Policy
-from .rules import WORST_FIRST, at_or_above, rule_for, severity_rank
+from ..rules import WORST_FIRST, at_or_above, rule_for, severity_rank
 
 log = logging.getLogger("idinspect.audit")
 
@@ -189,7 +189,7 @@ class Auditor:
         self.cwd = Path(cwd or Path.cwd())
 
     def audit(self, source: str) -> ModelResult:
-        from ..sources.model import load
+        from ..model import load
 
         try:
             model = load(source, **self.load_options)

@@ -19,9 +19,9 @@ from rich.markup import escape
 
 from ..audit.baseline import Baseline, render as render_baseline
 from ..audit.policy import cli_settings, load_policy
-from ..audit.rules import RULE_IDS, SEVERITIES
+from ..rules import RULE_IDS, SEVERITIES
 from ..audit.run import AuditResult, run_audit
-from ..cli import MODEL_FORMS, debug_option, hub_options
+from .options import MODEL_FORMS, debug_option, hub_options
 from ..errors import IdinspectError
 from ..reports.atomic import write_text_atomic
 from ..sources.file_names import CONFIG_FILE, INDEX_FILE, SAFETENSORS_SUFFIX
@@ -104,9 +104,9 @@ def _write(path: str, text: str) -> None:
 
 def _debug_logging() -> None:
     """With ``--debug``, show the tracebacks of per-model failures (logged, not raised) on stderr."""
-    from .. import cli
+    from .options import _DEBUG
 
-    if cli._DEBUG["on"]:
+    if _DEBUG["on"]:
         import logging
 
         logger = logging.getLogger("idinspect.audit")

@@ -10,7 +10,7 @@ import json
 
 import click
 
-from ..cli import MODEL_FORMS, debug_option, hub_options, progress_options
+from .options import MODEL_FORMS, debug_option, hub_options, progress_options
 
 
 @click.command("compare", epilog=MODEL_FORMS)

@@ -6,7 +6,7 @@ import json
 
 import click
 
-from ..cli import MODEL_FORMS, debug_option, hub_options, progress_options
+from .options import MODEL_FORMS, debug_option, hub_options, progress_options
 from ..textsafe import visible
 from ..exporting import DTYPE_NAMES
 

@@ -6,7 +6,7 @@ import json
 
 import click
 
-from ..cli import MODEL_FORMS, debug_option, hub_options
+from .options import MODEL_FORMS, debug_option, hub_options
 
 
 @click.command("fingerprint", epilog=MODEL_FORMS)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from ..cli import MODEL_FORMS, debug_option, hub_options
+from .options import MODEL_FORMS, debug_option, hub_options
 
 
 def report_options(f):
@@ -60,7 +60,7 @@ def inspect_command(model: str, revision: str | None, token: str | None, cache_d
     from ..analysis.inspection import inspect
     from ..progress import ProgressReporter, silence_library_progress
     from ..reports.emit import emit
-    from ..sources.model import load
+    from ..model import load
     from ..reports.json_report import timestamp_now
 
     silence_library_progress()

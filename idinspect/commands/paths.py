@@ -26,7 +26,7 @@ def input_roots(source: str | Path) -> tuple[Path | None, list[Path]]:
     """
     text = str(source)
     if text.startswith("pkg:"):
-        from ..sources.model import package_checkpoint
+        from ..model import package_checkpoint
 
         try:
             folder = package_checkpoint(text)

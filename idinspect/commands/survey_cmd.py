@@ -11,7 +11,7 @@ import sys
 
 import click
 
-from ..cli import debug_option, hub_options
+from .options import debug_option, hub_options
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:I?B)?\s*$", re.IGNORECASE)
 

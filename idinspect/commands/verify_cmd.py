@@ -8,7 +8,7 @@ import click
 
 from ..textsafe import visible
 
-from ..cli import MODEL_FORMS, debug_option, hub_options, progress_options
+from .options import MODEL_FORMS, debug_option, hub_options, progress_options
 
 
 @click.command("verify", epilog=MODEL_FORMS)

@@ -13,7 +13,7 @@ def invariants_of(source, *, revision: str | None = None, token: str | None = No
                   local_files_only: bool = False, device: str = "cpu", on_layer=None) -> ModelInvariants:
     """The invariants of a checkpoint source (anything :func:`idinspect.load` opens, or an already
     open Model), or of a fingerprint file (a path ending in ``.json``)."""
-    from ..sources.model import Model, load
+    from ..model import Model, load
 
     if isinstance(source, ModelInvariants):
         return source

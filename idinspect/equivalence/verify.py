@@ -44,7 +44,7 @@ from ..layer.attention_layer import AttentionLayer
 from ..gauge import INVARIANTS, InvariantError, invariant_error_tensors, invariant_errors
 from ..gauge.invariants import describe_largest, largest_over_layers, worst_entry
 from ..gauge.qk_gain_trade import cast_norm, trade, tradable
-from ..sources.model import Model, load
+from ..model import Model, load
 from . import functional as fn
 from .bounds import (CONDITION_FACTOR, INVARIANT_FLOOR, OutputBound, eps, factor_amplification, invariant_bound,
                      largest_amplification, layer_amplification, output_bound)

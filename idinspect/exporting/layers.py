@@ -38,7 +38,7 @@ from ..gauge.latent import canonicalize_latent, latent_output_error
 from ..gauge.qk_gain_trade import cast_norm
 from ..layer.buffers import Float64Buffers
 from ..layer.latent_layer import LatentAttentionLayer, is_latent
-from ..sources.model import Model
+from ..model import Model
 
 #: progress(stage, done, total); here stage "gauge" counts layers.
 Progress = Callable[[str, int, int], None]

@@ -26,7 +26,6 @@ Safety: nothing under the input is written; output goes to ``.OUT.idinspect-tmp-
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -41,14 +40,14 @@ from . import DTYPE_NAMES
 from ..sources.file_names import CONFIG_FILE, INDEX_FILE
 from ..errors import IdinspectError
 from ..sources.validate import os_reason
-from .claim import TEMP_MARK, check_out, make_temp, publish
+from .claim import check_out, make_temp, publish
 from .files import config_text, copy_files, index_text, plan_copies
 from .layers import LayerStream
 from .provenance import verified_commit
 from ..gauge import GAUGE_NAME, GAUGE_VERSION, Degeneracy
 from ..gauge.latent import LATENT_GAUGE_NAME
 from ..sources.hub import EXPORT_PATTERNS
-from ..sources.model import Model, load
+from ..model import Model, load
 from .shard_writer import (
     ShardWriter,
     Slot,

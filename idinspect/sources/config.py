@@ -102,9 +102,10 @@ def setting_optional(config, name: str, default: Any = None) -> Any:
     return default if value is None and default is not None else value
 
 
-def read_config(folder: Path) -> CheckpointConfig:
-    """``folder/config.json`` for a supported ``model_type``; every failure is a one-line error naming the file."""
-    from ..adapters import ADAPTERS, supported_model_types  # the adapters' table (they import this module)
+def read_config(folder: Path, supported) -> CheckpointConfig:
+    """``folder/config.json`` for a ``model_type`` in ``supported`` (the adapter registry, passed in by
+    the caller: sources never import adapters; ``supported.refuse(model_type, where)`` raises its
+    one-line error); every failure is a one-line error naming the file."""
     from .regular_file import read_regular
 
     path = Path(folder) / CONFIG_FILE
@@ -119,9 +120,9 @@ def read_config(folder: Path) -> CheckpointConfig:
         raise IdinspectError(f"{path}: not a JSON object of settings; fix or re-download it")
     model_type = settings.get("model_type")
     if not model_type:
-        raise IdinspectError(f"{path}: no model_type; add it (supported: {', '.join(supported_model_types())})")
+        raise IdinspectError(f"{path}: no model_type; add it (supported: {', '.join(sorted(supported))})")
     if not isinstance(model_type, str):
         raise IdinspectError(f"{path}: model_type is {type(model_type).__name__}, not a string; fix the config")
-    if model_type not in ADAPTERS:
-        ADAPTERS.refuse(model_type, path)
+    if model_type not in supported:
+        supported.refuse(model_type, path)
     return CheckpointConfig(settings, str(path))

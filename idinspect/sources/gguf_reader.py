@@ -23,7 +23,7 @@ import json
 import math
 import re
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -102,9 +102,11 @@ class GGUFCheckpoint(TensorReader):
     when read (``dtype`` reports float32 for them; :attr:`tensor_types` keeps the stored type).
 
     ``ensure``: called with a tensor's byte range ``(start, end)`` before its data is read (a file read
-    in part, :mod:`.remote_gguf`, fetches what it does not hold yet)."""
+    in part, :mod:`.remote_gguf`, fetches what it does not hold yet). ``supported``: the model types
+    adapters exist for (the registry, passed in: sources never import adapters)."""
 
-    def __init__(self, path: str | Path, ensure: Callable[[int, int], None] | None = None):
+    def __init__(self, path: str | Path, ensure: Callable[[int, int], None] | None = None,
+                 supported: Collection[str] = ()):
         from .gguf_header import check_file
         from .validate import os_reason
 
@@ -126,12 +128,10 @@ class GGUFCheckpoint(TensorReader):
             raise IdinspectError(f"{self.path}: GGUF architecture {self.gguf_architecture!r} is not supported "
                                  f"(supported: {', '.join(sorted(FAMILIES))})")
         self.family = family
-        from ..adapters import ADAPTERS
-
-        if family.model_type not in ADAPTERS:
+        if family.model_type not in supported:
             raise IdinspectError(f"{self.path}: GGUF architecture {self.gguf_architecture!r} maps to model_type "
                                  f"{family.model_type!r}, which this idinspect has no adapter for "
-                                 f"(supported: {', '.join(sorted(ADAPTERS))})")
+                                 f"(supported: {', '.join(sorted(supported))})")
         self._tensors = {}
         self._hf_to_gguf: dict[str, str] = {}
         global_names = _GLOBAL_NAMES["gpt2" if family.model_type == "gpt2" else "llama"]
@@ -406,11 +406,12 @@ def _vocab(reader: GGUFCheckpoint) -> int:
     return int(reader.metadata("vocab_size", 0) or 0)
 
 
-def open_gguf(path: Path, ensure: Callable[[int, int], None] | None = None,
+def open_gguf(path: Path, supported: Collection[str], ensure: Callable[[int, int], None] | None = None,
               ) -> tuple[Path, GGUFCheckpoint, tempfile.TemporaryDirectory]:
     """(folder holding the synthesised config.json, reader, the folder's owner): the folder lives as
-    long as the returned TemporaryDirectory (the Model keeps it). ``ensure``: see :class:`GGUFCheckpoint`."""
-    reader = GGUFCheckpoint(path, ensure)
+    long as the returned TemporaryDirectory (the Model keeps it). ``ensure``, ``supported``: see
+    :class:`GGUFCheckpoint`."""
+    reader = GGUFCheckpoint(path, ensure, supported)
     folder = tempfile.TemporaryDirectory(prefix="idinspect-gguf-")
     (Path(folder.name) / CONFIG_FILE).write_text(json.dumps(synthesised_config(reader), indent=1))
     return Path(folder.name), reader, folder

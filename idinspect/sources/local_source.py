@@ -12,7 +12,7 @@ from pathlib import Path
 
 from ..errors import IdinspectError
 from .file_names import CONFIG_FILE, INDEX_FILE, PICKLE_SUFFIXES, SINGLE_FILE
-from .hub import looks_like_path
+from .hub_ids import looks_like_path
 from .validate import os_reason
 
 def split_gguf_source(text: str) -> tuple[str, str] | None:

@@ -11,10 +11,8 @@ adjacent ones coalesced, split into :data:`CHUNK` pieces and fetched :data:`WORK
 
 from __future__ import annotations
 
-import contextlib
 import json
 import threading
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +22,7 @@ import torch
 from ..errors import IdinspectError
 from .checkpoint import TensorReader, check_weight_map, shard_of_each_tensor
 from .file_names import CONFIG_FILE, INDEX_FILE, PICKLE_SUFFIXES, SAFETENSORS_SUFFIX, SINGLE_FILE
+from .hub_errors import hub_errors
 from .remote_cache import RangeCache, repo_folder
 from .remote_http import RangeFetcher, RemoteFile, resolve_commit
 from .safetensors_format import DTYPES_BY_CODE, header_length, tensor_entries
@@ -261,7 +260,7 @@ def pin(repo_id: str, revision: str | None, *, token: str | None, cache_dir: str
     """Resolve ``revision`` to a commit. Online it is resolved on every call (so a moved branch is
     seen) and written to the range cache's ``refs/``; offline the commit comes from there (or from
     the hub cache's own refs). huggingface_hub errors propagate (see :func:`hub_errors`)."""
-    from .hub import COMMIT_SHA
+    from .hub_guard import COMMIT_SHA
 
     folder = repo_folder(cache_dir, repo_id)
     rev = revision or "main"
@@ -280,25 +279,6 @@ def pin(repo_id: str, revision: str | None, *, token: str | None, cache_dir: str
     if not COMMIT_SHA.match(rev):
         cache.write_ref(rev)
     return Pinned(repo_id, commit, files, cache, RangeFetcher(repo_id, commit, token))
-
-
-@contextlib.contextmanager
-def hub_errors(repo_id: str, revision: str | None, cache_dir, offline: bool) -> Iterator[None]:
-    """huggingface_hub failures inside the block become one-line errors (:class:`HubUnreachable`
-    where no HTTP answer came, so a cached copy may stand in); anything else is re-raised."""
-    from .hub import HubUnreachable, hub_error, is_transport_error
-
-    try:
-        yield
-    except IdinspectError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - mapped to one line, anything else re-raised
-        error = hub_error(exc, repo_id, revision, offline=offline, cache_dir=cache_dir)
-        if error is None:
-            raise
-        if not offline and is_transport_error(exc):
-            raise HubUnreachable(error) from None
-        raise error from None
 
 
 def open_remote(repo_id: str, revision: str | None, *, token: str | None = None, cache_dir: str | Path | None = None,
@@ -369,4 +349,4 @@ def _weights(p: Pinned, token, cache_dir, offline: bool) -> tuple[list[str], dic
     raise IdinspectError(f"{repo_id}@{commit[:12]}: no {SINGLE_FILE} or {INDEX_FILE} in the repository")
 
 
-__all__ = ["CHUNK", "WORKERS", "Pinned", "RemoteCheckpoint", "coalesce", "fetch_missing", "hub_errors", "open_remote", "pin"]
+__all__ = ["CHUNK", "WORKERS", "Pinned", "RemoteCheckpoint", "coalesce", "fetch_missing", "open_remote", "pin"]

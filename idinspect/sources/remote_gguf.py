@@ -20,7 +20,8 @@ from pathlib import Path
 
 from ..errors import IdinspectError
 from .local_source import split_gguf_source
-from .remote import Pinned, fetch_missing, hub_errors, pin
+from .hub_errors import hub_errors
+from .remote import Pinned, fetch_missing, pin
 
 #: Fetched together after the header: the attention projections, the per-head q/k norms of the
 #: qk-norm families, and the RoPE factor tensors the synthesised config reads.

@@ -67,7 +67,7 @@ class RangeFetcher:
 
         Failures are one-line :class:`IdinspectError` s (hub errors as :func:`~.hub.hub_error` words them).
         """
-        from .hub import hub_error
+        from .hub_errors import hub_error
 
         try:
             self._fetch(file, start, end, out)

@@ -7,7 +7,7 @@ but without importing them. :func:`read_json` is the one safe JSON reader for fi
 a baseline or a policy controls: a recursion bomb, invalid UTF-8 or a permission problem each get
 their own message, never a crash.
 
-Called from :func:`idinspect.sources.model.open_directory` (the settings) and
+Called from :func:`idinspect.model.open_directory` (the settings) and
 :meth:`idinspect.Model.check_layout` (the sizes, before RoPE frequencies or any tensor is made).
 """
 

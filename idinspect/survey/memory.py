@@ -36,7 +36,7 @@ def estimate_model_bytes(source: str, *, token: str | None = None, cache_dir: st
     """
     from ..analysis.analyzer import layer_bytes_in_flight
     from ..analysis.parallel import IN_FLIGHT_BYTES
-    from ..sources.model import load
+    from ..model import load
 
     try:
         model = load(source, token=token, cache_dir=cache_dir, local_files_only=True)

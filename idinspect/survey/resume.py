@@ -42,7 +42,7 @@ def local_folder(source: str) -> Path | None:
     """The folder (or single file) of a local or ``pkg:`` source, or None for a hub id (or nothing there)."""
     from ..errors import IdinspectError
     from ..sources.hub import looks_like_path
-    from ..sources.model import package_checkpoint
+    from ..model import package_checkpoint
 
     try:
         if source.startswith("pkg:"):
@@ -58,7 +58,7 @@ def local_folder(source: str) -> Path | None:
 def local_source_revision(source: str) -> str | None:
     """The revision of a local source (hub-cache snapshot commit, else :func:`local_revision`);
     None for a hub id or a path that is not a folder. Never raises."""
-    from ..sources.model import cache_revision
+    from ..model import cache_revision
 
     folder = local_folder(source)
     if folder is None:

@@ -132,7 +132,7 @@ def _message(exc: BaseException) -> str:
 
 def _fill(row: dict, source: str, opts: SurveyOptions) -> None:
     from ..analysis.inspection import inspect
-    from ..sources.model import load
+    from ..model import load
 
     model = load(source, token=opts.token, cache_dir=opts.cache_dir, local_files_only=opts.offline)
     with model:

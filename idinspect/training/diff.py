@@ -17,7 +17,7 @@ from ..errors import IdinspectError
 from ..gauge.invariants import invariant_errors
 from ..gauge.step_invariants import step_invariant_errors
 from ..layer.attention_layer import BIAS_ROLES, AttentionLayer
-from ..sources.model import Model, load
+from ..model import Model, load
 from . import step_products
 from .group_grams import group_grams, group_grams_from_products
 from .metrics import SIDES, check_modelled, check_same_shape, layer_metrics, pooled_rho

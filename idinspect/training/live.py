@@ -1,7 +1,7 @@
 """Live ``transformers`` models: canonical layers read through the adapters, and written back in place.
 
 ``idinspect.load(model)`` reads a ``PreTrainedModel``'s state dict in place (the tensors share the
-parameters' storage), so one opened :class:`~idinspect.sources.model.Model` follows training as
+parameters' storage), so one opened :class:`~idinspect.model.Model` follows training as
 the optimizer updates the parameters; it is cached per module and reopened when a parameter's
 storage changes (``model.to(...)``).
 """
@@ -13,7 +13,7 @@ import weakref
 import torch
 
 from ..layer.attention_layer import AttentionLayer
-from ..sources.model import Model, load
+from ..model import Model, load
 
 _OPENED: "weakref.WeakKeyDictionary[torch.nn.Module, tuple[tuple, Model]]" = weakref.WeakKeyDictionary()
 

@@ -1,4 +1,5 @@
-"""The audit rule table: stable ids, default severities and the text shown in CI tools.
+"""The rule table: stable ids, default severities and the text shown in CI tools (findings, audit
+and every report writer read it; the one place a rule's severity is stated).
 
 A rule id (``noop-bias``) is what findings carry, what policy files and ``--severity`` name and
 what SARIF uses as ``ruleId``; ids are never renamed, so code-scanning alerts stay tracked across

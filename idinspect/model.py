@@ -14,18 +14,18 @@ from pathlib import Path
 
 import torch
 
-from ..adapters import Adapter, adapter_for, supported_model_types
-from ..layer.attention_layer import AttentionLayer
-from .config import CheckpointConfig, read_config
-from .checkpoint import SafetensorsCheckpoint, ShapeOnlyReader, StateDictReader, TensorReader
-from .coverage import check_coverage
-from .file_names import CONFIG_FILE
-from ..errors import IdinspectError, one_line
-from .hf_logging import quiet_transformers
-from .safetensors_format import DTYPE_CODES
-from .validate import check_settings, check_settings_against_headers, check_sizes_against_headers, read_json
-from .hub import COMMIT_SHA, HUB_ID, INSPECT_PATTERNS, HubUnreachable, download_snapshot, looks_like_path, split_revision
-from .local_source import is_gguf_file, local_path, require_directory, split_gguf_source
+from .adapters import ADAPTERS, Adapter, adapter_for, supported_model_types
+from .layer.attention_layer import AttentionLayer
+from .sources.config import CheckpointConfig, read_config
+from .sources.checkpoint import SafetensorsCheckpoint, ShapeOnlyReader, StateDictReader, TensorReader
+from .sources.coverage import check_coverage
+from .sources.file_names import CONFIG_FILE
+from .errors import IdinspectError, one_line
+from .sources.hf_logging import quiet_transformers
+from .sources.safetensors_format import DTYPE_CODES
+from .sources.validate import check_settings, check_settings_against_headers, check_sizes_against_headers, read_json
+from .sources.hub import COMMIT_SHA, HUB_ID, INSPECT_PATTERNS, HubUnreachable, download_snapshot, looks_like_path, split_revision
+from .sources.local_source import is_gguf_file, local_path, require_directory, split_gguf_source
 
 
 @dataclass(frozen=True)
@@ -259,8 +259,8 @@ def load(source, *, revision: str | None = None, token: str | None = None,
 def _from_hub_ranges(repo_id: str, revision: str | None, token: str | None, cache_dir, local_files_only: bool) -> Model:
     """A hub id read in part. Offline (or with the hub unreachable), a complete snapshot in the hub
     cache is read as files; otherwise the range cache answers (see :func:`open_remote`)."""
-    from .hub import is_offline
-    from .remote import open_remote
+    from .sources.hub import is_offline
+    from .sources.remote import open_remote
 
     offline = is_offline(local_files_only)
     if offline:
@@ -280,7 +280,7 @@ def _from_hub_ranges(repo_id: str, revision: str | None, token: str | None, cach
     provenance = Provenance(source=repo_id, kind="hub", revision=reader.commit, path=folder)
     try:
         check_config_file(folder, reader)
-        config = read_config(folder)
+        config = read_config(folder, ADAPTERS)
         model = Model(config, reader, adapter_for(config, reader), provenance)
         model.check_layout()
         reader.plan(k for i in range(model.num_layers) for k in model.adapter.attention_keys(i))
@@ -334,7 +334,7 @@ def _from_directory(path: Path, provenance: Provenance) -> Model:
     reader = SafetensorsCheckpoint(path)  # refuses pickle-only folders before anything else
     try:
         check_config_file(path, reader)
-        config = read_config(path)
+        config = read_config(path, ADAPTERS)
         model = Model(config, reader, adapter_for(config, reader), provenance)
         model.check_layout()
     except BaseException:
@@ -346,8 +346,8 @@ def _from_directory(path: Path, provenance: Provenance) -> Model:
 def _from_hub_gguf(repo: str, filename: str, *, revision, token, cache_dir, local_files_only: bool) -> Model:
     """``org/name[@rev]:file.gguf``: the GGUF's header and attention tensors fetched by byte range
     (see :mod:`idinspect.sources.remote_gguf`), then read as a local GGUF."""
-    from .hub import is_offline
-    from .remote_gguf import open_remote_gguf
+    from .sources.hub import is_offline
+    from .sources.remote_gguf import open_remote_gguf
 
     repo_id, rev = split_revision(repo)
     if not HUB_ID.match(repo_id):
@@ -371,11 +371,11 @@ def _from_gguf(path: Path, provenance: Provenance, ensure=None) -> Model:
     """A llama.cpp GGUF file: metadata as config.json, tensors under transformers names (see
     :mod:`idinspect.sources.gguf_reader`); provenance.path stays the file, ``hf_config`` reads the
     synthesised config."""
-    from .gguf_reader import open_gguf
+    from .sources.gguf_reader import open_gguf
 
-    folder, reader, owner = open_gguf(path, ensure)
+    folder, reader, owner = open_gguf(path, ADAPTERS, ensure)
     try:
-        config = read_config(folder)
+        config = read_config(folder, ADAPTERS)
         model = Model(config, reader, adapter_for(config, reader), provenance)
         model._config_folder = owner    # the synthesised config.json lives as long as the model
         model.check_layout()
