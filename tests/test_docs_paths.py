@@ -54,3 +54,30 @@ def test_named_import_works(doc, module, names):
     mod = importlib.import_module(module)
     for name in names:
         assert hasattr(mod, name), f"{doc}: from {module} import {name} fails"
+
+
+def _readme_commands() -> list[str]:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    return sorted(set(re.findall(r"`(idinspect [^`]*)`", text)))
+
+
+@pytest.mark.parametrize("command", _readme_commands())
+def test_readme_command_parses(command):
+    """Every `idinspect ...` the README shows names a real command, and every --option it shows is in
+    that command's --help."""
+    from tests.cli import run_cli
+
+    words = command.replace("\\|", " ").split()[1:]
+    res = run_cli("--help")
+    assert res.code == 0
+    commands = set(re.findall(r"^\s{2}(\w+)\s", res.stdout, re.M))
+    assert {"audit", "export", "verify", "compare", "survey"} <= commands, res.stdout
+    sub = words[0] if words and words[0] in commands else "inspect"
+    help_ = run_cli(sub, "--help")
+    assert help_.code == 0, help_.stderr
+    for option in (w for w in words if w.startswith("--")):
+        assert option in help_.stdout, f"README shows `{command}`, but `idinspect {sub} --help` has no {option}"
+
+
+def test_readme_commands_are_found():
+    assert len(_readme_commands()) >= 8
