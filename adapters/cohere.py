@@ -21,7 +21,7 @@ from ..layer.attention_layer import Positional, QKNorm
 from .base import Site, rope_positional
 from .float64 import centred, exact_norms
 from .layout import Block
-from .llama import LlamaAdapter, qkvo_block
+from .qkvo_decoder import QKVODecoderAdapter, qkvo_block
 
 
 def cohere_layer_norm(module: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
@@ -29,7 +29,7 @@ def cohere_layer_norm(module: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
     return module.weight * centred(x, module.variance_epsilon)
 
 
-class CohereAdapter(LlamaAdapter):
+class CohereAdapter(QKVODecoderAdapter):
     family = "cohere"
     model_types = ("cohere",)
     model_tensors = {

@@ -17,13 +17,13 @@ from __future__ import annotations
 
 from ..errors import IdinspectError
 from .base import Site
-from .llama import LlamaAdapter
+from .qkvo_decoder import QKVODecoderAdapter
 
 
-class GemmaAdapter(LlamaAdapter):
+class GemmaAdapter(QKVODecoderAdapter):
     family = "gemma"
     model_types = ("gemma", "gemma2")
-    model_tensors = {**LlamaAdapter.model_tensors,
+    model_tensors = {**QKVODecoderAdapter.model_tensors,
                      "layers.{n}.(pre_feedforward_layernorm|post_feedforward_layernorm).weight": "norm"}
     #: Gemma's RMSNorm multiplies by (1 + w): folding the stored w as a gain would be wrong.
     pre_norm = ()

@@ -24,7 +24,7 @@ import torch
 from ..layer.attention_layer import Positional, QKNorm
 from .base import Site
 from .float64 import exact_norms, rms
-from .llama import LlamaAdapter
+from .qkvo_decoder import QKVODecoderAdapter
 
 
 def gemma_rms(module: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
@@ -32,10 +32,10 @@ def gemma_rms(module: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
     return rms(x, module.eps) * (1.0 + module.weight)
 
 
-class Gemma3TextAdapter(LlamaAdapter):
+class Gemma3TextAdapter(QKVODecoderAdapter):
     family = "gemma3"
     model_types = ("gemma3_text",)
-    model_tensors = {**LlamaAdapter.model_tensors,
+    model_tensors = {**QKVODecoderAdapter.model_tensors,
                      "layers.{n}.(pre_feedforward_layernorm|post_feedforward_layernorm).weight": "norm"}
 
     @cached_property

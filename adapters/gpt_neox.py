@@ -18,10 +18,10 @@ from functools import cached_property
 
 from .base import Adapter
 from .layout import Block, Projection
-from .llama import LlamaAdapter
+from .qkvo_decoder import QKVODecoderAdapter
 
 
-class GPTNeoXAdapter(LlamaAdapter):
+class GPTNeoXAdapter(QKVODecoderAdapter):
     family = "gpt_neox"
     model_types = ("gpt_neox",)
     model_tensors = {

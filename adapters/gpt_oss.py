@@ -13,13 +13,13 @@ hd = config.head_dim; layer i has config.sliding_window where layer_types[i] == 
 from __future__ import annotations
 
 from .base import Site
-from .llama import LlamaAdapter
+from .qkvo_decoder import QKVODecoderAdapter
 
 
-class GptOssAdapter(LlamaAdapter):
+class GptOssAdapter(QKVODecoderAdapter):
     family = "gpt_oss"
     model_types = ("gpt_oss",)
-    model_tensors = {**LlamaAdapter.model_tensors, "layers.{n}.mlp.**": "mlp"}
+    model_tensors = {**QKVODecoderAdapter.model_tensors, "layers.{n}.mlp.**": "mlp"}
     sinks_tensor = "self_attn.sinks"
 
     def _biases(self) -> tuple[bool, bool]:

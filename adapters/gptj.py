@@ -16,7 +16,7 @@ from ..errors import IdinspectError
 from ..layer.attention_layer import Positional
 from ..sources.rope_config import default_rotary_spec
 from .base import Adapter, Site
-from .llama import qkvo_block
+from .qkvo_decoder import qkvo_block
 
 #: create_sinusoidal_positions' base.
 GPTJ_ROPE_BASE = 10_000.0

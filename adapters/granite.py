@@ -6,10 +6,10 @@ instead of head_dim^-1/2. Its embedding, residual and logit multipliers act outs
 from __future__ import annotations
 
 from .base import Site
-from .llama import LlamaAdapter
+from .qkvo_decoder import QKVODecoderAdapter
 
 
-class GraniteAdapter(LlamaAdapter):
+class GraniteAdapter(QKVODecoderAdapter):
     family = "granite"
     model_types = ("granite",)
 

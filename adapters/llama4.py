@@ -33,10 +33,10 @@ from ..sources.config import CheckpointConfig
 from ..layer.attention_layer import Positional, QKNorm, QueryTemperature
 from .base import Site, rope_positional
 from .float64 import exact_norms, rms, weighted_rms
-from .llama import LlamaAdapter
+from .qkvo_decoder import QKVODecoderAdapter
 
 
-class Llama4TextAdapter(LlamaAdapter):
+class Llama4TextAdapter(QKVODecoderAdapter):
     family = "llama4"
     model_types = ("llama4_text",)
     model_tensors = {

@@ -21,13 +21,13 @@ from ..layer.attention_layer import QKNorm
 from .base import Site
 from .float64 import exact_norms, weighted_rms
 from .layout import Block
-from .llama import LlamaAdapter, qkvo_block
+from .qkvo_decoder import QKVODecoderAdapter, qkvo_block
 
 
-class Olmo2Adapter(LlamaAdapter):
+class Olmo2Adapter(QKVODecoderAdapter):
     family = "olmo2"
     model_types = ("olmo2", "olmoe")
-    model_tensors = {**LlamaAdapter.model_tensors,
+    model_tensors = {**QKVODecoderAdapter.model_tensors,
                      "layers.{n}.post_feedforward_layernorm.weight": "norm"}
 
     def __init__(self, config, reader):

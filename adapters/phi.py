@@ -19,10 +19,10 @@ import dataclasses
 
 from ..layer.attention_layer import QKNorm
 from .base import Site
-from .llama import LlamaAdapter, qkvo_block
+from .qkvo_decoder import QKVODecoderAdapter, qkvo_block
 
 
-class PhiAdapter(LlamaAdapter):
+class PhiAdapter(QKVODecoderAdapter):
     family = "phi"
     model_types = ("phi",)
     model_tensors = {

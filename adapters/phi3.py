@@ -10,15 +10,15 @@ Layer i (prefix 'model.' for Phi3ForCausalLM):
 from __future__ import annotations
 
 from .layout import Block, Projection
-from .llama import LlamaAdapter
+from .qkvo_decoder import QKVODecoderAdapter
 
 SELF = Block("self", (Projection("self_attn.qkv_proj", "qkv", bias=False), Projection("self_attn.o_proj", "o", bias=False)))
 
 
-class Phi3Adapter(LlamaAdapter):
+class Phi3Adapter(QKVODecoderAdapter):
     family = "phi3"
     model_types = ("phi3",)
-    model_tensors = {**LlamaAdapter.model_tensors, "layers.{n}.mlp.gate_up_proj.weight": "mlp"}
+    model_tensors = {**QKVODecoderAdapter.model_tensors, "layers.{n}.mlp.gate_up_proj.weight": "mlp"}
     partial_rotary = True
     block = SELF
 

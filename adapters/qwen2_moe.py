@@ -11,13 +11,13 @@ from __future__ import annotations
 from functools import cached_property
 
 from .layout import Block
-from .llama import LlamaAdapter, qkvo_block
+from .qkvo_decoder import QKVODecoderAdapter, qkvo_block
 
 
-class Qwen2MoeAdapter(LlamaAdapter):
+class Qwen2MoeAdapter(QKVODecoderAdapter):
     family = "qwen2_moe"
     model_types = ("qwen2_moe",)
-    model_tensors = {**LlamaAdapter.model_tensors, "layers.{n}.mlp.**": "mlp"}
+    model_tensors = {**QKVODecoderAdapter.model_tensors, "layers.{n}.mlp.**": "mlp"}
 
     @cached_property
     def block(self) -> Block:

@@ -20,13 +20,13 @@ from ..layer.attention_layer import QKNorm
 from .base import Site
 from .float64 import exact_norms, weighted_rms
 from .layout import Block
-from .llama import LlamaAdapter, qkvo_block
+from .qkvo_decoder import QKVODecoderAdapter, qkvo_block
 
 
-class Qwen3Adapter(LlamaAdapter):
+class Qwen3Adapter(QKVODecoderAdapter):
     family = "qwen3"
     model_types = ("qwen3", "qwen3_moe")
-    model_tensors = {**LlamaAdapter.model_tensors, "layers.{n}.mlp.**": "mlp"}
+    model_tensors = {**QKVODecoderAdapter.model_tensors, "layers.{n}.mlp.**": "mlp"}
 
     @property
     def head_dim(self) -> int:

@@ -20,13 +20,13 @@ import torch
 from ..layer.attention_layer import QKNorm
 from .base import Site
 from .layout import Block
-from .llama import LlamaAdapter, qkvo_block
+from .qkvo_decoder import QKVODecoderAdapter, qkvo_block
 
 
-class StableLmAdapter(LlamaAdapter):
+class StableLmAdapter(QKVODecoderAdapter):
     family = "stablelm"
     model_types = ("stablelm",)
-    model_tensors = {**LlamaAdapter.model_tensors,
+    model_tensors = {**QKVODecoderAdapter.model_tensors,
                      "layers.{n}.(input_layernorm|post_attention_layernorm).bias": "norm", "norm.bias": "norm"}
     partial_rotary = True
 

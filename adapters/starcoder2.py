@@ -11,10 +11,10 @@ from __future__ import annotations
 from functools import cached_property
 
 from .layout import Block
-from .llama import LlamaAdapter, qkvo_block
+from .qkvo_decoder import QKVODecoderAdapter, qkvo_block
 
 
-class Starcoder2Adapter(LlamaAdapter):
+class Starcoder2Adapter(QKVODecoderAdapter):
     family = "starcoder2"
     model_types = ("starcoder2",)
     model_tensors = {
