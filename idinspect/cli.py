@@ -210,9 +210,9 @@ def run() -> None:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     if os.environ.get("IDINSPECT_NO_FAST_EXIT", "").strip() not in ("", "0"):
         sys.exit(code)
-    from .interrupts import finish_multiprocessing
+    from .interrupts import finish_before_fast_exit
 
-    finish_multiprocessing()
+    finish_before_fast_exit()
     logging.shutdown()
     for stream in (sys.stdout, sys.stderr):
         try:

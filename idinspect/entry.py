@@ -36,7 +36,7 @@ if _started_as_the_program() and _signal.getsignal(_signal.SIGINT) is _signal.de
 
 import signal  # noqa: E402
 
-from .interrupts import Terminated, finish_multiprocessing, interrupted_code, say_interrupted  # noqa: E402
+from .interrupts import Terminated, finish_before_fast_exit, interrupted_code, say_interrupted  # noqa: E402
 
 
 def _raise_terminated(signum, frame) -> None:
@@ -123,7 +123,7 @@ def run() -> None:
 
 
 def _quiet_exit(code: int) -> None:
-    finish_multiprocessing()
+    finish_before_fast_exit()
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()

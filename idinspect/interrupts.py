@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import weakref
 
 
 class Terminated(KeyboardInterrupt):
@@ -39,3 +40,23 @@ def finish_multiprocessing() -> None:
             util._exit_function()
         except Exception:  # noqa: BLE001 - the command's outputs are complete; leave as before
             pass
+
+
+def remove_temporary_folders() -> None:
+    """The exit hook of ``weakref.finalize`` (which ``os._exit`` skips): removes the
+    ``tempfile.TemporaryDirectory`` folders that libraries made and left to exit (torch 2.6 makes one
+    for ``_remote_module_non_scriptable.py`` when ``torch.distributed.nn`` is imported)."""
+    hook = getattr(weakref.finalize, "_exitfunc", None)
+    if callable(hook):
+        try:
+            hook()
+        except Exception:  # noqa: BLE001 - the command's outputs are complete; leave as before
+            pass
+
+
+def finish_before_fast_exit() -> None:
+    """What the interpreter's exit would have run that a finished command still owes: the survey's
+    worker processes (:func:`finish_multiprocessing`) and the temporary folders
+    (:func:`remove_temporary_folders`)."""
+    finish_multiprocessing()
+    remove_temporary_folders()
