@@ -167,3 +167,40 @@ def test_killed_survey_resumes_without_losing_finished_models(zoo, tmp_path):
     rows = read_jsonl(out)
     assert sorted(r["source"] for r in rows) == sorted(models)   # nothing done twice, nothing lost
     assert all(json.loads(line) for line in out.read_text().splitlines())
+
+
+def test_ray_tasks_keep_the_per_model_memory_limit(ray_local, tmp_path):
+    """--model-memory holds in a Ray task as in the local pool: the row records the limit, bad input.
+    (A BERT layer of width 1024: its 4 MB attention tensors cannot come from memory a worker freed.)"""
+    import transformers
+
+    from idinspect.survey.ray_backend import RayBackend
+
+    config = transformers.BertConfig(hidden_size=1024, num_hidden_layers=1, num_attention_heads=8,
+                                     intermediate_size=16, vocab_size=32, max_position_embeddings=16)
+    transformers.BertModel(config).save_pretrained(tmp_path / "wide")
+    backend = RayBackend(options=SurveyOptions(model_memory=64 * 1024))
+    result = run_survey([str(tmp_path / "wide")], jsonl=str(tmp_path / "r.jsonl"), backend=backend)
+    (row,) = result.new
+    assert row["status"] == "failed" and "memory limit" in row["error"] and "--model-memory" in row["error"]
+    assert row["error_kind"] == "bad-input"
+
+
+def test_ray_tasks_keep_the_per_model_timeout(zoo, ray_local, tmp_path):
+    """A hub that drips its answer holds one model in a Ray task; --timeout ends it there, the row says
+    so (bad input: not retried), and the other model is surveyed."""
+    from idinspect.survey.ray_backend import RayBackend
+    from tests.hub_server import Fault, LocalHub, served_files
+
+    with LocalHub() as hub:
+        hub.add_repo("org/slow", served_files(zoo[0]))
+        hub.faults.append(Fault("drip", host="hub", path="/api/models/", delay=0.2, times=100))
+        env = {"HF_ENDPOINT": hub.endpoint, "IDINSPECT_HUB_DEADLINE": "600", "HF_HUB_CACHE": str(tmp_path / "cache"),
+               "HF_HUB_OFFLINE": "0"}
+        backend = RayBackend(retries=1, options=SurveyOptions(timeout=2.0), runtime_env={"env_vars": env})
+        result = run_survey(["org/slow", zoo[1]], jsonl=str(tmp_path / "r.jsonl"), backend=backend)
+        requests = sum(1 for e in hub.log if e["path"].startswith("/api/models/"))
+    rows = {r["source"]: r for r in result.new}
+    assert rows[zoo[1]]["status"] == "ok"
+    assert rows["org/slow"]["status"] == "failed" and "timed out after 2 s" in rows["org/slow"]["error"]
+    assert rows["org/slow"]["error_kind"] == "bad-input" and requests <= 2

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import signal
+import threading
 from collections.abc import Iterator
 
 from ..errors import IdinspectError
@@ -81,8 +82,8 @@ def memory_limit(extra: int | None) -> Iterator[int | None]:
 @contextlib.contextmanager
 def time_limit(seconds: float | None) -> Iterator[None]:
     """:class:`ModelTimeout` raised in this (main) thread after ``seconds`` (None: no limit)."""
-    if not seconds or not hasattr(signal, "setitimer"):
-        yield
+    if not seconds or not hasattr(signal, "setitimer") or threading.current_thread() is not threading.main_thread():
+        yield   # a signal reaches only the main thread: elsewhere the caller's backstop ends the task
         return
 
     def expire(signum, frame):

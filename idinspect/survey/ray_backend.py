@@ -10,13 +10,15 @@ emitted as tasks finish (``ray.wait``). The nodes need idinspect installed (same
 from __future__ import annotations
 
 import os
+import time
 
 from collections import deque
 from collections.abc import Callable
 
 from ..errors import IdinspectError
 from .pool import BackendStats, Task, died_row
-from .rows import SurveyOptions, options_dict, survey_row
+from .limits import KILL_GRACE_S, limited_row, timeout_message
+from .rows import SurveyOptions, options_dict
 
 
 class TransientRowError(Exception):
@@ -31,8 +33,10 @@ class TransientRowError(Exception):
 
 
 def ray_row(source: str, options: dict) -> dict:
-    """The task body: :func:`~idinspect.survey.rows.survey_row`, raising for a transient failure."""
-    row = survey_row(source, options)
+    """The task body: :func:`~idinspect.survey.rows.survey_row` under the survey's per-model limits
+    (:func:`~idinspect.survey.limits.limited_row`: --timeout, and --model-memory where given; Ray's
+    own ``memory`` request schedules the task), raising for a transient failure so that Ray retries it."""
+    row = limited_row(source, options, options.get("timeout"), options.get("model_memory"))
     if row["error_kind"] == "transient":
         raise TransientRowError(row)
     return row
@@ -72,6 +76,18 @@ class RayBackend:
         self.runtime_env = runtime_env
         self.stats = BackendStats()
 
+    def _wait_limit(self, pending: dict, started: dict) -> float | None:
+        """Seconds until the oldest task in flight is past --timeout + :data:`KILL_GRACE_S` (None: no timeout)."""
+        timeout = self.options.timeout
+        if not timeout or not pending:
+            return None
+        return max(0.0, min(started[ref] for ref in pending) + timeout + KILL_GRACE_S - time.monotonic())
+
+    def _overdue(self, pending: dict, started: dict) -> list:
+        """The tasks in flight past --timeout + :data:`KILL_GRACE_S` (their own timer did not stop them)."""
+        now, timeout = time.monotonic(), self.options.timeout
+        return [ref for ref in pending if now - started[ref] >= timeout + KILL_GRACE_S]
+
     def _connect(self, ray) -> bool:
         """Initialise Ray unless it already is; True if this backend started it (and must stop it)."""
         if ray.is_initialized():
@@ -103,26 +119,43 @@ class RayBackend:
 
         cpus = int(ray.cluster_resources().get("CPU", 1))
         self.stats.workers = cpus
-        limit = self.max_pending or max(2, 2 * cpus)
+        # with a timeout, no more tasks in flight than CPUs, so a task starts when it is submitted and
+        # the backstop below (from submission) measures its own run, not its wait in Ray's queue
+        limit = self.max_pending or (cpus if self.options.timeout else max(2, 2 * cpus))
         node_memory = max((int(n.get("Resources", {}).get("memory", 0)) for n in ray.nodes() if n.get("Alive")), default=0)
-        remote = ray.remote(ray_row)
+        # with --model-memory, a fresh worker per model: the limit counts from a clean process, as in the
+        # local pool (a reused worker's freed memory would be handed out again uncounted)
+        remote = ray.remote(max_calls=1)(ray_row) if self.options.model_memory else ray.remote(ray_row)
         opts = options_dict(self.options)
         queue = deque(tasks)
         pending: dict = {}
+        started: dict = {}   # ref -> when it was submitted
         while queue or pending:
             while queue and len(pending) < limit:
                 task = queue.popleft()
                 options = {"num_cpus": 1, "max_retries": self.retries, "retry_exceptions": [TransientRowError]}
                 if self.runtime_env:
                     options["runtime_env"] = self.runtime_env
+
                 if task.estimate.known and task.estimate.bytes:
                     # capped at the largest node's: a larger request could never be scheduled
                     options["memory"] = min(task.estimate.bytes, node_memory) if node_memory else task.estimate.bytes
-                pending[remote.options(**options).remote(task.source, opts)] = task
+                ref = remote.options(**options).remote(task.source, opts)
+                pending[ref], started[ref] = task, time.monotonic()
             self.stats.peak_models = max(self.stats.peak_models, len(pending))
-            ready, _ = ray.wait(list(pending), num_returns=1)
+            ready, _ = ray.wait(list(pending), num_returns=1, timeout=self._wait_limit(pending, started))
+            if not ready:   # a task past its timeout that its own timer did not stop (a long C call)
+                for ref in self._overdue(pending, started):
+                    task = pending.pop(ref)
+                    started.pop(ref, None)
+                    ray.cancel(ref, force=True)
+                    row = died_row(task.source, timeout_message(self.options.timeout) + " (the Ray task was ended)")
+                    row["error_kind"] = "bad-input"
+                    emit(row)
+                continue
             for ref in ready:
                 task = pending.pop(ref)
+                started.pop(ref, None)
                 try:
                     row = ray.get(ref)
                 except RayTaskError as exc:
