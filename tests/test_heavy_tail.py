@@ -298,3 +298,16 @@ def test_figures_do_not_depend_on_the_scale_near_the_float64_limits(scale):
     for key in ("alpha", "stable_rank", "ks", "mp_spikes", "n_tail"):
         assert moved[key] == pytest.approx(base[key], rel=1e-12), key
     assert moved["spectral_norm"] == pytest.approx(base["spectral_norm"] * scale, rel=1e-12)
+
+
+@pytest.mark.parametrize("scale", [1e-310, 1e-200, 1e200, 1e300])
+def test_layer_sums_of_scaled_factors_match(scale):
+    """The per-layer sums of a layer whose V (or Q) is scaled near float64's ends have the figures of
+    the unscaled layer (the factors are rescaled by exact powers of two before any product)."""
+    layer = synthetic_layer(d=24, H=4, G=4, dk=6, seed=3)
+    base = heavy_tail(layer, head_spectra(layer))
+    moved = layer.replace(W_V=layer.W_V * scale)
+    got = heavy_tail(moved, head_spectra(moved))
+    for key in ("stable_rank", "mp_spikes", "traps"):
+        assert got["ov"]["layer"][key] == pytest.approx(base["ov"]["layer"][key], rel=1e-9), key
+    assert got["qk"]["layer"] == base["qk"]["layer"]

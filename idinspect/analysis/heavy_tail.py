@@ -229,7 +229,8 @@ def _unit_scale(X: torch.Tensor) -> tuple[torch.Tensor, float]:
     if not top > 0:
         return X, 1.0
     e = math.frexp(top)[1]
-    return torch.ldexp(X, torch.tensor(-e)), math.ldexp(1.0, e)
+    half = -e // 2     # two factors, each a normal float64 (2^-e alone leaves the range for subnormal X)
+    return X * math.ldexp(1.0, half) * math.ldexp(1.0, -e - half), math.ldexp(1.0, e)
 
 
 def _rescale(row: dict, c: float) -> None:
