@@ -2,8 +2,8 @@
 a ratio of ``idinspect.inspect`` time, on a cached benchmark checkpoint (default ``llama-1b-2l``,
 built by ``python -m bench.build llama-1b-2l``).
 
-``inspect`` runs in this process alternately with the section (as shipped) and without it (the
-analyzer's ``heavy_tail`` replaced by a function returning {}), ``--repeats`` times each after one
+``inspect`` runs in this process alternately with the section (``heavy_tails=True``, ``--heavy-tails``)
+and without it (the default), ``--repeats`` times each after one
 warm-up of each; reported: the median of each, their ratio, and the section's own time per layer
 (:func:`idinspect.analysis.heavy_tail.heavy_tail` timed alone on each loaded layer).
 """
@@ -23,15 +23,10 @@ RESULTS = Path(__file__).resolve().parent / "results"
 
 def _inspect_seconds(path: Path, with_section: bool) -> float:
     import idinspect
-    from idinspect.analysis import analyzer, heavy_tail
 
-    analyzer.heavy_tail = heavy_tail.heavy_tail if with_section else (lambda layer, s: {})
-    try:
-        t = time.perf_counter()
-        idinspect.inspect(str(path))
-        return time.perf_counter() - t
-    finally:
-        analyzer.heavy_tail = heavy_tail.heavy_tail
+    t = time.perf_counter()
+    idinspect.inspect(str(path), heavy_tails=with_section)
+    return time.perf_counter() - t
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -210,7 +210,8 @@ def test_invariant_minilm(minilm_dir):
 def test_cli_json_carries_the_figures_and_validates(minilm_dir):
     """`inspect --format json` on MiniLM: every layer has heavy_tail per head and per layer sum, it
     validates against the schema, and it equals the library's figures for that layer."""
-    res = run_cli(minilm_dir, "--format", "json")
+    assert "heavy_tail" not in json.loads(run_cli(minilm_dir, "--format", "json").stdout)["layers"][0]["spectra"]
+    res = run_cli(minilm_dir, "--format", "json", "--heavy-tails")
     assert res.code == 0, res.stderr
     out = json.loads(res.stdout)
     schema = json.loads(files("idinspect").joinpath("schemas/report.schema.json").read_text())
@@ -281,7 +282,8 @@ def test_survey_row_of_a_gauged_copy_agrees(tmp_path, minilm_dir):
 
     out = tmp_path / "fixed"
     idinspect.export(minilm_dir, out, dtype="float64")
-    a, b = survey_row(str(minilm_dir)), survey_row(str(out))
+    opts = {"heavy_tails": True}
+    a, b = survey_row(str(minilm_dir), opts), survey_row(str(out), opts)
     assert a["status"] == b["status"] == "ok", (a["error"], b["error"])
     for key in ("heavy_tail_alpha_qk", "heavy_tail_alpha_ov"):
         assert a[key] is not None and b[key] == pytest.approx(a[key], rel=1e-6)
@@ -311,3 +313,17 @@ def test_layer_sums_of_scaled_factors_match(scale):
     for key in ("stable_rank", "mp_spikes", "traps"):
         assert got["ov"]["layer"][key] == pytest.approx(base["ov"]["layer"][key], rel=1e-9), key
     assert got["qk"]["layer"] == base["qk"]["layer"]
+
+
+@pytest.mark.parametrize("scale", [1e-310, 1e200])
+def test_cli_heavy_tails_of_weights_near_the_float64_limits(tiny_dir, tmp_path, scale):
+    """`inspect --heavy-tails --format json` of a float64 Llama whose V is scaled to subnormals or to
+    1e200: exit 0, strict JSON, the section present."""
+    from tests.hostile import case_dir, set_tensor
+
+    model = case_dir(tiny_dir("llama-gqa"), tmp_path)
+    set_tensor(model, "model.layers.0.self_attn.v_proj.weight", lambda t: t * scale)
+    res = run_cli(model, "--format", "json", "--heavy-tails")
+    assert res.code == 0, res.stderr
+    out = json.loads(res.stdout, parse_constant=lambda c: pytest.fail(f"non-strict JSON: {c}"))
+    assert all("heavy_tail" in layer["spectra"] for layer in out["layers"])

@@ -44,8 +44,12 @@ def for_analysis(layer: AttentionLayer, device: torch.device) -> AttentionLayer:
 
 
 def analyze_layer(layer: AttentionLayer, *, device: str | torch.device | None = "cpu",
-                  spectra: bool = True, scratch: Float64Buffers | None = None) -> tuple[dict, list[dict]]:
+                  spectra: bool = True, scratch: Float64Buffers | None = None,
+                  heavy_tails: bool = False) -> tuple[dict, list[dict]]:
     """(layer object of the JSON contract, findings) for one canonical layer.
+
+    ``heavy_tails``: add ``spectra.heavy_tail`` (:mod:`.heavy_tail`; its per-layer sums and their
+    entries cost several times the rest of the analysis, so it is asked for).
 
     Raises UnsupportedLayerError for flags or RoPE frequencies the counts do not model.
     ``scratch`` (one per thread, shared over its layers) saves re-allocating the float64 chunks.
@@ -65,12 +69,13 @@ def analyze_layer(layer: AttentionLayer, *, device: str | torch.device | None = 
     counts["dead_heads"] = None if extra is None else extra["dead_heads"]
     if s is not None:
         counts["spectra"] = spectra_dict(s)
-        counts["spectra"]["heavy_tail"] = heavy_tail(L, s)
+        if heavy_tails:
+            counts["spectra"]["heavy_tail"] = heavy_tail(L, s)
     return counts, found
 
 
 def analyze(model, *, device: str | torch.device | None = "cpu", spectra: bool = True,
-            on_layer: LayerCallback | None = None, workers: int | None = None) -> dict:
+            on_layer: LayerCallback | None = None, workers: int | None = None, heavy_tails: bool = False) -> dict:
     """``{"totals", "layers", "findings"}`` of an open :class:`idinspect.Model`.
 
     The caller opens (and closes) the model: ``with idinspect.load(source) as model``, or
@@ -88,7 +93,7 @@ def analyze(model, *, device: str | torch.device | None = "cpu", spectra: bool =
     k = layer_workers(layer_bytes_in_flight(model), n, dev) if workers is None else max(1, int(workers))
 
     def one(i: int, scratch: Float64Buffers) -> tuple[dict, list[dict]]:
-        return analyze_layer(model.layer(i), device=dev, spectra=spectra, scratch=scratch)
+        return analyze_layer(model.layer(i), device=dev, spectra=spectra, scratch=scratch, heavy_tails=heavy_tails)
 
     for i, (counts, found) in enumerate(ordered_map(one, n, k, Float64Buffers)):
         layers.append(counts)

@@ -16,13 +16,14 @@ def tool_info() -> dict:
 
 
 def inspect(source, *, revision: str | None = None, token: str | None = None, device: str | None = "cpu",
-            spectra: bool = True, prove: bool = False, whole_model: bool = False,
+            spectra: bool = True, prove: bool = False, whole_model: bool = False, heavy_tails: bool = False,
             on_layer: Callable[[int, int], None] | None = None) -> dict:
     """Inspect ``source`` (path, hub id, ``pkg:`` source, PreTrainedModel or an open :class:`Model`).
 
     Returns ``{"schema_version", "tool", "model", "totals", "layers", "findings"}`` (plus ``"proof"``
     with ``prove=True``, ``"whole_model"`` with ``whole_model=True``: the continuous exact symmetries of the
-    whole checkpoint per component, :mod:`idinspect.analysis.whole_model`); keys are only ever added. Layers are streamed one at a time;
+    whole checkpoint per component, :mod:`idinspect.analysis.whole_model`; ``layers[].spectra.heavy_tail``
+    with ``heavy_tails=True``, :mod:`idinspect.analysis.heavy_tail`); keys are only ever added. Layers are streamed one at a time;
     ``on_layer(i, n)`` is called after layer ``i`` (0-based) of ``n``. ``device`` ("cpu" or
     "cuda") is where the linear algebra runs; CUDA without a GPU falls back to cpu with a warning.
     """
@@ -32,7 +33,7 @@ def inspect(source, *, revision: str | None = None, token: str | None = None, de
     model = load(source, revision=revision, token=token) if opened else source
     try:
         result = {"schema_version": SCHEMA_VERSION, "tool": tool_info(), "model": model.summary()}
-        result.update(analyze(model, device=device, spectra=spectra, on_layer=on_layer))
+        result.update(analyze(model, device=device, spectra=spectra, on_layer=on_layer, heavy_tails=heavy_tails))
         from ..sources.file_digest import checkpoint_files
 
         files = checkpoint_files(model)

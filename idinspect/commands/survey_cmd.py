@@ -60,6 +60,9 @@ def _finite(value: float, name: str) -> float:
 @click.option("--whole-model", "whole_model", is_flag=True,
               help="Also count each model's whole-model continuous symmetries (columns whole_model_form, "
                    "whole_model_symmetries); reads the final norm's gain besides the attention.")
+@click.option("--heavy-tails", "heavy_tails", is_flag=True,
+              help="Also fit each model's heavy-tailed circuit spectra (columns heavy_tail_alpha_qk, "
+                   "heavy_tail_alpha_ov, heavy_tail_layers_outside); several times the inspection's time.")
 @click.option("--no-resume", is_flag=True, help="Inspect every model again, even if the output has it at this revision.")
 @click.option("--device", default="cpu", show_default=True, help="Where each inspection's linear algebra runs.")
 @hub_options
@@ -68,7 +71,7 @@ def _finite(value: float, name: str) -> float:
 def survey_command(sources: tuple[str, ...], from_file: str | None, jsonl: str | None, parquet: str | None,
                    html_path: str | None, workers: int | None, memory: str | None, ray_address: str | None,
                    timeout: float, model_memory: str | None, retries: int,
-                   fingerprint: bool, whole_model: bool, no_resume: bool, device: str, token: str | None, cache_dir: str | None, offline: bool,
+                   fingerprint: bool, whole_model: bool, heavy_tails: bool, no_resume: bool, device: str, token: str | None, cache_dir: str | None, offline: bool,
                    quiet: bool) -> None:
     """Inspect many models and write one row per model (JSONL and/or Parquet, plus an HTML summary)."""
     from ..progress import silence_library_progress
@@ -86,7 +89,7 @@ def survey_command(sources: tuple[str, ...], from_file: str | None, jsonl: str |
     budget = parse_size(memory) if memory else None
     silence_library_progress()
     options = SurveyOptions(token=token, cache_dir=cache_dir, offline=offline, device=device,
-                            fingerprint=fingerprint, whole_model=whole_model, timeout=timeout,
+                            fingerprint=fingerprint, whole_model=whole_model, heavy_tails=heavy_tails, timeout=timeout,
                             model_memory=parse_size(model_memory) if model_memory else None)
     backend = None
     if ray_address is not None:

@@ -84,6 +84,8 @@ class SurveyOptions:
     #: ``whole_model_form`` column ("not derived" where the family's form is not) and
     #: ``whole_model_symmetries`` (logits convention; null where not derived).
     whole_model: bool = False
+    #: Also fit the heavy-tailed spectra (:mod:`idinspect.analysis.heavy_tail`): the ``heavy_tail_*`` columns.
+    heavy_tails: bool = False
 
 
 def empty_row(source: str) -> dict:
@@ -137,7 +139,7 @@ def _fill(row: dict, source: str, opts: SurveyOptions) -> None:
     model = load(source, token=opts.token, cache_dir=opts.cache_dir, local_files_only=opts.offline)
     with model:
         counter = _count_bytes_read(model)
-        result = inspect(model, device=opts.device, whole_model=opts.whole_model)
+        result = inspect(model, device=opts.device, whole_model=opts.whole_model, heavy_tails=opts.heavy_tails)
         if opts.fingerprint:
             row["fingerprint"] = fingerprint_digest(model, opts)
         row["bytes_read"] = counter.total
