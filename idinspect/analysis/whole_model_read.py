@@ -20,7 +20,7 @@ NAMES = {PRE_RMS_GATED: ("embed_tokens.weight", "norm.weight", "lm_head.weight")
 HEADS = ("ForCausalLM", "LMHeadModel")
 
 
-def _stored(model, name: str) -> str | None:
+def stored_key(model, name: str) -> str | None:
     """The stored key of ``name`` below the prefix, else at the root; None: not stored."""
     for key in (f"{model.adapter.prefix}{name}", name):
         if key in model.reader:
@@ -28,10 +28,10 @@ def _stored(model, name: str) -> str | None:
     return None
 
 
-def _head(model, form: str) -> str | None:
+def head_kind(model, form: str) -> str | None:
     """'untied' (a head of its own is stored), 'tied' (a language-model head that reuses the
     embeddings), None (no head: the outputs are hidden states)."""
-    if _stored(model, NAMES[form][2]) is not None:
+    if stored_key(model, NAMES[form][2]) is not None:
         return "untied"
     archs = getattr(model.config, "architectures", None) or []
     tie = model.adapter.optional("tie_word_embeddings", True)
@@ -44,9 +44,9 @@ def _why_not(model, form: str | None) -> str | None:
     if form is None:
         return (f"the whole-model form of model_type {mt!r} is not derived: its symmetries beyond attention are not "
                 "counted (the attention counts are)")
-    if _head(model, form) is None:
+    if head_kind(model, form) is None:
         return "no language-model head (the outputs are hidden states): the whole-model form is derived for logits"
-    if form == PRE_LN and (_head(model, form) != "tied" or model.adapter.optional("add_cross_attention", False)):
+    if form == PRE_LN and (head_kind(model, form) != "tied" or model.adapter.optional("add_cross_attention", False)):
         return "the pre-LayerNorm form is derived for a tied head without cross-attention only"
     return None
 
@@ -56,10 +56,10 @@ def shape_of(model, attention: int) -> WholeModelShape:
     a, cfg = model.adapter, model.config
     form = FORM_BY_TYPE[cfg.model_type]
     embed, final, _ = NAMES[form]
-    embed_key, gain_key = _stored(model, embed), _stored(model, final)
+    embed_key, gain_key = stored_key(model, embed), stored_key(model, final)
     vocab = int(model.reader.shape(embed_key)[0])
     gains = model.reader.get(gain_key).reshape(-1).tolist()     # d values: the one tensor read here
-    common = dict(layers=a.num_layers, width=a.hidden_size, vocab=vocab, head=_head(model, form), attention=attention,
+    common = dict(layers=a.num_layers, width=a.hidden_size, vocab=vocab, head=head_kind(model, form), attention=attention,
                   final_gain_multiplicities=multiplicities(gains),
                   embedding_bytes_per_value=model.reader.dtype(embed_key).itemsize)
     if form == PRE_RMS_GATED:
@@ -68,7 +68,7 @@ def shape_of(model, attention: int) -> WholeModelShape:
     if cfg.model_type == "gpt_bigcode" and a.optional("multi_query", True):
         G = 1
     inner = a.optional("n_inner") or 4 * a.hidden_size
-    positions = int(model.reader.shape(_stored(model, "wpe.weight"))[0])
+    positions = int(model.reader.shape(stored_key(model, "wpe.weight"))[0])
     return WholeModelShape(form, mlp_width=int(inner), eps=float(cfg.layer_norm_epsilon), positions=positions,
                            attention_read=(H + 2 * G) * hd, attention_written=H * hd,
                            activation=str(a.optional("activation_function", "")), **common)
@@ -104,4 +104,4 @@ def whole_model(model, attention: int) -> dict:
     return out
 
 
-__all__ = ["FORM_BY_TYPE", "attention_from_headers", "shape_of", "whole_model"]
+__all__ = ["FORM_BY_TYPE", "NAMES", "attention_from_headers", "head_kind", "shape_of", "stored_key", "whole_model"]

@@ -18,18 +18,23 @@ from ..exporting import DTYPE_NAMES
               help="Dtype of the written floating-point tensors (keep: each tensor's own).")
 @click.option("--force", is_flag=True, help="Replace OUT if it exists.")
 @click.option("--revision", help="Hub branch, tag or commit (same as MODEL@REVISION).")
+@click.option("--whole-model", "whole_model", is_flag=True,
+              help="Also fix the whole-model symmetries: norm gains folded (gains 1), residual rotation (untied head), "
+                   "gated MLP unit scalings balanced (Llama, Mistral, Qwen2, Granite).")
 @hub_options
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True,
               help="text: a short summary; json: the export record on stdout.")
 @progress_options
 @debug_option
 def export_command(model: str, out: str, dtype: str, force: bool, revision: str | None, token: str | None,
-                   cache_dir: str | None, offline: bool, fmt: str, progress: str, quiet: bool) -> None:
+                   cache_dir: str | None, offline: bool, fmt: str, progress: str, quiet: bool,
+                   whole_model: bool = False) -> None:
     """Export MODEL to OUT with every attention layer in the gauge-fixed form "balanced" v1.
 
     Same function, same tensor names, shards and files; attention weights canonical, every other
     tensor bit-identical (unless --dtype casts it). OUT is written under a temporary name beside
-    it and appears only when complete; an existing OUT needs --force.
+    it and appears only when complete; an existing OUT needs --force. With --whole-model the norms,
+    MLP, embeddings and head are rewritten too, into the form "whole-balanced" v1 (docs/export.md).
     """
     from ..sources.local_source import check_local_source
 
@@ -45,7 +50,7 @@ def export_command(model: str, out: str, dtype: str, force: bool, revision: str 
     with ProgressReporter("never" if quiet else progress, console=err) as bars:
         with bars.stage(f"exporting {model}"):
             result = export(model, out, dtype=dtype, force=force, revision=revision, token=token,
-                            cache_dir=cache_dir, local_files_only=offline,
+                            cache_dir=cache_dir, local_files_only=offline, whole_model=whole_model,
                             progress=bars.callback({"gauge": "gauge-fixing layers", "write": "writing tensors"}))
     for d in result.degeneracies:
         err.print(f"[yellow]note:[/] {escape(visible(d.describe()))}", soft_wrap=True)
@@ -66,8 +71,14 @@ def _summary(r) -> str:
     from ..reports.summary import plural
 
     unique = "unique" if not r.degeneracies else f"not unique at {plural(len(r.degeneracies), 'place')}, see notes"
+    whole = ""
+    if r.whole_model:
+        w = r.whole_model
+        whole = (f"  whole model: whole-balanced v1 ({'unique' if w['unique'] else 'not unique'}); fixed "
+                 f"{', '.join(f['symmetry'] for f in w['fixed'])}; left {', '.join(u['symmetry'] for u in w['unfixed'])}; "
+                 f"{plural(w['transformed_tensors'], 'tensor')} rewritten\n")
     return (f"exported {r.source} -> {r.out}\n"
             f"  gauge: balanced v1 ({unique}); dtype: {r.dtype}\n"
             f"  {r.gauge_fixed_tensors} attention tensors gauge-fixed, {r.tensors - r.gauge_fixed_tensors} copied, "
             f"{plural(len(r.shards), 'shard')}, {plural(r.total_size, 'byte')}\n"
-            f"  {describe_largest(r.max_invariant_error, r.worst_invariant)}")
+            f"{whole}  {describe_largest(r.max_invariant_error, r.worst_invariant)}")

@@ -90,6 +90,8 @@ class ExportResult:
     gauge: str = GAUGE_NAME
     #: Why the source's commit is not recorded (its bytes could not be verified), else None.
     revision_note: str | None = None
+    #: ``export --whole-model``: what the whole-model fix fixed and left (:class:`~.whole_model.WholeModelFix`).
+    whole_model: dict | None = None
 
     def to_dict(self) -> dict:
         return {"out": str(self.out), "source": self.source, "revision": self.revision, "dtype": self.dtype,
@@ -98,16 +100,19 @@ class ExportResult:
                 "gauge_fixed_tensors": self.gauge_fixed_tensors, "copied_files": self.copied_files,
                 "skipped_files": self.skipped_files, "max_invariant_error": self.max_invariant_error,
                 "worst_invariant": self.worst_invariant, "unique": not self.degeneracies,
-                "degeneracies": [d.describe() for d in self.degeneracies], "revision_note": self.revision_note}
+                "degeneracies": [d.describe() for d in self.degeneracies], "revision_note": self.revision_note,
+                "whole_model": self.whole_model}
 
 
 def export(source, out: str | Path, *, dtype: str = "keep", force: bool = False, revision: str | None = None,
            token: str | None = None, cache_dir: str | Path | None = None, local_files_only: bool = False,
-           progress: Progress | None = None) -> ExportResult:
+           progress: Progress | None = None, whole_model: bool = False) -> ExportResult:
     """Write ``source`` (directory, hub id or open :class:`Model`) gauge-fixed to directory ``out``.
 
     ``dtype`` is one of :data:`DTYPES` ("keep" keeps every tensor's stored dtype). An existing
-    ``out`` is an error unless ``force``. Raises :class:`IdinspectError` on bad input.
+    ``out`` is an error unless ``force``. ``whole_model``: also fix the whole-model symmetries
+    (:mod:`idinspect.gauge.whole_model_fix`: norm gains, residual rotation, gated-unit scalings)
+    before the attention gauge. Raises :class:`IdinspectError` on bad input.
     """
     if dtype not in DTYPES:
         raise IdinspectError(f"--dtype {dtype!r}: choose one of {', '.join(DTYPES)}")
@@ -120,14 +125,14 @@ def export(source, out: str | Path, *, dtype: str = "keep", force: bool = False,
     model = load(source, revision=revision, token=token, allow_patterns=EXPORT_PATTERNS, cache_dir=cache_dir,
                  local_files_only=local_files_only) if owned else source
     try:
-        return _export(model, out, dtype, target, progress or (lambda *a: None), force)
+        return _export(model, out, dtype, target, progress or (lambda *a: None), force, whole_model)
     finally:
         if owned:
             model.close()
 
 
 def _export(model: Model, out: Path, dtype_name: str, target: torch.dtype | None, progress: Progress,
-            force: bool = False) -> ExportResult:
+            force: bool = False, whole_model: bool = False) -> ExportResult:
     reader = model.reader
     src = model.provenance.path
     if getattr(reader, "gguf_architecture", None) is not None:
@@ -137,6 +142,8 @@ def _export(model: Model, out: Path, dtype_name: str, target: torch.dtype | None
                              "save_pretrained it first")
     _refuse_overlap(Path(src), out)
     owner = _attention_owners(model)
+    fixed = _whole_model_view(model) if whole_model else None
+    view = fixed[0] if fixed else model
     plans = {fname: _shard_specs(reader, fname, target) for fname in reader.shard_files}
     changed = any(spec.dtype != reader.dtype(name) for specs in plans.values() for name, spec in specs.items())
 
@@ -148,10 +155,10 @@ def _export(model: Model, out: Path, dtype_name: str, target: torch.dtype | None
         read = [CONFIG_FILE, *copies, *reader.shard_files, *([INDEX_FILE] if reader.index_path is not None else [])]
         revision, revision_note = verified_commit(model.provenance.revision, Path(src), list(dict.fromkeys(read)))
         copy_files(Path(src), tmp, copies)
-        info, slots = _provenance(model, dtype_name, revision)
+        info, slots = _provenance(model, dtype_name, revision, fixed is not None)
         total, count, n_tensors = 0, 0, len(reader.keys())
         patches: dict[str, dict[str, tuple[int, int]]] = {}
-        with LayerStream(model, target, _schedule(plans, owner), progress) as layers, \
+        with LayerStream(view, target, _schedule(plans, owner), progress) as layers, \
                 ThreadPoolExecutor(max_workers=1, thread_name_prefix="idinspect-fsync") as syncer:
             synced = []
             for fname, specs in plans.items():
@@ -163,6 +170,8 @@ def _export(model: Model, out: Path, dtype_name: str, target: torch.dtype | None
                     for name in writer.order:
                         if name in owner:
                             writer.write(name, layers.get(owner[name], name))
+                        elif fixed and fixed[1].transforms(name):
+                            writer.write(name, fixed[1].get(name).to(specs[name].dtype))
                         elif specs[name].dtype == reader.dtype(name):
                             writer.copy(name, raw.fileno(), spans[name])      # bit for bit, file to file
                         else:
@@ -194,7 +203,23 @@ def _export(model: Model, out: Path, dtype_name: str, target: torch.dtype | None
                         shards=list(reader.shard_files), total_size=total, tensors=count,
                         gauge_fixed_tensors=len(owner), copied_files=[CONFIG_FILE, *copies], skipped_files=skipped,
                         max_invariant_error=worst, worst_invariant=where, degeneracies=degeneracies,
-                        gauge=gauge_name(model), revision_note=revision_note)
+                        gauge=gauge_name(model), revision_note=revision_note,
+                        whole_model=fixed[1].fix.to_dict() if fixed else None)
+
+
+def _whole_model_view(model: Model):
+    """(the model seen through :class:`~.whole_model.WholeModelReader`, that reader): the attention blocks
+    are read, gauge-fixed and checked as the whole-model fix transformed them."""
+    import copy
+
+    from .whole_model import WholeModelReader
+
+    transformed = WholeModelReader(model)
+    adapter = copy.copy(model.adapter)
+    adapter.reader = transformed
+    view = copy.copy(model)
+    view.adapter, view.reader = adapter, transformed
+    return view, transformed
 
 
 def _shard_specs(reader: SafetensorsCheckpoint, fname: str, target: torch.dtype | None) -> dict[str, TensorSpec]:
@@ -233,7 +258,8 @@ def gauge_name(model: Model) -> str:
     return LATENT_GAUGE_NAME if getattr(model.adapter, "latent", False) else GAUGE_NAME
 
 
-def _provenance(model: Model, dtype_name: str, revision: str | None) -> tuple[str, dict[str, Slot]]:
+def _provenance(model: Model, dtype_name: str, revision: str | None,
+                whole_model: bool = False) -> tuple[str, dict[str, Slot]]:
     """The ``idinspect`` metadata string (compact JSON, sorted keys) with placeholder slots.
 
     ``max_invariant_error`` and ``unique`` are known only after every layer: their values are
@@ -245,6 +271,10 @@ def _provenance(model: Model, dtype_name: str, revision: str | None) -> tuple[st
     info = {"tool": "idinspect", "version": __version__, "gauge": {"name": gauge_name(model), "version": GAUGE_VERSION},
             "source": model.provenance.source, "revision": revision, "dtype": dtype_name,
             **{key: None for key in SLOT_WIDTHS}}
+    if whole_model:
+        from ..gauge.whole_model_fix import WHOLE_GAUGE_NAME, WHOLE_GAUGE_VERSION
+
+        info["whole_model_gauge"] = {"name": WHOLE_GAUGE_NAME, "version": WHOLE_GAUGE_VERSION}
     text, slots = "{", {}
     for n, key in enumerate(sorted(info)):
         text += ("," if n else "") + json.dumps(key) + ":"

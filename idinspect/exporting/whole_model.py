@@ -1,0 +1,216 @@
+"""``export --whole-model``: which stored tensor plays which role in the whole-model gauge fix, as data.
+
+The mathematics (fold the norm gains, rotate the residual stream, balance the gated units) is
+:mod:`idinspect.gauge.whole_model_fix`; here each stored tensor of a pre-RMSNorm gated checkpoint
+is given its role by name, and :class:`WholeModelReader` serves the transformed tensors (float64)
+in place of the stored ones, so that the export pipeline gauge-fixes the attention of the
+transformed model and writes every transformed tensor in its stored dtype. A stored tensor that
+no role names refuses the export by name: no tensor is ever left behind in the old basis.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import torch
+
+from ..analysis.whole_model_read import FORM_BY_TYPE, NAMES, head_kind, stored_key
+from ..analysis.whole_model import PRE_RMS_GATED
+from ..errors import IdinspectError
+from ..gauge.whole_model_fix import (
+    WHOLE_GAUGE_NAME,
+    WHOLE_GAUGE_VERSION,
+    ResidualRotation,
+    divide_columns,
+    fold_norm_gain,
+    gated_unit_scalings,
+    residual_rotation,
+    scale_rows,
+)
+from ..sources.checkpoint import TensorReader
+
+#: The model types whose stored layout the roles below describe (separate gate, up and down projections).
+EXPORTABLE = ("llama", "mistral", "qwen2", "granite")
+
+#: Role of each stored tensor below the model prefix (``{n}``: a layer number). Readers of a norm
+#: name the norm whose gain they absorb.
+LAYER_ROLES: dict[str, tuple[str, str | None]] = {
+    r"layers\.(\d+)\.input_layernorm\.weight": ("gain", None),
+    r"layers\.(\d+)\.post_attention_layernorm\.weight": ("gain", None),
+    r"layers\.(\d+)\.self_attn\.(q|k|v)_proj\.weight": ("reader", "input_layernorm"),
+    r"layers\.(\d+)\.self_attn\.(q|k|v)_proj\.bias": ("unchanged", None),
+    r"layers\.(\d+)\.self_attn\.o_proj\.weight": ("writer", None),
+    r"layers\.(\d+)\.self_attn\.o_proj\.bias": ("writer_bias", None),
+    r"layers\.(\d+)\.mlp\.gate_proj\.weight": ("reader", "post_attention_layernorm"),
+    r"layers\.(\d+)\.mlp\.gate_proj\.bias": ("unchanged", None),
+    r"layers\.(\d+)\.mlp\.up_proj\.weight": ("up", "post_attention_layernorm"),
+    r"layers\.(\d+)\.mlp\.up_proj\.bias": ("up_bias", None),
+    r"layers\.(\d+)\.mlp\.down_proj\.weight": ("down", None),
+    r"layers\.(\d+)\.mlp\.down_proj\.bias": ("writer_bias", None),
+}
+_COMPILED = [(re.compile(p + "$"), role) for p, role in LAYER_ROLES.items()]
+
+
+@dataclass
+class WholeModelFix:
+    """What ``export --whole-model`` fixed and left, for the export record and its summary."""
+
+    head: str
+    rotation: ResidualRotation | None
+    transformed: list[str] = field(default_factory=list)
+    min_unit_moment: float = 1.0
+
+    def to_dict(self) -> dict:
+        fixed = [{"symmetry": "norm_gains", "rule": "every block norm's gain folded into its readers (gains all ones)"
+                  + ("; the final gain folded into the head" if self.head == "untied" else "")},
+                 {"symmetry": "mlp_scalings", "rule": "per gated unit ||up row|| = ||down column||, up row's third "
+                                                      "moment positive"}]
+        unfixed = [{"symmetry": "global_scale", "why": "not exact: the norms' eps breaks it"},
+                   {"symmetry": "log_prob_head_shift", "why": "not a symmetry of the logits, which are the outputs"}]
+        if self.rotation is not None:
+            fixed.append({"symmetry": "residual_rotation", "rule": "residual basis = eigenvectors of E^T E, eigenvalues "
+                                                                   "descending, third moment of E's columns positive"})
+        else:
+            unfixed.append({"symmetry": "tie_commutant", "why": "tied head: the final gain is kept and the residual "
+                                                                "rotation is blocked, except inside blocks of equal "
+                                                                "final-gain values, left as stored"})
+        out = {"gauge": {"name": WHOLE_GAUGE_NAME, "version": WHOLE_GAUGE_VERSION}, "head": self.head,
+               "fixed": fixed, "unfixed": unfixed, "transformed_tensors": len(self.transformed),
+               "min_unit_third_moment": self.min_unit_moment}
+        if self.rotation is not None:
+            out["rotation_min_eigen_gap"] = self.rotation.min_gap
+            out["rotation_min_third_moment"] = self.rotation.min_moment
+            out["unique"] = self.rotation.unique and self.min_unit_moment > 1e-10
+        else:
+            out["unique"] = self.min_unit_moment > 1e-10
+        return out
+
+
+def refusal(model) -> str | None:
+    """Why ``export --whole-model`` cannot fix this checkpoint (None: it can)."""
+    mt = model.config.model_type
+    if mt not in EXPORTABLE or FORM_BY_TYPE.get(mt) != PRE_RMS_GATED:
+        return (f"export --whole-model fixes the pre-RMSNorm gated form with separate gate/up/down projections "
+                f"({', '.join(EXPORTABLE)}); model_type {mt!r} is not among them: export without --whole-model "
+                "(the attention gauge is still fixed)")
+    if head_kind(model, PRE_RMS_GATED) is None:
+        return "export --whole-model needs a language-model head (the outputs must be logits); export without it"
+    return None
+
+
+class WholeModelReader(TensorReader):
+    """The checkpoint as the whole-model fix transforms it: ``get`` returns the transformed tensor
+    (float64) for every tensor with a role, the stored one otherwise; names, shapes and dtypes are the
+    stored ones. Per-layer scalings are computed once, on first use."""
+
+    def __init__(self, model):
+        why = refusal(model)
+        if why:
+            raise IdinspectError(why)
+        self._reader, self._prefix = model.reader, model.adapter.prefix
+        embed, final, head = NAMES[PRE_RMS_GATED]
+        self._embed, self._final = stored_key(model, embed), stored_key(model, final)
+        self._head = stored_key(model, head)
+        self.head = "untied" if self._head is not None else "tied"
+        self._roles: dict[str, tuple[str, str | None, str]] = {}
+        unknown = []
+        for key in self._reader.keys():
+            if not self._reader.dtype(key).is_floating_point or model.adapter.is_buffer(key):
+                continue
+            role = self._role(key)
+            if role is None:
+                unknown.append(key)
+            else:
+                self._roles[key] = role
+        if unknown:
+            raise IdinspectError(f"export --whole-model does not know how tensor {unknown[0]} transforms"
+                                 f"{f' (and {len(unknown) - 1} more)' if len(unknown) > 1 else ''}; it would be left "
+                                 "in the old basis, so it refuses: export without --whole-model")
+        rotation = residual_rotation(self._reader.get(self._embed)) if self.head == "untied" else None
+        self.fix = WholeModelFix(self.head, rotation, sorted(self._roles))
+        self._q = rotation.q if rotation is not None else None
+        self._scalings: dict[str, torch.Tensor] = {}
+
+    def _role(self, key: str) -> tuple[str, str | None, str] | None:
+        """(role, the gain tensor it absorbs, its layer's name stem) of stored tensor ``key``; None: none."""
+        rel = key.removeprefix(self._prefix)
+        if key == self._embed:
+            return ("embedding", None, "")
+        if key == self._final:
+            return ("final_gain", None, "")
+        if key == self._head:
+            return ("head", self._final, "")
+        for pattern, (role, norm) in _COMPILED:
+            m = pattern.match(rel)
+            if m:
+                stem = f"{self._prefix}layers.{m.group(1)}."
+                return (role, f"{stem}{norm}.weight" if norm else None, stem)
+        return None
+
+    # TensorReader ----------------------------------------------------------------------
+    def keys(self) -> list[str]:
+        return self._reader.keys()
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._reader
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        return self._reader.shape(name)
+
+    def dtype(self, name: str) -> torch.dtype:
+        return self._reader.dtype(name)
+
+    def file_of(self, name: str) -> str | None:
+        return self._reader.file_of(name)
+
+    def transforms(self, name: str) -> bool:
+        """Whether ``get(name)`` differs from the stored tensor (by a role other than unchanged)."""
+        role = self._roles.get(name)
+        return role is not None and role[0] != "unchanged" and not (role[0] == "final_gain" and self.head == "tied")
+
+    def get(self, name: str) -> torch.Tensor:
+        role = self._roles.get(name)
+        if role is None or not self.transforms(name):
+            return self._reader.get(name)
+        kind, gain, stem = role
+        if kind in ("gain", "final_gain"):
+            return torch.ones(self._reader.shape(name), dtype=torch.float64)
+        if kind == "embedding":
+            return self._rotate_in(self._reader.get(name).to(torch.float64))
+        if kind in ("reader", "head"):
+            return self._rotate_in(fold_norm_gain(self._reader.get(name), self._reader.get(gain)))
+        if kind == "writer":
+            return self._rotate_out(self._reader.get(name).to(torch.float64))
+        if kind == "writer_bias":
+            return self._rotate_in(self._reader.get(name).to(torch.float64)[None, :])[0]
+        a = self._unit_scalings(stem)
+        if kind == "up":
+            return scale_rows(self._rotated_up(stem), a)
+        if kind == "up_bias":
+            return scale_rows(self._reader.get(name), a)
+        return divide_columns(self._rotate_out(self._reader.get(name).to(torch.float64)), a)    # down
+
+    # the transforms ------------------------------------------------------------------
+    def _rotate_in(self, w: torch.Tensor) -> torch.Tensor:
+        """A reader (out, d) of the rotated stream: W Q."""
+        return w if self._q is None else w @ self._q
+
+    def _rotate_out(self, w: torch.Tensor) -> torch.Tensor:
+        """A writer (d, in) into the rotated stream: Q^T W."""
+        return w if self._q is None else self._q.T @ w
+
+    def _rotated_up(self, stem: str) -> torch.Tensor:
+        up = self._reader.get(f"{stem}mlp.up_proj.weight")
+        return self._rotate_in(fold_norm_gain(up, self._reader.get(f"{stem}post_attention_layernorm.weight")))
+
+    def _unit_scalings(self, stem: str) -> torch.Tensor:
+        if stem not in self._scalings:
+            down = self._rotate_out(self._reader.get(f"{stem}mlp.down_proj.weight").to(torch.float64))
+            a, moment = gated_unit_scalings(self._rotated_up(stem), down)
+            self._scalings[stem] = a
+            self.fix.min_unit_moment = min(self.fix.min_unit_moment, moment)
+        return self._scalings[stem]
+
+
+__all__ = ["EXPORTABLE", "LAYER_ROLES", "WholeModelFix", "WholeModelReader", "refusal"]
