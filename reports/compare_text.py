@@ -23,12 +23,23 @@ def render_compare_text(r: dict) -> str:
                      "singular values; heads matched within layers by least total distance)")
     sf = r["same_function"]
     w = sf.get("worst")
+    attention = sf.get("attention_holds", sf["holds"])
     if w:
-        lines.append(f"  same function: {'yes' if sf['holds'] else 'no'}: largest |s_A - s_B| {w['error']:.3g} against "
+        lines.append(f"  attention: {'same' if attention else 'differs'}: largest |s_A - s_B| {w['error']:.3g} against "
                      f"tolerance {w['tolerance']:.3g} (ratio {w['ratio']:.3g}) at layer {w['layer']} head "
                      f"{w['head_a']}/{w['head_b']} {w['kind']}")
-    elif sf.get("reason"):
-        lines.append(f"  same function: no ({sf['reason']})")
+    mlp = sf.get("mlp")
+    if mlp and mlp.get("compared"):
+        m = mlp.get("worst") or {}
+        where = (f": largest |x_A - x_B| {m['error']:.3g} against tolerance {m['tolerance']:.3g} (ratio "
+                 f"{m['ratio']:.3g}) at layer {m['layer']} {m['quantity']}") if "layer" in m else ""
+        lines.append(f"  MLP units: {'same' if mlp['holds'] else 'differ'}{where or ' (' + mlp.get('reason', '') + ')'}")
+    elif mlp:
+        lines.append(f"  MLP units: not compared ({mlp['reason']})")
+    if w or sf.get("reason"):
+        why = f" ({sf['reason']})" if sf.get("reason") and not sf["holds"] else ""
+        decided = f"; decided by {sf['decided_by']}" if sf.get("decided_by") else ""
+        lines.append(f"  same function: {'yes' if sf['holds'] else 'no'}{why}{decided}")
     t = r["lineage"]
     if t is not None:
         lines.append(f"  lineage: {t['statistic']} of {t['heads']} heads have their nearest counterpart in the same "

@@ -16,6 +16,9 @@ FORM_BY_TYPE = {"llama": PRE_RMS_GATED, "mistral": PRE_RMS_GATED, "qwen2": PRE_R
 #: Per form: (token embedding, final norm gain, head) below the model prefix / at the root.
 NAMES = {PRE_RMS_GATED: ("embed_tokens.weight", "norm.weight", "lm_head.weight"),
          PRE_LN: ("wte.weight", "ln_f.weight", "lm_head.weight")}
+#: The gated MLP of the pre-RMSNorm form below ``layers.{n}.`` (separate projections; Phi-3 fuses gate_up).
+GATED_MLP_NAMES = {"gate": "mlp.gate_proj.weight", "up": "mlp.up_proj.weight", "down": "mlp.down_proj.weight",
+                   "norm": "post_attention_layernorm.weight"}
 #: Architectures whose outputs are the logits of a language-model head.
 HEADS = ("ForCausalLM", "LMHeadModel")
 

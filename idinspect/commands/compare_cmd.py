@@ -30,12 +30,15 @@ from .options import MODEL_FORMS, debug_option, hub_options, progress_options
 @click.option("--html", "html_path", type=click.Path(dir_okay=False), metavar="PATH",
               help="Also write a single-file HTML report (similarity-by-layer chart) to PATH.")
 @click.option("--device", default="cpu", show_default=True, help="Where the linear algebra runs: cpu or cuda.")
+@click.option("--whole-model", "whole_model", is_flag=True,
+              help="Also compare the MLP units (per-unit invariants of gated MLPs, gains folded): evidence beyond "
+                   "attention; reads the MLP tensors.")
 @progress_options
 @debug_option
 @click.pass_context
 def compare_command(ctx: click.Context, a: str, b: str, expect: str, alpha: float, permutations: int, seed: int,
                     token: str | None, cache_dir: str | None, offline: bool, fmt: str, json_path: str | None,
-                    html_path: str | None, device: str, progress: str, quiet: bool) -> None:
+                    html_path: str | None, device: str, progress: str, quiet: bool, whole_model: bool = False) -> None:
     """Compare two models, or a fingerprint file (idinspect fingerprint) and a model.
 
     Per-head invariants (singular values of W_QK, W_OV and each RoPE plane, norm gains folded in)
@@ -57,7 +60,7 @@ def compare_command(ctx: click.Context, a: str, b: str, expect: str, alpha: floa
         sides = []
         for name, source in (("A", a), ("B", b)):
             with bars.stage(f"invariants of {name}: {source}"):
-                sides.append(invariants_of(source, on_layer=bars.on_layer, **opts))
+                sides.append(invariants_of(source, on_layer=bars.on_layer, whole_model=whole_model, **opts))
         result = compare_invariants(*sides, alpha=alpha, permutations=permutations, seed=seed)
     record = result.to_dict()
     text = json.dumps(record, indent=1, allow_nan=False) + "\n"

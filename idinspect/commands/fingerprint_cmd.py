@@ -18,9 +18,12 @@ from .options import MODEL_FORMS, debug_option, hub_options
 @click.option("--device", default="cpu", show_default=True, help="Where the linear algebra runs: cpu or cuda.")
 @click.option("--digest", is_flag=True,
               help="Print only the fingerprint's digest (sha256:..., the 'fingerprint' column of 'survey --fingerprint').")
+@click.option("--whole-model", "whole_model", is_flag=True,
+              help="Also record the MLP units' invariants (gated MLPs: Llama, Mistral, Qwen2, Granite), which "
+                   "'compare --whole-model' uses as evidence beyond attention.")
 @debug_option
 def fingerprint_command(model: str, revision: str | None, token: str | None, cache_dir: str | None, offline: bool,
-                        output: str | None, device: str, digest: bool) -> None:
+                        output: str | None, device: str, digest: bool, whole_model: bool = False) -> None:
     """Write MODEL's fingerprint: per-head invariants (float32) and rounding radii, from which
     'idinspect compare FINGERPRINT.json OTHER' works without MODEL's weights. MODEL may be a
     fingerprint file (with --digest: its digest)."""
@@ -31,7 +34,9 @@ def fingerprint_command(model: str, revision: str | None, token: str | None, cac
 
     check_output_paths([("--output", output)], [model])   # before any work: never over the input
     inv = invariants_of(model, revision=revision, token=token, cache_dir=cache_dir, local_files_only=offline,
-                        device=str(resolve_device(device)))
+                        device=str(resolve_device(device)), whole_model=whole_model)
+    if whole_model and inv.mlp is None and inv.mlp_note:
+        click.echo(f"note: no MLP invariants recorded: {inv.mlp_note}", err=True)
     fp = fingerprint_dict(inv, inv.revision)
     text = fingerprint_digest(fp) + "\n" if digest else json.dumps(fp, indent=1) + "\n"
     if output:

@@ -10,27 +10,41 @@ from .lineage import PERMUTATIONS
 
 
 def invariants_of(source, *, revision: str | None = None, token: str | None = None, cache_dir=None,
-                  local_files_only: bool = False, device: str = "cpu", on_layer=None) -> ModelInvariants:
+                  local_files_only: bool = False, device: str = "cpu", on_layer=None,
+                  whole_model: bool = False) -> ModelInvariants:
     """The invariants of a checkpoint source (anything :func:`idinspect.load` opens, or an already
-    open Model), or of a fingerprint file (a path ending in ``.json``)."""
+    open Model), or of a fingerprint file (a path ending in ``.json``). ``whole_model``: also the MLP
+    unit invariants (:mod:`.mlp_invariants`; reads the MLP tensors)."""
     from ..model import Model, load
 
     if isinstance(source, ModelInvariants):
         return source
     if is_fingerprint_file(source):
-        return read_fingerprint(source)
+        inv = read_fingerprint(source)
+        if whole_model and inv.mlp is None:
+            inv.mlp_note = "a fingerprint file holds attention invariants only"
+        return inv
     if isinstance(source, Model):
-        inv = model_invariants(source, device=device, on_layer=on_layer)
-        inv.revision = source.provenance.revision
-        return inv
+        return _of_model(source, device, on_layer, whole_model)
     with load(source, revision=revision, token=token, cache_dir=cache_dir, local_files_only=local_files_only) as model:
-        inv = model_invariants(model, device=device, on_layer=on_layer)
-        inv.revision = model.provenance.revision
-        return inv
+        return _of_model(model, device, on_layer, whole_model)
+
+
+def _of_model(model, device, on_layer, whole_model: bool) -> ModelInvariants:
+    from .mlp_invariants import model_mlp_invariants, why_not_covered
+
+    inv = model_invariants(model, device=device, on_layer=on_layer)
+    inv.revision = model.provenance.revision
+    if whole_model:
+        inv.mlp_note = why_not_covered(model)
+        if inv.mlp_note is None:
+            inv.mlp, inv.mlp_dtypes = model_mlp_invariants(model)
+    return inv
 
 
 def compare(a, b, *, alpha: float = ALPHA, permutations: int = PERMUTATIONS, seed: int = 0, **open_kwargs) -> CompareResult:
-    """Compare two sources (checkpoints, hub ids, models in memory or fingerprint files)."""
+    """Compare two sources (checkpoints, hub ids, models in memory or fingerprint files); ``whole_model=True``
+    adds the MLP unit invariants as evidence."""
     return compare_invariants(invariants_of(a, **open_kwargs), invariants_of(b, **open_kwargs),
                               alpha=alpha, permutations=permutations, seed=seed)
 

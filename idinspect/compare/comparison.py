@@ -132,6 +132,7 @@ def _compare(a: ModelInvariants, b: ModelInvariants, alpha: float, permutations:
                    "with a folded gain)"}
     if not structural_ok and not holds:
         sf["reason"] = "; ".join(notes) or "layers or heads not all matched"
+    holds = _mlp_evidence(a, b, sf, holds)
     if holds:
         verdict = "same-function"
     elif test.p_value < alpha:
@@ -139,6 +140,30 @@ def _compare(a: ModelInvariants, b: ModelInvariants, alpha: float, permutations:
     else:
         verdict = "unrelated"
     return CompareResult(a, b, verdict, alpha, notes, sf, test, layers, sum(sims) / len(sims))
+
+
+def _mlp_evidence(a: ModelInvariants, b: ModelInvariants, sf: dict, attention_holds: bool) -> bool:
+    """Add the MLP unit invariants' evidence to the same-function record ``sf`` (``evidence``, ``mlp``,
+    ``decided_by``); returns whether the function is the same on all the evidence."""
+    sf["evidence"] = ["attention"]
+    sf["attention_holds"] = attention_holds
+    if a.mlp is None or b.mlp is None:
+        note = a.mlp_note or b.mlp_note
+        sf["mlp"] = {"compared": False, "reason": note or "not asked (compare --whole-model adds the MLP units)"}
+        sf["decided_by"] = "attention"
+        return attention_holds
+    from .mlp_invariants import compare_mlp
+
+    mlp = compare_mlp(a.mlp, b.mlp, a.value_rtol, b.value_rtol)
+    sf["mlp"] = {"compared": True, **mlp,
+                 "bound": "sorted per-unit ||gamma g_i||, ||gamma u_i|| ||w_i||, |cos(gamma g_i, gamma u_i)|: "
+                          "|x_A - x_B| <= r_A + r_B from each side's unit roundoff"}
+    sf["evidence"].append("mlp")
+    holds = attention_holds and mlp["holds"]
+    sf["decided_by"] = "attention and mlp" if holds else ("attention" if not attention_holds else "mlp")
+    if attention_holds and not mlp["holds"]:
+        sf["reason"] = "attention agrees, the MLP units do not"
+    return holds
 
 
 def _tolerance_ratio(A: LayerInvariants, B: LayerInvariants, pairs: list[tuple[int, int]],

@@ -8,6 +8,7 @@ Format ``idinspect-fingerprint`` version 1 (keys only ever added within a versio
      "layers": [{"index", "structure": {...}, "qk": [H, d_k], "ov": [H, d_v], "planes": [H, P, 2] | null,
                  "radius_qk": [H], "radius_ov": [H], "radius_planes": [H, P] | null,
                  "nonfinite_heads": [h, ...]}],
+     "mlp": {...} (only with ``fingerprint --whole-model``: :mod:`.fingerprint_mlp`),
      "integrity": "sha256:..."}
 
 Arrays are float32 (each value's relative rounding 2^-24 is added to the comparison tolerance;
@@ -65,6 +66,10 @@ def fingerprint_dict(inv: ModelInvariants, revision: str | None = None) -> dict:
     fp = {"format": FORMAT, "version": VERSION, "tool": f"idinspect {__version__}", "source": inv.source,
           "revision": revision, "model": inv.model, "dtype": inv.dtype, "unit_roundoff": inv.unit_roundoff,
           "gains_folded": inv.gains_folded, "encoding": ENCODING, "layers": layers}
+    if inv.mlp is not None:
+        from .fingerprint_mlp import mlp_section
+
+        fp["mlp"] = mlp_section(inv.mlp, inv.mlp_dtypes, _enc)
     try:
         fp = json.loads(json.dumps(fp, allow_nan=False))    # as a reader will see it (lists, not tuples)
     except ValueError:
@@ -74,13 +79,16 @@ def fingerprint_dict(inv: ModelInvariants, revision: str | None = None) -> dict:
     return fp
 
 
-#: The fingerprint's keys that its digest covers (what the model computes, not where it came from).
+#: The fingerprint's keys that its digest covers (what the model computes, not where it came from);
+#: ``mlp`` too where present (absent, it is left out, so that attention-only digests never change).
 DIGEST_KEYS = ("format", "version", "dtype", "unit_roundoff", "gains_folded", "encoding", "layers")
 
 
 def fingerprint_digest(fp: dict) -> str:
     """``sha256:<64 hex>`` over the canonical JSON of ``fp``'s :data:`DIGEST_KEYS` (see the module doc)."""
     content = {key: fp.get(key) for key in DIGEST_KEYS}
+    if fp.get("mlp") is not None:
+        content["mlp"] = fp["mlp"]
     text = json.dumps(content, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
     return "sha256:" + hashlib.sha256(text.encode("ascii")).hexdigest()
 
@@ -110,10 +118,15 @@ def read_fingerprint(path: str | Path) -> ModelInvariants:
                              f"({unit_roundoff_of(data['dtype'])!r}); a fingerprint cannot claim another precision; "
                              "write it again with 'idinspect fingerprint MODEL -o FILE'")
     layers = [_layer(p, entry, data["dtype"]) for entry in data["layers"]]
-    return ModelInvariants(source=str(data.get("source") or p), model=dict(data.get("model") or {}),
-                           dtype=data["dtype"], unit_roundoff=unit_roundoff_of(data["dtype"]),
-                           gains_folded=data["gains_folded"], layers=layers, value_rtol=FLOAT32_RTOL,
-                           origin=f"fingerprint {p.name}", integrity=integrity)
+    inv = ModelInvariants(source=str(data.get("source") or p), model=dict(data.get("model") or {}),
+                          dtype=data["dtype"], unit_roundoff=unit_roundoff_of(data["dtype"]),
+                          gains_folded=data["gains_folded"], layers=layers, value_rtol=FLOAT32_RTOL,
+                          origin=f"fingerprint {p.name}", integrity=integrity)
+    if data.get("mlp") is not None:
+        from .fingerprint_mlp import read_mlp_section
+
+        inv.mlp, inv.mlp_dtypes = read_mlp_section(p, data["mlp"]), list(data["mlp"]["dtypes"])
+    return inv
 
 
 def _layer(path: Path, entry: dict, dtype: str) -> LayerInvariants:

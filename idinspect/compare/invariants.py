@@ -97,6 +97,11 @@ class ModelInvariants:
     revision: str | None = None
     #: Fingerprint files: "verified" (its integrity digest matched) or "absent" (written before the field).
     integrity: str | None = None
+    #: ``--whole-model``: per-layer MLP unit invariants (:mod:`.mlp_invariants`), or None; ``mlp_note``
+    #: says why there are none where they were asked for.
+    mlp: list | None = None
+    mlp_note: str | None = None
+    mlp_dtypes: list[str] = field(default_factory=list)
 
 
 def layer_invariants(layer: AttentionLayer, gain: torch.Tensor | None, *, device: torch.device | str = "cpu",
