@@ -81,6 +81,14 @@ class Adapter:
     #: to the layer, for each block kind (the module takes the hidden states; a separate output
     #: module, as BERT's ``attention.output.dense``, is applied to its output).
     hf_modules: ClassVar[dict[str, tuple[str, str | None]]] = {}
+    #: A table of the model's that a block reads through its call (MPNet's relative-position bias,
+    #: looked up once by the encoder): per block kind, (its ``nn.Embedding`` module below the prefix,
+    #: the keyword of the attention call that carries the looked-up values). The block of layer 0 owns
+    #: it: --prove and the tests differentiate its call with respect to the table too.
+    hf_shared_tables: ClassVar[dict[str, tuple[str, str]]] = {}
+    #: Tokens per sequence of --prove's twin (and the least the test variants run): enough to reach
+    #: every row of every table the family has.
+    twin_tokens: ClassVar[int] = 8
     #: The per-head attention-sink logits [H] of a self-attention block, relative to the layer
     #: (gpt-oss: ``"self_attn.sinks"``); None: the family has none.
     sinks_tensor: ClassVar[str | None] = None
@@ -420,6 +428,15 @@ class Adapter:
         """A context in which this family's transformers modules compute float64 inputs in float64
         (some cast to float32 inside: a rotary embedding, a norm); the proofs run in it. None by default."""
         return contextlib.nullcontext()
+
+    def shared_table(self, n: int) -> tuple[str, str] | None:
+        """(module path from the model's root, call keyword) of the model-level table block ``n`` owns
+        (:attr:`hf_shared_tables`), else None."""
+        site = self.sites[n]
+        found = self.hf_shared_tables.get(site.block.kind)
+        if found is None or site.layer != 0:
+            return None
+        return f"{self.prefix}{found[0]}", found[1]
 
     #: Keyword names under which transformers' attention modules take a cross block's key/value states.
     kv_arguments: ClassVar[tuple[str, ...]] = ("encoder_hidden_states", "key_value_states")

@@ -68,10 +68,6 @@ ADAPTERS = (BertAdapter,)
 
 #: Relatives of BERT whose attention the canonical form does not describe, refused with the reason.
 REFUSED = {
-    "mpnet": ("MPNet's relative-position bias table belongs to the encoder (the model), not to a layer: every layer "
-              "takes it as an input (position_bias), so the attention counts and their Jacobian proofs would leave "
-              "it out; transformers also fixes its buckets at 32, reached only by distances up to 91 (see "
-              "docs/adding-a-family.md on model-level tables)"),
     "deberta-v2": ("DeBERTa's disentangled attention adds content-to-position and position-to-content scores "
                    "through relative embeddings shared by all layers, a score that the canonical form "
                    "softmax(x W_Q W_K^T x^T + bias) does not describe"),

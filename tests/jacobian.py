@@ -108,6 +108,42 @@ def capture_call(model, module, input_ids: torch.Tensor) -> tuple[tuple, dict]:
     return seen["call"]
 
 
+def as_keywords(module, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """The call (args, kwargs) of ``module`` with every argument passed by name (MPNet's attention takes
+    ``position_bias`` positionally)."""
+    import inspect
+
+    sig = inspect.signature(module.forward)
+    out = {}
+    for name, value in sig.bind_partial(*args, **kwargs).arguments.items():
+        kind = sig.parameters[name].kind
+        if kind is inspect.Parameter.VAR_POSITIONAL:
+            return args, kwargs
+        if kind is inspect.Parameter.VAR_KEYWORD:
+            out.update(value)
+        else:
+            out[name] = value
+    return (), out
+
+
+def _table_rows(model, src, table: tuple[str, str], ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(row, head) indices [B, H, T, S] by which the model looks up its table (an nn.Embedding [rows, H]) for
+    ``src``'s call: read from a forward pass with every row of the table holding its own number."""
+    module = model.get_submodule(table[0])
+    saved = module.weight.detach().clone()
+    rows, heads = saved.shape
+    with torch.no_grad():
+        module.weight.copy_(torch.arange(rows, dtype=saved.dtype)[:, None].expand(rows, heads))
+    try:
+        _, kwargs = as_keywords(src, *capture_call(model, src, ids))
+    finally:
+        with torch.no_grad():
+            module.weight.copy_(saved)
+    index = kwargs[table[1]].round().long()
+    head = torch.arange(heads).reshape(1, heads, *[1] * (index.dim() - 2)).expand_as(index)
+    return index, head
+
+
 def _with_random_hidden(args: tuple, kwargs: dict, gen: torch.Generator) -> tuple[tuple, dict]:
     """The call with the hidden states, and a cross-attention block's encoder states, drawn from N(0, 1)."""
     from tests.tiny import KV_ARGUMENTS
@@ -125,11 +161,11 @@ def _with_random_hidden(args: tuple, kwargs: dict, gen: torch.Generator) -> tupl
 
 
 def attention_nullity(model, src, dst=None, *, batches: int = 4, tokens: int = 8, seed: int = 0,
-                      edit_call=None, exact=contextlib.nullcontext) -> Nullity:
+                      edit_call=None, exact=contextlib.nullcontext, table: tuple[str, str] | None = None) -> Nullity:
     """Nullity over ``batches`` random batches of the map params -> dst(src(x)) (see
     :func:`attention_singular_values` for the arguments)."""
     s, P, rows = attention_singular_values(model, src, dst, batches=batches, tokens=tokens, seed=seed,
-                                           edit_call=edit_call, exact=exact)
+                                           edit_call=edit_call, exact=exact, table=table)
     rank = int((s > RTOL * s[0]).sum())
     rel = torch.cat([s / s[0], s.new_zeros(max(0, P - s.numel()))])
     return Nullity(nullity=P - rank, parameters=P, smallest_kept=float(s[rank - 1] / s[0]),
@@ -151,14 +187,17 @@ def jacobian_bands(s: torch.Tensor) -> tuple[int, int]:
 
 def attention_singular_values(model, src, dst=None, *, batches: int = 4, tokens: int = 8, seed: int = 0,
                               edit_call=None, exact=contextlib.nullcontext,
-                              oversample: float = 2.0) -> tuple[torch.Tensor, int, int]:
+                              oversample: float = 2.0, table: tuple[str, str] | None = None) -> tuple[torch.Tensor, int, int]:
     """(singular values, descending, of the Jacobian of params -> dst(src(x)) over ``batches`` random
     batches of about ``oversample`` P rows in all; parameter count P; Jacobian rows).
 
     ``src`` is the module that takes the hidden states; ``dst`` an output projection applied after
     it when it is a separate module (BERT's ``attention.output.dense``). ``edit_call(args, kwargs)``
     may change the captured call (e.g. switch RoPE off). ``exact()`` is a context in which the
-    model's modules compute float64 in float64 (the family's own casts patched).
+    model's modules compute float64 in float64 (the family's own casts patched). ``table``: (module
+    path, call keyword) of a table of the model's that this block owns and reads through its call
+    (MPNet's relative-position bias): its weight joins the parameters, and the call's keyword gets
+    the model's own lookup of it (:func:`_table_rows`).
     """
     # dst inside src (BLOOM's dense before the residual add, ALBERT's before a LayerNorm): the block's
     # output is dst's output during src's call, and src's parameters downstream of it are not the block's
@@ -169,6 +208,9 @@ def attention_singular_values(model, src, dst=None, *, batches: int = 4, tokens:
     elif not nested:
         dst = None
     modules = {"s": src, "d": dst}
+    if table is not None:
+        modules["t"] = model.get_submodule(table[0])
+        names.append(("t", "weight"))
     gen = torch.Generator().manual_seed(seed)
     from tests.tiny import vocab as vocab_of
 
@@ -178,6 +220,10 @@ def attention_singular_values(model, src, dst=None, *, batches: int = 4, tokens:
         p = {m: {} for m in modules}
         for (m, k), t in zip(names, theta):
             p[m][k] = t
+        if table is not None:
+            rows, heads = kwargs["_table_rows"]
+            kwargs = {k: v for k, v in kwargs.items() if k != "_table_rows"}
+            kwargs[table[1]] = p["t"]["weight"][rows, heads]
         if nested:
             seen = {}
             handle = dst.register_forward_hook(lambda mod, a, y: seen.__setitem__("y", y))
@@ -208,7 +254,12 @@ def attention_singular_values(model, src, dst=None, *, batches: int = 4, tokens:
     blocks = []
     for _ in range(batches):
         ids = torch.randint(2, vocab, (per_batch, tokens), generator=gen)
-        args, kwargs = _with_random_hidden(*capture_call(model, src, ids), gen)
+        call_args = capture_call(model, src, ids)
+        if table is not None:
+            call_args = as_keywords(src, *call_args)
+        args, kwargs = _with_random_hidden(*call_args, gen)
+        if table is not None:
+            kwargs["_table_rows"] = _table_rows(model, src, table, ids)
         if edit_call is not None:
             args, kwargs = edit_call(args, kwargs)
 

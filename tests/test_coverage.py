@@ -135,16 +135,39 @@ def test_every_variant_adds_up(tiny_dir):
     assert inventory(t5.adapter, t5.reader)["attention"] == blocks + tables
 
 
+def test_mpnet_counts_the_models_table_once(tiny_dir):
+    """MPNet's relative-position table belongs to the encoder and every layer reads it: it is read as
+    attention's (counted once, in block 0, with its 2 H unidentified directions: a shift per head and
+    the bucket no pair of positions reaches), and the inventory holds it once."""
+    model = idinspect.load(tiny_dir("mpnet"))
+    table = "mpnet.encoder.relative_attention_bias.weight"
+    assert model.adapter.positional_keys() == [table]
+    blocks = sum(math.prod(model.reader.shape(k)) for n in range(model.num_layers) for k in model.adapter.attention_keys(n))
+    assert inventory(model.adapter, model.reader)["attention"] == blocks + 32 * 4
+    rows = idinspect.inspect(tiny_dir("mpnet"), spectra=False)["layers"]
+    assert rows[0]["attention_parameters"] - rows[1]["attention_parameters"] == 32 * 4
+    assert rows[0]["unidentified_parameters"] - rows[1]["unidentified_parameters"] == 2 * 4
+
+
+def test_mpnet_with_other_bucket_rows_is_refused(tmp_path):
+    """transformers' MPNet buckets positions into 32 whatever relative_attention_num_buckets says."""
+    import transformers as tf
+
+    cfg = tf.MPNetConfig(hidden_size=16, num_attention_heads=4, num_hidden_layers=1, intermediate_size=32,
+                         vocab_size=64, max_position_embeddings=64, relative_attention_num_buckets=40)
+    tf.MPNetModel(cfg).save_pretrained(tmp_path)
+    res = run_cli(tmp_path)
+    assert res.code == 2 and "relative_attention_num_buckets is 40" in res.stderr and "Traceback" not in res.stderr
+
+
 @pytest.mark.parametrize("cls,config", [
-    ("MPNetForMaskedLM", dict(hidden_size=16, num_attention_heads=4, num_hidden_layers=1, intermediate_size=32,
-                              vocab_size=64, max_position_embeddings=64)),
     ("DebertaV2ForMaskedLM", dict(hidden_size=16, num_attention_heads=4, num_hidden_layers=1, intermediate_size=32,
                                   vocab_size=64, max_position_embeddings=64, relative_attention=True,
                                   pos_att_type=["c2p", "p2c"])),
 ])
 def test_model_level_relative_tables_are_refused_with_the_reason(cls, config, tmp_path):
-    """MPNet (a relative-position table owned by the model, every layer's input) and DeBERTa (disentangled
-    attention) are refused by model type with the reason, never counted without their tables. (DeBERTa-v2's
+    """DeBERTa (disentangled attention) is refused by model type with the reason, never counted without its
+    relative embeddings. (DeBERTa-v2's
     default type_vocab_size 0, as DeBERTa-v3 checkpoints store it, once failed the config check first.)"""
     import transformers as tf
 

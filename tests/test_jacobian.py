@@ -50,15 +50,17 @@ def test_reported_unidentified_equals_jacobian_nullity(variant, tiny_dir):
     result = idinspect.inspect(tiny_dir(variant), spectra=False)
     # every attention module is counted, or named in the report as left out (SigLIP's pooling head)
     assert len(result["layers"]) + len(result["model"].get("not_analysed", [])) == _attention_blocks(hf)
-    exact = idinspect.load(hf).adapter.exact_float64
+    adapter = idinspect.load(hf).adapter
+    exact, tokens = adapter.exact_float64, max(8, tiny.VARIANTS[variant].tokens)
     for i, layer in enumerate(result["layers"]):
         src, dst = tiny.attention_modules(hf, i)
+        table = adapter.shared_table(i)
         if layer.get("near_unidentified") and not layer.get("qk_norm"):   # MLA's bands; q/k norms: _check_counts
-            s, P, _ = attention_singular_values(hf, src, dst, seed=i, exact=exact)
+            s, P, _ = attention_singular_values(hf, src, dst, seed=i, exact=exact, tokens=tokens, table=table)
             assert P == layer["attention_parameters"], (variant, i)
             assert jacobian_bands(s) == (layer["unidentified_parameters"], layer["near_unidentified"]), (variant, i)
             continue
-        n = attention_nullity(hf, src, dst, seed=i, exact=exact)
+        n = attention_nullity(hf, src, dst, seed=i, exact=exact, tokens=tokens, table=table)
         _check_counts(n, layer, (variant, i))
     assert result["totals"]["unidentified_parameters"] == sum(x["unidentified_parameters"] for x in result["layers"])
 

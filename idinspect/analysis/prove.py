@@ -27,7 +27,7 @@ import math
 
 from ..layer import structure
 from ..errors import IdinspectError
-from .twin import NEAR_EXACT_RTOL, NEAR_RTOL, RTOL, TOKENS, attention_jacobian, bands, build_twin, nullity
+from .twin import NEAR_EXACT_RTOL, NEAR_RTOL, RTOL, attention_jacobian, bands, build_twin, nullity
 
 
 def prove(model, seed: int = 0) -> dict:
@@ -63,7 +63,7 @@ def prove(model, seed: int = 0) -> dict:
         "attention_parameters": sum(b["attention_parameters"] for b in blocks),
         "jacobian_shape": [sum(b["jacobian_shape"][0] for b in blocks), sum(b["jacobian_shape"][1] for b in blocks)],
         "batches": max(b["batches"] for b in blocks),
-        "tokens": TOKENS,
+        "tokens": model.adapter.twin_tokens,
         "rtol": NEAR_EXACT_RTOL if near else RTOL,
         "smallest_kept_singular_value": min(b["smallest_kept_singular_value"] for b in blocks),
         "largest_dropped_singular_value": max(dropped) if dropped else None,
@@ -79,7 +79,7 @@ def _prove_block(hf, twin, n: int, seed: int) -> dict:
     layer = twin.layer(n)
     structure.require_modelled(layer)
     P = layer.parameter_count()
-    batch = max(2, math.ceil(2 * P / (TOKENS * layer.d_model)))
+    batch = max(2, math.ceil(2 * P / (twin.adapter.twin_tokens * layer.d_model)))
     J = attention_jacobian(hf, twin.adapter, batch, seed, block=n)
     if J.shape[1] != P:
         raise IdinspectError(f"--prove: the twin's attention module of block {n} ({layer.kind}) has {J.shape[1]} "

@@ -122,8 +122,8 @@ def _twin_builder(model, config):
 
 
 def _capture(hf, adapter, src, batch: int, generator: torch.Generator) -> tuple[tuple, dict]:
-    """The real call of ``src`` (args, kwargs) in a forward pass, hidden states (and a cross block's
-    encoder states) replaced by N(0, 1)."""
+    """The real call of ``src`` (args, kwargs) in a forward pass over sequences of ``adapter.twin_tokens``
+    tokens, hidden states (and a cross block's encoder states) replaced by N(0, 1)."""
     seen: dict = {}
 
     def hook(module, args, kwargs):
@@ -132,7 +132,7 @@ def _capture(hf, adapter, src, batch: int, generator: torch.Generator) -> tuple[
     handle = src.register_forward_pre_hook(hook, with_kwargs=True)
     text = getattr(hf.config, "text_config", None)
     vocab = getattr(hf.config, "vocab_size", None) or getattr(text, "vocab_size", None) or 32
-    ids = torch.randint(2, vocab, (batch, TOKENS), generator=generator)
+    ids = torch.randint(2, vocab, (batch, adapter.twin_tokens), generator=generator)
     try:
         with torch.no_grad():
             hf(**adapter.example_inputs(hf, ids, generator), use_cache=False)
@@ -168,9 +168,17 @@ def attention_jacobian(hf, adapter, batch: int, seed: int = 0, block: int = 0) -
     params = {f"a.{k}": v.detach() for k, v in src.named_parameters()}
     if out is not None and not nested:
         params.update({f"o.{k}": v.detach() for k, v in out.named_parameters()})
+    table = adapter.shared_table(block)
+    if table is not None:
+        path, keyword = table
+        lookup = table_lookup(hf, adapter, src, path, keyword, batch)
+        params["t.weight"] = hf.get_submodule(path).weight.detach()
+        args, kwargs = as_keywords(src, args, kwargs)
 
     def forward(p: dict) -> torch.Tensor:
         inner = {k[2:]: v for k, v in p.items() if k.startswith("a.")}
+        if table is not None:
+            kwargs[keyword] = lookup(p["t.weight"])
         if nested:
             return nested_output(src, out, inner, args, kwargs).reshape(-1)
         y = functional_call(src, inner, args, kwargs)
@@ -186,6 +194,48 @@ def attention_jacobian(hf, adapter, batch: int, seed: int = 0, block: int = 0) -
             warnings.filterwarnings("ignore", message=".*batching rule.*")
             J = jacrev(forward)(params)
     return torch.cat([J[k].reshape(J[k].shape[0], -1) for k in params], dim=1)
+
+
+def as_keywords(module, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """The call (args, kwargs) of ``module`` with every argument passed by name (MPNet's attention takes
+    ``position_bias`` positionally), so that one of them can be replaced by keyword."""
+    import inspect
+
+    sig = inspect.signature(module.forward)
+    out = {}
+    for name, value in sig.bind_partial(*args, **kwargs).arguments.items():
+        kind = sig.parameters[name].kind
+        if kind is inspect.Parameter.VAR_POSITIONAL:
+            raise IdinspectError(f"--prove: {type(module).__name__}'s call takes *args; its table cannot be passed by name")
+        if kind is inspect.Parameter.VAR_KEYWORD:
+            out.update(value)
+        else:
+            out[name] = value
+    return (), out
+
+
+def table_lookup(hf, adapter, src, path: str, keyword: str, batch: int):
+    """``f(table) -> the values src's call receives under keyword`` for the model's table at ``path`` (an
+    ``nn.Embedding`` [rows, H] the model looks up by position): the model's own lookup indices are read
+    by running it once with the table holding its row numbers, so the lookup is the model's, differentiable
+    in the table. Used where a block reads a table of the model's (MPNet's relative-position bias)."""
+    module = hf.get_submodule(path)
+    rows, heads = module.weight.shape
+    saved = module.weight.detach().clone()
+    with torch.no_grad():
+        module.weight.copy_(torch.arange(rows, dtype=saved.dtype)[:, None].expand(rows, heads))
+    try:
+        _, kwargs = as_keywords(src, *_capture(hf, adapter, src, batch, torch.Generator().manual_seed(0)))
+    finally:
+        with torch.no_grad():
+            module.weight.copy_(saved)
+    index = kwargs[keyword].round().to(torch.long)                        # [B, H, T, S] row numbers
+    head = torch.arange(heads).reshape(1, heads, *[1] * (index.dim() - 2)).expand_as(index)
+
+    def lookup(table: torch.Tensor) -> torch.Tensor:
+        return table[index, head]
+
+    return lookup
 
 
 def nested_output(module, output_module, params: dict, args: tuple, kwargs: dict) -> torch.Tensor:
