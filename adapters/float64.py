@@ -55,3 +55,18 @@ def eps_of(module: torch.nn.Module) -> float:
 def weighted_rms(module: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
     """Llama-style RMSNorm: weight * x / rms(x)."""
     return module.weight * rms(x, eps_of(module))
+
+
+def top_k_router(module: torch.nn.Module, x: torch.Tensor):
+    """Mixtral's router (``MixtralTopKRouter``) in float64: logits x W_r^T, softmax over the experts, the
+    top k renormalised to sum 1 (transformers takes the softmax of ``logits.float()``: float32 in a
+    float64 model, which makes the router's shift direction look identified at 1e-8)."""
+    h = x.reshape(-1, module.hidden_dim)
+    logits = torch.nn.functional.linear(h, module.weight)
+    top, index = torch.topk(torch.softmax(logits, dim=-1), module.top_k, dim=-1)
+    return logits, top / top.sum(dim=-1, keepdim=True), index
+
+
+def exact_routers(model: torch.nn.Module) -> contextlib.AbstractContextManager:
+    """A context in which every Mixtral router of ``model`` computes float64 inputs in float64."""
+    return exact_norms({type(m): top_k_router for m in model.modules() if type(m).__name__ == "MixtralTopKRouter"})

@@ -24,6 +24,10 @@ CONFIGS = {
     "Llama-3.1-8B": ("LlamaConfig", "LlamaForCausalLM", {**LLAMA_8B, "num_hidden_layers": 32, "tie_word_embeddings": False},
                      "model.norm.weight"),
     "GPT-2 small": ("GPT2Config", "GPT2LMHeadModel", {}, "transformer.ln_f.weight"),
+    "Mixtral-8x7B": ("MixtralConfig", "MixtralForCausalLM",
+                     {"hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32,
+                      "num_key_value_heads": 8, "num_local_experts": 8, "num_experts_per_tok": 2, "vocab_size": 32000,
+                      "tie_word_embeddings": False}, "model.norm.weight"),
 }
 DTYPES = {torch.bfloat16: "BF16", torch.float32: "F32"}
 

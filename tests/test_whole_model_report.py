@@ -27,7 +27,7 @@ def validator():
 
 
 NOT_DERIVED = {"bert": "model_type 'bert' is not derived",
-               "mixtral": "model_type 'mixtral' is not derived",
+               "mpnet": "model_type 'mpnet' is not derived",
                "llama-base-model": "no language-model head (the outputs are hidden states)",
                "gpt2-cross": "derived for a tied head without cross-attention only"}
 
@@ -92,9 +92,11 @@ def test_real_configurations_from_shape_only_checkpoints():
     from bench.whole_model_figures import figures
 
     got = figures()
+    d, f, L, E = 4096, 14336, 32, 8       # Mixtral-8x7B: its attention is Llama-3.1-8B's (4,227,072)
+    mixtral = 4_227_072 + L * (2 * d + E * f + d) + d * (d - 1) // 2 + d
     assert {k: (v["exact"], v["exact_log_prob"]) for k, v in got.items()} == {
         "Llama-3.2-1B": (729_088, 729_088), "Llama-3.1-8B": (13_338_624, 13_342_720),
-        "GPT-2 small": (1_346_584, 1_347_352)}
+        "GPT-2 small": (1_346_584, 1_347_352), "Mixtral-8x7B": (mixtral, mixtral + d)}
     assert got["Llama-3.2-1B"]["parameters_total"] == 1_235_814_400
 
 

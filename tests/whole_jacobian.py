@@ -32,6 +32,28 @@ def exact_rms_norms(model) -> contextlib.AbstractContextManager:
     return exact_norms(classes)
 
 
+@contextlib.contextmanager
+def exact_routers(model):
+    """Mixtral's router in float64: transformers takes the softmax of ``router_logits.float()`` (float32 in
+    a float64 model), and the router's shift direction then shows as a 4e-8 singular value."""
+    classes = {type(m) for m in model.modules() if type(m).__name__ == "MixtralTopKRouter"}
+    originals = {cls: cls.forward for cls in classes}
+
+    def forward(self, hidden_states):
+        h = hidden_states.reshape(-1, self.hidden_dim)
+        logits = torch.nn.functional.linear(h, self.weight)
+        top, index = torch.topk(torch.softmax(logits, dim=-1), self.top_k, dim=-1)
+        return logits, top / top.sum(dim=-1, keepdim=True), index
+
+    for cls in classes:
+        cls.forward = forward
+    try:
+        yield
+    finally:
+        for cls, original in originals.items():
+            cls.forward = original
+
+
 def true_embedding_gradients(model) -> None:
     """Clear every embedding's ``padding_idx``: it changes no output, but autograd then returns a zero
     gradient for the padding row, a fake null direction (Phi-3 with pad_token_id in the vocabulary
@@ -66,7 +88,7 @@ def whole_model_singular_values(model, *, tokens: int, seed: int = 0,
         return functional_call(model, params, (ids,), {"use_cache": False}).logits.reshape(-1)
 
     theta = torch.cat([v.reshape(-1) for v in values])
-    with single_thread(), exact_rms_norms(model), exact_softmax():   # softmax(..., dtype=float32) kept float64
+    with single_thread(), exact_rms_norms(model), exact_softmax(), exact_routers(model):   # float32 casts kept float64
         J = jacrev(outputs, chunk_size=512)(theta)
         V = model.config.vocab_size
         p = torch.softmax(outputs(theta).reshape(-1, V), -1)

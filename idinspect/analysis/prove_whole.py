@@ -30,7 +30,7 @@ RTOL = 1e-13
 COPIED = ("tie_word_embeddings", "attention_bias", "mlp_bias", "rms_norm_eps", "layer_norm_epsilon", "hidden_act",
           "activation_function", "multi_query", "sliding_window", "use_sliding_window", "rope_parameters",
           "scale_attn_weights", "scale_attn_by_inverse_layer_idx", "embedding_multiplier", "residual_multiplier",
-          "logits_scaling", "attention_multiplier")
+          "logits_scaling", "attention_multiplier", "num_experts_per_tok")
 
 
 def twin_settings(model) -> dict:
@@ -44,6 +44,8 @@ def twin_settings(model) -> dict:
     G = 4 if a.n_kv_heads == a.n_heads else (1 if a.n_kv_heads == 1 else 2)
     kw.update(hidden_size=8, intermediate_size=6, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=G,
               head_dim=2, max_position_embeddings=64, layer_types=None, max_window_layers=0)
+    if getattr(cfg, "num_local_experts", None):       # Mixtral: as many experts as tokens choose, plus one
+        kw["num_local_experts"] = int(cfg.num_experts_per_tok) + 1
     return kw
 
 
@@ -92,7 +94,9 @@ def logit_jacobian(hf, tokens: int, rows_per_parameter: float, seed: int = 0) ->
         return functional_call(hf, params, (ids,), {"use_cache": False}).logits.reshape(-1, V)
 
     theta = torch.cat([v.reshape(-1) for v in values])
-    with single_threaded_kernels(), _rms_float64(hf), exact_softmax():
+    from ..adapters.float64 import exact_routers
+
+    with single_threaded_kernels(), _rms_float64(hf), exact_softmax(), exact_routers(hf):
         J = jacrev(logits, chunk_size=512)(theta)
         p = torch.softmax(logits(theta), -1)
     return J, p

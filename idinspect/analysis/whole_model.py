@@ -9,10 +9,12 @@ model's outputs with respect to all its parameters equals these counts).
 
 Two forms are derived (L layers, width d, MLP width f, vocabulary V):
 
-``pre_rms_gated`` (Llama, Mistral, Qwen2, Granite, Phi-3 (fused gate_up): pre-RMSNorm, gated MLP
-act(x W_gate) * (x W_up) W_down, no norm biases)::
+``pre_rms_gated`` (Llama, Mistral, Qwen2, Granite, Phi-3 (fused gate_up), Mixtral (E experts of width
+f, top k): pre-RMSNorm, gated MLP act(x W_gate) * (x W_up) W_down, no norm biases)::
 
-    N = attention + L (2 d + f)
+    N = attention + L (2 d + f)                      dense MLP
+                  + L (2 d + E f + d)                Mixtral, k >= 2 (router shift W_r + 1 v^T)
+                  + L (2 d + E f + E d)              Mixtral, k = 1 (the router only picks)
         untied head: + d(d-1)/2 + d        residual rotation; final-norm gain into the head
         tied head:   + sum_k m_k(m_k-1)/2  rotations commuting with diag(gamma_final)
         log-probability outputs, untied only: + d   (head += 1 u^T)
@@ -70,6 +72,9 @@ class WholeModelShape:
     attention_written: int = 0
     activation: str = ""
     embedding_bytes_per_value: int = 2
+    #: Mixture of experts (Mixtral): E experts of MLP width f each, k chosen per token (0: a dense MLP).
+    experts: int = 0
+    experts_per_token: int = 0
 
 
 def multiplicities(values: Iterable[float]) -> tuple[int, ...]:
@@ -84,8 +89,18 @@ def _term(name: str, count: int, formula: str) -> dict:
 def _pre_rms_gated(s: WholeModelShape) -> tuple[list[dict], int, dict | None]:
     L, d, f = s.layers, s.width, s.mlp_width
     terms = [_term("attention", s.attention, "sum over blocks of the attention count"),
-             _term("norm_gains", L * 2 * d, "L * 2d (gamma * s, the readers' input columns / s)"),
-             _term("mlp_scalings", L * f, "L * f (up row i * a_i, down column i / a_i)")]
+             _term("norm_gains", L * 2 * d, "L * 2d (gamma * s, the readers' input columns / s)")]
+    if s.experts:
+        E = s.experts
+        terms.append(_term("mlp_scalings", L * E * f, "L * E * f (each expert's up row i * a_i, down column i / a_i)"))
+        if s.experts_per_token >= 2:
+            terms.append(_term("router_shift", L * d, "L * d (router W_r + 1 v^T: every expert's logit moves by x.v, "
+                                                      "which the softmax and the top-k renormalisation cancel)"))
+        else:
+            terms.append(_term("router_unused", L * E * d, "L * E * d (top-1: the chosen expert's weight is p / p = 1, "
+                                                           "so the router only picks, and locally nothing it holds counts)"))
+    else:
+        terms.append(_term("mlp_scalings", L * f, "L * f (up row i * a_i, down column i / a_i)"))
     rotation = d * (d - 1) // 2
     if s.head == "untied":
         terms += [_term("residual_rotation", rotation, "d(d-1)/2 (one global rotation of the residual stream)"),

@@ -11,7 +11,7 @@ from .whole_model import PRE_LN, PRE_RMS_GATED, WholeModelShape, multiplicities,
 
 #: model_type -> the derived whole-model form (docs/mathematics.md, "Whole-model symmetries").
 FORM_BY_TYPE = {"llama": PRE_RMS_GATED, "mistral": PRE_RMS_GATED, "qwen2": PRE_RMS_GATED,
-                "granite": PRE_RMS_GATED, "phi3": PRE_RMS_GATED,
+                "granite": PRE_RMS_GATED, "phi3": PRE_RMS_GATED, "mixtral": PRE_RMS_GATED,
                 "gpt2": PRE_LN, "gpt_bigcode": PRE_LN}
 #: Per form: (token embedding, final norm gain, head) below the model prefix / at the root.
 NAMES = {PRE_RMS_GATED: ("embed_tokens.weight", "norm.weight", "lm_head.weight"),
@@ -66,7 +66,9 @@ def shape_of(model, attention: int) -> WholeModelShape:
                   final_gain_multiplicities=multiplicities(gains),
                   embedding_bytes_per_value=model.reader.dtype(embed_key).itemsize)
     if form == PRE_RMS_GATED:
-        return WholeModelShape(form, mlp_width=int(cfg.intermediate_size), eps=float(cfg.rms_norm_eps), **common)
+        moe = dict(experts=int(cfg.num_local_experts), experts_per_token=int(cfg.num_experts_per_tok)) \
+            if cfg.model_type == "mixtral" else {}
+        return WholeModelShape(form, mlp_width=int(cfg.intermediate_size), eps=float(cfg.rms_norm_eps), **moe, **common)
     H, G, hd = a.n_heads, a.n_kv_heads, a.head_dim
     if cfg.model_type == "gpt_bigcode" and a.optional("multi_query", True):
         G = 1

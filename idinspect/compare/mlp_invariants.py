@@ -47,8 +47,9 @@ class LayerMLPInvariants:
 def why_not_covered(model) -> str | None:
     """Why ``model``'s MLP has no unit invariants (None: it has)."""
     mt = model.config.model_type
-    if FORM_BY_TYPE.get(mt) != PRE_RMS_GATED or mt == "phi3":
-        return f"model_type {mt!r}: MLP unit invariants cover separate gate/up/down projections after RMSNorm only"
+    if FORM_BY_TYPE.get(mt) != PRE_RMS_GATED or mt in ("phi3", "mixtral"):
+        return (f"model_type {mt!r}: MLP unit invariants cover dense gated MLPs with separate gate/up/down "
+                "projections after RMSNorm only")
     first = f"{model.adapter.prefix}layers.0."
     missing = [n for n in GATED_MLP_NAMES.values() if f"{first}{n}" not in model.reader]
     if missing:
