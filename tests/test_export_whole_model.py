@@ -16,7 +16,7 @@ from safetensors import safe_open
 from idinspect.exporting.pipeline import export
 from tests.cli import run_cli
 from tests.jacobian import exact_softmax
-from tests.whole_disguise import disguise
+from tests.whole_disguise import disguise, disguise_pre_ln
 from tests.whole_jacobian import exact_rms_norms, model_class, randomised
 
 RMS = dict(hidden_size=16, intermediate_size=24, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
@@ -104,6 +104,41 @@ def test_disguised_copy_exports_to_the_same_weights_and_function(name, tmp_path)
         assert record["unique"] is True
 
 
+LN = dict(n_embd=16, n_head=4, n_layer=2, n_positions=16, vocab_size=40, n_inner=24)
+PRE_LN_VARIANTS = {
+    "gpt2": ("GPT2Config", "GPT2LMHeadModel", LN),
+    "gpt2-relu": ("GPT2Config", "GPT2LMHeadModel", {**LN, "activation_function": "relu"}),
+    "gpt_bigcode": ("GPTBigCodeConfig", "GPTBigCodeForCausalLM", {**LN, "multi_query": True}),
+}
+
+
+@pytest.mark.parametrize("name", list(PRE_LN_VARIANTS))
+def test_pre_layer_norm_disguised_copy_exports_to_the_same_weights(name, tmp_path):
+    config_cls, cls, kw = PRE_LN_VARIANTS[name]
+    model = randomised(model_class(cls), model_class(config_cls)(**kw))
+    ids = torch.randint(0, 40, (3, 12), generator=torch.Generator().manual_seed(5))
+    before = _logits(model, ids)
+    model.save_pretrained(tmp_path / "plain")
+    disguise_pre_ln(model)
+    assert torch.allclose(_logits(model, ids), before, rtol=0, atol=1e-10 * before.abs().max())  # a symmetry
+    model.save_pretrained(tmp_path / "disguised")
+    results = {side: export(tmp_path / side, tmp_path / f"{side}-out", whole_model=True)
+               for side in ("plain", "disguised")}
+    worst, where = _largest_difference(_tensors(tmp_path / "plain-out"), _tensors(tmp_path / "disguised-out"))
+    assert worst < FLOAT64_RTOL, f"{name}: the two exports differ by {worst:.3g} (relative) at {where}"
+    for side in ("plain", "disguised"):
+        got = _logits(_load(tmp_path / f"{side}-out"), ids)
+        assert torch.allclose(got, before, rtol=0, atol=1e-11 * before.abs().max()), (side, (got - before).abs().max())
+    out = _tensors(tmp_path / "plain-out")
+    for key, t in out.items():
+        if ".ln_1." in key or ".ln_2." in key:
+            assert torch.equal(t, torch.ones_like(t) if key.endswith("weight") else torch.zeros_like(t)), key
+    assert float(out["transformer.wpe.weight"].sum(1).abs().max()) < 1e-12
+    record = results["plain"].whole_model
+    assert ("mlp_scalings" in {f["symmetry"] for f in record["fixed"]}) == name.endswith("relu")
+    assert {u["symmetry"] for u in record["unfixed"]} == {"global_scale", "log_prob_head_shift", "tie_commutant"}
+
+
 def test_float32_disguised_copy_exports_within_the_stated_bound(tmp_path):
     model = _model("llama-untied")
     ids = torch.randint(0, model.config.vocab_size, (3, 9), generator=torch.Generator().manual_seed(5))
@@ -129,7 +164,8 @@ def test_without_whole_model_only_attention_changes(tmp_path):
 
 
 @pytest.mark.parametrize("name,why", [("phi3", "model_type 'phi3' is not among them"),
-                                      ("gpt2", "model_type 'gpt2' is not among them")])
+                                      ("bert", "model_type 'bert' is not among them"),
+                                      ("gpt2-cross", "derived for a tied head without cross-attention only")])
 def test_families_outside_the_form_are_refused_by_name(name, why, tmp_path, tiny_dir):
     r = run_cli("export", tiny_dir(name), tmp_path / "out", "--whole-model")
     code, err = r.code, r.stderr

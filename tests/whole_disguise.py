@@ -72,3 +72,74 @@ def disguise(model, seed: int = 1, *, permute_units: bool = False) -> None:
             mlp.down_proj.bias.copy_(mlp.down_proj.bias @ R)
     if not tied:
         _regain(inner.norm, [model.lm_head.weight], R, gen)
+
+
+def _xw(module) -> torch.Tensor:
+    """A projection's weight in the x W orientation (in, out): GPT-2's Conv1D as stored, nn.Linear transposed."""
+    return module.weight if type(module).__name__ == "Conv1D" else module.weight.T
+
+
+def _set_xw(module, w: torch.Tensor) -> None:
+    module.weight.copy_(w if type(module).__name__ == "Conv1D" else w.T)
+
+
+def _relayer_norm(norm, readers, gen: torch.Generator) -> None:
+    """A LayerNorm's gain g and bias beta replaced by random t (signed) and beta', and each reader (W, c)
+    compensating (W' = diag(g/t) W, c' = c + beta W - beta' W'), then moved along the reader's centring
+    direction (W' + (1/t) c0^T, c' - (beta'.(1/t)) c0: the norm's output y' satisfies y'.(1/t) = beta'.(1/t))."""
+    g, beta = norm.weight.detach().clone(), norm.bias.detach().clone()
+    t = _signed(g.numel(), gen)
+    beta2 = torch.randn(g.numel(), generator=gen, dtype=torch.float64)
+    for module in readers:
+        w, c = _xw(module).detach().clone(), module.bias.detach().clone()
+        w2 = (g / t)[:, None] * w
+        c2 = c + beta @ w - beta2 @ w2
+        c0 = torch.randn(w.shape[1], generator=gen, dtype=torch.float64)
+        w2 = w2 + (1 / t)[:, None] * c0[None, :]
+        c2 = c2 - (beta2 @ (1 / t)) * c0
+        _set_xw(module, w2)
+        module.bias.copy_(c2)
+    norm.weight.copy_(t)
+    norm.bias.copy_(beta2)
+
+
+def _shift_writer(module, gen: torch.Generator) -> None:
+    """A writer's W + c 1^T and b + t 1 (every reader of the stream removes its mean)."""
+    w = _xw(module).detach().clone()
+    w = w + torch.randn(w.shape[0], 1, generator=gen, dtype=torch.float64)
+    _set_xw(module, w)
+    module.bias.add_(torch.randn(1, generator=gen, dtype=torch.float64))
+
+
+@torch.no_grad()
+def disguise_pre_ln(model, seed: int = 1) -> None:
+    """Apply, in place, a random element of every exact whole-model symmetry of a pre-LayerNorm decoder with
+    a tied head (GPT-2, GPTBigCode): every block norm's gain and bias changed with its readers compensating and
+    moved along their centring directions, every writer shifted along the all-ones direction, each position
+    row shifted, each ReLU unit scaled (a > 0), and an attention gauge move on the first head's value/output."""
+    gen = torch.Generator().manual_seed(seed)
+    t = model.transformer
+    relu = getattr(model.config, "activation_function", "") == "relu"
+    t.wpe.weight.add_(torch.randn(t.wpe.weight.shape[0], 1, generator=gen, dtype=torch.float64))
+    for block in t.h:
+        _relayer_norm(block.ln_1, [block.attn.c_attn], gen)
+        _relayer_norm(block.ln_2, [block.mlp.c_fc], gen)
+        _shift_writer(block.attn.c_proj, gen)
+        _shift_writer(block.mlp.c_proj, gen)
+        d, hd = model.config.n_embd, model.config.n_embd // model.config.n_head
+        kv = _xw(block.attn.c_attn).shape[1] - d      # keys and values: 2d (GPT-2), 2 hd (multi-query)
+        v0 = d + kv // 2                              # the first value column
+        c = _signed(1, gen)
+        w = _xw(block.attn.c_attn).detach().clone()
+        w[:, v0:v0 + hd] *= c
+        _set_xw(block.attn.c_attn, w)
+        block.attn.c_attn.bias[v0:v0 + hd].mul_(c)
+        rows = hd if kv == 2 * d else d               # c_proj's input rows of the query heads reading it
+        w = _xw(block.attn.c_proj).detach().clone()
+        w[:rows] /= c
+        _set_xw(block.attn.c_proj, w)
+        if relu:
+            a = torch.empty(block.mlp.c_fc.bias.numel(), dtype=torch.float64).uniform_(0.5, 2.0, generator=gen)
+            _set_xw(block.mlp.c_fc, _xw(block.mlp.c_fc) * a)
+            block.mlp.c_fc.bias.mul_(a)
+            _set_xw(block.mlp.c_proj, _xw(block.mlp.c_proj) / a[:, None])

@@ -41,7 +41,7 @@ def head_kind(model, form: str) -> str | None:
     return "tied" if tie and any(a.endswith(HEADS) for a in archs) else None
 
 
-def _why_not(model, form: str | None) -> str | None:
+def why_not_derived(model, form: str | None) -> str | None:
     """Why this checkpoint is outside the derived forms (None: it is inside)."""
     mt = model.config.model_type
     if form is None:
@@ -99,7 +99,7 @@ def whole_model(model, attention: int) -> dict:
 
     parts = inventory(model.adapter, model.reader)
     form = FORM_BY_TYPE.get(model.config.model_type)
-    why = _why_not(model, form)
+    why = why_not_derived(model, form)
     out = not_derived(model.config.model_type, why) if why else whole_model_counts(shape_of(model, attention))
     out["parameters"] = parts
     total = sum(parts.values())
@@ -109,4 +109,4 @@ def whole_model(model, attention: int) -> dict:
     return out
 
 
-__all__ = ["FORM_BY_TYPE", "NAMES", "attention_from_headers", "head_kind", "shape_of", "stored_key", "whole_model"]
+__all__ = ["FORM_BY_TYPE", "NAMES", "attention_from_headers", "head_kind", "shape_of", "stored_key", "whole_model", "why_not_derived"]

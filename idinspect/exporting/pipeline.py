@@ -212,9 +212,9 @@ def _whole_model_view(model: Model):
     are read, gauge-fixed and checked as the whole-model fix transformed them."""
     import copy
 
-    from .whole_model import WholeModelReader
+    from .whole_model import whole_model_reader
 
-    transformed = WholeModelReader(model)
+    transformed = whole_model_reader(model)
     adapter = copy.copy(model.adapter)
     adapter.reader = transformed
     view = copy.copy(model)

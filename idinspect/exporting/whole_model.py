@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..analysis.whole_model_read import FORM_BY_TYPE, NAMES, head_kind, stored_key
-from ..analysis.whole_model import PRE_RMS_GATED
+from ..analysis.whole_model import PRE_LN, PRE_RMS_GATED
+from ..analysis.whole_model_read import FORM_BY_TYPE, NAMES, stored_key, why_not_derived
 from ..errors import IdinspectError
 from ..gauge.whole_model_fix import (
     WHOLE_GAUGE_NAME,
@@ -30,8 +30,9 @@ from ..gauge.whole_model_fix import (
 )
 from ..sources.checkpoint import TensorReader
 
-#: The model types whose stored layout the roles below describe (separate gate, up and down projections).
-EXPORTABLE = ("llama", "mistral", "qwen2", "granite")
+#: The model types whose stored layout the roles below (pre-RMSNorm, separate gate, up and down
+#: projections) or those of :mod:`.whole_model_ln` (pre-LayerNorm, tied head) describe.
+EXPORTABLE = ("llama", "mistral", "qwen2", "granite", "gpt2", "gpt_bigcode")
 
 #: Role of each stored tensor below the model prefix (``{n}``: a layer number). Readers of a norm
 #: name the norm whose gain they absorb.
@@ -90,13 +91,27 @@ class WholeModelFix:
 def refusal(model) -> str | None:
     """Why ``export --whole-model`` cannot fix this checkpoint (None: it can)."""
     mt = model.config.model_type
-    if mt not in EXPORTABLE or FORM_BY_TYPE.get(mt) != PRE_RMS_GATED:
+    if mt not in EXPORTABLE:
         return (f"export --whole-model fixes the pre-RMSNorm gated form with separate gate/up/down projections "
-                f"({', '.join(EXPORTABLE)}); model_type {mt!r} is not among them: export without --whole-model "
-                "(the attention gauge is still fixed)")
-    if head_kind(model, PRE_RMS_GATED) is None:
-        return "export --whole-model needs a language-model head (the outputs must be logits); export without it"
+                f"and the pre-LayerNorm form ({', '.join(EXPORTABLE)}); model_type {mt!r} is not among them: export "
+                "without --whole-model (the attention gauge is still fixed)")
+    why = why_not_derived(model, FORM_BY_TYPE[mt])
+    if why:
+        return f"export --whole-model: {why}; export without it"
     return None
+
+
+def whole_model_reader(model):
+    """The transformed view of ``model`` for its form (:class:`WholeModelReader` or
+    :class:`~.whole_model_ln.PreLayerNormReader`); IdinspectError where the form is not fixed."""
+    why = refusal(model)
+    if why:
+        raise IdinspectError(why)
+    if FORM_BY_TYPE[model.config.model_type] == PRE_LN:
+        from .whole_model_ln import PreLayerNormReader
+
+        return PreLayerNormReader(model)
+    return WholeModelReader(model)
 
 
 class WholeModelReader(TensorReader):
@@ -213,4 +228,4 @@ class WholeModelReader(TensorReader):
         return self._scalings[stem]
 
 
-__all__ = ["EXPORTABLE", "LAYER_ROLES", "WholeModelFix", "WholeModelReader", "refusal"]
+__all__ = ["EXPORTABLE", "LAYER_ROLES", "WholeModelFix", "WholeModelReader", "refusal", "whole_model_reader"]
