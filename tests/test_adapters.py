@@ -20,7 +20,7 @@ def test_reference_attention_equals_hf_module(variant, tmp_path):
     tiny.save(hf, tmp_path)
     model = idinspect.load(tmp_path)
     torch.manual_seed(1)
-    ids = torch.randint(0, tiny.vocab(hf), (2, tiny.VARIANTS[variant].tokens))
+    ids = torch.randint(0, tiny.vocab(hf), (2, tiny.VARIANTS[variant].tokens or 9))
     for i, (x, y, x_kv) in enumerate(tiny.capture_attention(hf, ids)):
         layer = model.layer(i)
         assert layer.index == i

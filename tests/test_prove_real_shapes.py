@@ -53,6 +53,7 @@ REAL_SHAPES = {
     "llama4-text": ("meta-llama/Llama-4-Scout-17B-16E", {"hidden_size": 5120, "num_attention_heads": 40,
                                                          "num_key_value_heads": 8, "head_dim": 128}),
     "modernbert": ("answerdotai/ModernBERT-base", {"hidden_size": 768, "num_attention_heads": 12}),
+    "mpnet": ("sentence-transformers/all-mpnet-base-v2", {"hidden_size": 768, "num_attention_heads": 12}),
     "olmo2": ("allenai/OLMo-2-0425-1B", {"hidden_size": 2048, "num_attention_heads": 16, "num_key_value_heads": 16}),
     "phi": ("microsoft/phi-2", {"hidden_size": 2560, "num_attention_heads": 32, "num_key_value_heads": 32}),
     "phi3": ("microsoft/Phi-3-mini-4k-instruct", {"hidden_size": 3072, "num_attention_heads": 32,

@@ -30,9 +30,9 @@ class Variant:
     config: Callable[[], object]
     model_class: type
     tags: frozenset[str] = field(default_factory=frozenset)
-    #: Tokens per test sequence: long enough to reach every row of every table the family has (MPNet's
-    #: relative-position buckets need distances up to 91); the generic tests run at least this many.
-    tokens: int = 9
+    #: Tokens per test sequence where the family needs long ones to reach every row of every table it has
+    #: (MPNet's relative-position buckets need distances up to 91); None: each test's own length.
+    tokens: int | None = None
 
     def __iter__(self):  # (config factory, model class), as the registry's entries once were
         return iter((self.config, self.model_class))
