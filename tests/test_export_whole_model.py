@@ -17,7 +17,7 @@ from idinspect.exporting.pipeline import export
 from tests.cli import run_cli
 from tests.jacobian import exact_softmax
 from tests.whole_disguise import disguise, disguise_pre_ln
-from tests.whole_jacobian import exact_rms_norms, model_class, randomised
+from tests.whole_jacobian import exact_rms_norms, exact_routers, model_class, randomised
 
 RMS = dict(hidden_size=16, intermediate_size=24, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
            head_dim=4, vocab_size=40, max_position_embeddings=64)
@@ -29,6 +29,12 @@ VARIANTS = {
                                                        "mlp_bias": True}),
     "mistral": ("MistralConfig", "MistralForCausalLM", {**RMS, "tie_word_embeddings": False, "sliding_window": 4}),
     "qwen2-tied": ("Qwen2Config", "Qwen2ForCausalLM", {**RMS, "tie_word_embeddings": True}),
+    "phi3": ("Phi3Config", "Phi3ForCausalLM", {**RMS, "tie_word_embeddings": False, "pad_token_id": 0,
+                                                "bos_token_id": 1, "eos_token_id": 2}),
+    "mixtral": ("MixtralConfig", "MixtralForCausalLM", {**RMS, "tie_word_embeddings": False, "num_local_experts": 3,
+                                                        "num_experts_per_tok": 2}),
+    "mixtral-top1-tied": ("MixtralConfig", "MixtralForCausalLM", {**RMS, "tie_word_embeddings": True,
+                                                                  "num_local_experts": 2, "num_experts_per_tok": 1}),
     "granite": ("GraniteConfig", "GraniteForCausalLM", {**RMS, "tie_word_embeddings": False,
                                                         "embedding_multiplier": 2.0, "residual_multiplier": 0.5,
                                                         "logits_scaling": 3.0, "attention_multiplier": 0.7}),
@@ -49,14 +55,16 @@ def _model(name: str, seed: int = 0):
 def _logits(model, ids: torch.Tensor) -> torch.Tensor:
     """float64 logits, the RMSNorms and the attention softmax computing in float64 too (transformers' cast
     them to float32 inside, where the dropped key bias would show as a 3e-7 change)."""
-    with torch.no_grad(), exact_rms_norms(model), exact_softmax():
+    with torch.no_grad(), exact_rms_norms(model), exact_softmax(), exact_routers(model):
         return model(input_ids=ids).logits
 
 
 def _load(path):
     from transformers import AutoModelForCausalLM
 
-    return AutoModelForCausalLM.from_pretrained(path, dtype=torch.float64, attn_implementation="eager").eval()
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float64, attn_implementation="eager").eval()
+    model.config._experts_implementation = "eager"      # MoE grouped_mm kernels take no float64
+    return model
 
 
 def _tensors(path) -> dict[str, torch.Tensor]:
@@ -163,7 +171,7 @@ def test_without_whole_model_only_attention_changes(tmp_path):
     assert all(torch.equal(a[k], b[k]) for k in a if "self_attn" not in k)
 
 
-@pytest.mark.parametrize("name,why", [("phi3", "model_type 'phi3' is not among them"),
+@pytest.mark.parametrize("name,why", [("qwen3", "model_type 'qwen3' is not among them"),
                                       ("bert", "model_type 'bert' is not among them"),
                                       ("gpt2-cross", "derived for a tied head without cross-attention only")])
 def test_families_outside_the_form_are_refused_by_name(name, why, tmp_path, tiny_dir):

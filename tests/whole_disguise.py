@@ -27,49 +27,76 @@ def _regain(norm, readers, R: torch.Tensor, gen: torch.Generator) -> None:
     norm.weight.copy_(t)
 
 
+def _units(mlp, f: int) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]]:
+    """The gated unit groups of an MLP as (up rows (f, d), down (d, f), up bias or None), views into the
+    parameters: Llama's up_proj, Phi-3's second half of gate_up_proj, each of Mixtral's experts."""
+    if hasattr(mlp, "up_proj"):
+        return [(mlp.up_proj.weight, mlp.down_proj.weight, mlp.up_proj.bias)]
+    if hasattr(mlp, "gate_up_proj"):
+        return [(mlp.gate_up_proj.weight[f:], mlp.down_proj.weight, None)]
+    ex = mlp.experts
+    return [(ex.gate_up_proj[e, f:], ex.down_proj[e], None) for e in range(ex.gate_up_proj.shape[0])]
+
+
 @torch.no_grad()
 def disguise(model, seed: int = 1, *, permute_units: bool = False) -> None:
     """Apply, in place, a random element of every whole-model symmetry (HF orientation: y = x W^T): the
     residual rotation R (untied head only), every norm's gain changed (its readers compensating), every
-    gated unit's scaling a_i (with sign), and an attention gauge move on one value/output pair; with
-    ``permute_units`` the MLP units are also put in a random order."""
+    gated unit's scaling a_i (with sign), Mixtral's router shift (W_r + 1 v^T), and an attention gauge move
+    on one value/output pair; with ``permute_units`` the MLP units (Llama's) are also put in a random order.
+    Llama-shaped models, Phi-3 (fused qkv and gate_up) and Mixtral (experts, router)."""
     gen = torch.Generator().manual_seed(seed)
-    inner = model.model
-    d = model.config.hidden_size
-    tied = model.config.tie_word_embeddings
+    inner, cfg = model.model, model.config
+    d, f = cfg.hidden_size, cfg.intermediate_size
+    tied = cfg.tie_word_embeddings
     R = torch.eye(d, dtype=torch.float64) if tied else _random_orthogonal(d, gen)
     inner.embed_tokens.weight.copy_(inner.embed_tokens.weight @ R)
     for layer in inner.layers:
         attn, mlp = layer.self_attn, layer.mlp
-        _regain(layer.input_layernorm, [attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight], R, gen)
-        _regain(layer.post_attention_layernorm, [mlp.gate_proj.weight, mlp.up_proj.weight], R, gen)
+        fused = hasattr(attn, "qkv_proj")
+        attn_readers = [attn.qkv_proj.weight] if fused else [attn.q_proj.weight, attn.k_proj.weight,
+                                                              attn.v_proj.weight]
+        _regain(layer.input_layernorm, attn_readers, R, gen)
+        if hasattr(mlp, "gate_proj"):
+            mlp_readers = [mlp.gate_proj.weight, mlp.up_proj.weight]
+        elif hasattr(mlp, "gate_up_proj"):
+            mlp_readers = [mlp.gate_up_proj.weight]
+        else:
+            mlp_readers = [mlp.gate.weight, mlp.experts.gate_up_proj]
+        _regain(layer.post_attention_layernorm, mlp_readers, R, gen)
+        if hasattr(mlp, "experts"):          # the router shift: every expert's logit moves by x.v
+            mlp.gate.weight.add_(torch.randn(1, d, generator=gen, dtype=torch.float64))
         attn.o_proj.weight.copy_(R.T @ attn.o_proj.weight)
         if attn.o_proj.bias is not None:
             attn.o_proj.bias.copy_(attn.o_proj.bias @ R)
         # an attention gauge move on the value/output pair of key/value group 0: its W_V rows * c, the
         # W_O columns of the query heads reading it / c
         c = _signed(1, gen)
-        hd = attn.head_dim
-        attn.v_proj.weight[:hd].mul_(c)
-        if attn.v_proj.bias is not None:
-            attn.v_proj.bias[:hd].mul_(c)
-        groups = model.config.num_attention_heads // model.config.num_key_value_heads
-        attn.o_proj.weight[:, :groups * hd].div_(c)
-        f = model.config.intermediate_size
-        a = _signed(f, gen)
-        if permute_units:      # the units in another order: gate and up rows, down columns
+        hd = getattr(attn, "head_dim", d // cfg.num_attention_heads)
+        H, G = cfg.num_attention_heads, cfg.num_key_value_heads
+        v_rows = slice((H + G) * hd, (H + G + 1) * hd) if fused else slice(0, hd)
+        v_weight = attn.qkv_proj.weight if fused else attn.v_proj.weight
+        v_bias = None if fused else attn.v_proj.bias
+        v_weight[v_rows].mul_(c)
+        if v_bias is not None:
+            v_bias[v_rows].mul_(c)
+        attn.o_proj.weight[:, :(H // G) * hd].div_(c)
+        if permute_units and hasattr(mlp, "up_proj"):      # the units in another order: gate and up rows, down columns
             order = torch.randperm(f, generator=gen)
             for proj in (mlp.gate_proj, mlp.up_proj):
                 proj.weight.copy_(proj.weight[order])
                 if proj.bias is not None:
                     proj.bias.copy_(proj.bias[order])
             mlp.down_proj.weight.copy_(mlp.down_proj.weight[:, order])
-        mlp.up_proj.weight.mul_(a[:, None])
-        if mlp.up_proj.bias is not None:
-            mlp.up_proj.bias.mul_(a)
-        mlp.down_proj.weight.copy_((R.T @ mlp.down_proj.weight) / a)
-        if mlp.down_proj.bias is not None:
-            mlp.down_proj.bias.copy_(mlp.down_proj.bias @ R)
+        for up, down, up_bias in _units(mlp, f):
+            a = _signed(f, gen)
+            up.mul_(a[:, None])
+            if up_bias is not None:
+                up_bias.mul_(a)
+            down.copy_((R.T @ down) / a)
+        down_bias = getattr(getattr(mlp, "down_proj", None), "bias", None)
+        if down_bias is not None:
+            down_bias.copy_(down_bias @ R)
     if not tied:
         _regain(inner.norm, [model.lm_head.weight], R, gen)
 

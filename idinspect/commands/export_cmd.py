@@ -20,7 +20,7 @@ from ..exporting import DTYPE_NAMES
 @click.option("--revision", help="Hub branch, tag or commit (same as MODEL@REVISION).")
 @click.option("--whole-model", "whole_model", is_flag=True,
               help="Also fix the whole-model symmetries: norm gains folded (gains 1), residual rotation (untied head), "
-                   "gated MLP unit scalings balanced (Llama, Mistral, Qwen2, Granite); LayerNorm gains and biases "
+                   "gated MLP unit scalings balanced (Llama, Mistral, Qwen2, Granite, Phi-3, Mixtral); LayerNorm gains and biases "
                    "folded, mean directions centred (GPT-2, GPTBigCode).")
 @hub_options
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True,

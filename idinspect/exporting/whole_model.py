@@ -22,6 +22,7 @@ from ..gauge.whole_model_fix import (
     WHOLE_GAUGE_NAME,
     WHOLE_GAUGE_VERSION,
     ResidualRotation,
+    centre_rows,
     divide_columns,
     fold_norm_gain,
     gated_unit_scalings,
@@ -30,25 +31,35 @@ from ..gauge.whole_model_fix import (
 )
 from ..sources.checkpoint import TensorReader
 
-#: The model types whose stored layout the roles below (pre-RMSNorm, separate gate, up and down
-#: projections) or those of :mod:`.whole_model_ln` (pre-LayerNorm, tied head) describe.
-EXPORTABLE = ("llama", "mistral", "qwen2", "granite", "gpt2", "gpt_bigcode")
+#: The model types whose stored layout the roles below (pre-RMSNorm gated: separate or fused gate/up,
+#: Mixtral's experts) or those of :mod:`.whole_model_ln` (pre-LayerNorm, tied head) describe.
+EXPORTABLE = ("llama", "mistral", "qwen2", "granite", "phi3", "mixtral", "gpt2", "gpt_bigcode")
 
-#: Role of each stored tensor below the model prefix (``{n}``: a layer number). Readers of a norm
-#: name the norm whose gain they absorb.
-LAYER_ROLES: dict[str, tuple[str, str | None]] = {
-    r"layers\.(\d+)\.input_layernorm\.weight": ("gain", None),
-    r"layers\.(\d+)\.post_attention_layernorm\.weight": ("gain", None),
-    r"layers\.(\d+)\.self_attn\.(q|k|v)_proj\.weight": ("reader", "input_layernorm"),
-    r"layers\.(\d+)\.self_attn\.(q|k|v)_proj\.bias": ("unchanged", None),
-    r"layers\.(\d+)\.self_attn\.o_proj\.weight": ("writer", None),
-    r"layers\.(\d+)\.self_attn\.o_proj\.bias": ("writer_bias", None),
-    r"layers\.(\d+)\.mlp\.gate_proj\.weight": ("reader", "post_attention_layernorm"),
-    r"layers\.(\d+)\.mlp\.gate_proj\.bias": ("unchanged", None),
-    r"layers\.(\d+)\.mlp\.up_proj\.weight": ("up", "post_attention_layernorm"),
-    r"layers\.(\d+)\.mlp\.up_proj\.bias": ("up_bias", None),
-    r"layers\.(\d+)\.mlp\.down_proj\.weight": ("down", None),
-    r"layers\.(\d+)\.mlp\.down_proj\.bias": ("writer_bias", None),
+_L = r"layers\.(?P<layer>\d+)\."
+#: Role of each stored tensor below the model prefix: (role, the block norm whose gain its reader absorbs,
+#: the gated unit group it belongs to as (group prefix below the layer, its up tensor, its down tensor)).
+#: ``gate_up``: Phi-3's fused [gate; up] rows; Mixtral's experts are stored per expert (w1 gate, w3 up, w2 down).
+_MLP = ("mlp.", "mlp.up_proj.weight", "mlp.down_proj.weight")
+_PHI3 = ("mlp.", "mlp.gate_up_proj.weight", "mlp.down_proj.weight")
+_EXPERT = ("block_sparse_moe.experts.{unit}.", "block_sparse_moe.experts.{unit}.w3.weight",
+           "block_sparse_moe.experts.{unit}.w2.weight")
+LAYER_ROLES: dict[str, tuple[str, str | None, tuple[str, str, str] | None]] = {
+    _L + r"(input_layernorm|post_attention_layernorm)\.weight": ("gain", None, None),
+    _L + r"self_attn\.(q|k|v|qkv)_proj\.weight": ("reader", "input_layernorm", None),
+    _L + r"self_attn\.(q|k|v|qkv)_proj\.bias": ("unchanged", None, None),
+    _L + r"self_attn\.o_proj\.weight": ("writer", None, None),
+    _L + r"self_attn\.o_proj\.bias": ("writer_bias", None, None),
+    _L + r"mlp\.gate_proj\.weight": ("reader", "post_attention_layernorm", None),
+    _L + r"mlp\.gate_proj\.bias": ("unchanged", None, None),
+    _L + r"mlp\.up_proj\.weight": ("up", "post_attention_layernorm", _MLP),
+    _L + r"mlp\.up_proj\.bias": ("up_bias", None, _MLP),
+    _L + r"mlp\.gate_up_proj\.weight": ("gate_up", "post_attention_layernorm", _PHI3),
+    _L + r"mlp\.down_proj\.weight": ("down", None, _MLP),
+    _L + r"mlp\.down_proj\.bias": ("writer_bias", None, None),
+    _L + r"block_sparse_moe\.gate\.weight": ("router", "post_attention_layernorm", None),
+    _L + r"block_sparse_moe\.experts\.(?P<unit>\d+)\.w1\.weight": ("reader", "post_attention_layernorm", None),
+    _L + r"block_sparse_moe\.experts\.(?P<unit>\d+)\.w3\.weight": ("up", "post_attention_layernorm", _EXPERT),
+    _L + r"block_sparse_moe\.experts\.(?P<unit>\d+)\.w2\.weight": ("down", None, _EXPERT),
 }
 _COMPILED = [(re.compile(p + "$"), role) for p, role in LAYER_ROLES.items()]
 
@@ -61,6 +72,8 @@ class WholeModelFix:
     rotation: ResidualRotation | None
     transformed: list[str] = field(default_factory=list)
     min_unit_moment: float = 1.0
+    #: Mixtral: experts chosen per token (0: a dense MLP).
+    top_k: int = 0
 
     def to_dict(self) -> dict:
         fixed = [{"symmetry": "norm_gains", "rule": "every block norm's gain folded into its readers (gains all ones)"
@@ -69,6 +82,12 @@ class WholeModelFix:
                                                       "moment positive"}]
         unfixed = [{"symmetry": "global_scale", "why": "not exact: the norms' eps breaks it"},
                    {"symmetry": "log_prob_head_shift", "why": "not a symmetry of the logits, which are the outputs"}]
+        if self.top_k:
+            fixed.append({"symmetry": "router_shift", "rule": "each router column centred over the experts"})
+        if self.top_k == 1:
+            unfixed.append({"symmetry": "router_unused", "why": "top-1 routing: the router only picks; every small "
+                                                               "change of it is null, but the picks are not, so no "
+                                                               "representative is chosen"})
         if self.rotation is not None:
             fixed.append({"symmetry": "residual_rotation", "rule": "residual basis = eigenvectors of E^T E, eigenvalues "
                                                                    "descending, third moment of E's columns positive"})
@@ -128,7 +147,7 @@ class WholeModelReader(TensorReader):
         self._embed, self._final = stored_key(model, embed), stored_key(model, final)
         self._head = stored_key(model, head)
         self.head = "untied" if self._head is not None else "tied"
-        self._roles: dict[str, tuple[str, str | None, str]] = {}
+        self._roles: dict[str, tuple[str, str | None, tuple[str, str, str] | None]] = {}
         unknown = []
         for key in self._reader.keys():
             if not self._reader.dtype(key).is_floating_point or model.adapter.is_buffer(key):
@@ -143,24 +162,32 @@ class WholeModelReader(TensorReader):
                                  f"{f' (and {len(unknown) - 1} more)' if len(unknown) > 1 else ''}; it would be left "
                                  "in the old basis, so it refuses: export without --whole-model")
         rotation = residual_rotation(self._reader.get(self._embed)) if self.head == "untied" else None
-        self.fix = WholeModelFix(self.head, rotation, sorted(self._roles))
+        self.fix = WholeModelFix(self.head, rotation, sorted(self._roles),
+                                 top_k=int(model.adapter.optional("num_experts_per_tok", 0) or 0)
+                                 if model.config.model_type == "mixtral" else 0)
         self._q = rotation.q if rotation is not None else None
         self._scalings: dict[str, torch.Tensor] = {}
 
-    def _role(self, key: str) -> tuple[str, str | None, str] | None:
-        """(role, the gain tensor it absorbs, its layer's name stem) of stored tensor ``key``; None: none."""
+    def _role(self, key: str) -> tuple[str, str | None, tuple[str, str, str] | None] | None:
+        """(role, the gain tensor it absorbs, its gated unit group: (key, up tensor, down tensor, gain tensor))
+        of stored tensor ``key``; None: no role."""
         rel = key.removeprefix(self._prefix)
         if key == self._embed:
-            return ("embedding", None, "")
+            return ("embedding", None, None)
         if key == self._final:
-            return ("final_gain", None, "")
+            return ("final_gain", None, None)
         if key == self._head:
-            return ("head", self._final, "")
-        for pattern, (role, norm) in _COMPILED:
+            return ("head", self._final, None)
+        for pattern, (role, norm, group) in _COMPILED:
             m = pattern.match(rel)
             if m:
-                stem = f"{self._prefix}layers.{m.group(1)}."
-                return (role, f"{stem}{norm}.weight" if norm else None, stem)
+                stem = f"{self._prefix}layers.{m.group('layer')}."
+                unit = m.groupdict().get("unit")
+                if group == _MLP and f"{stem}{_MLP[1]}" not in self._reader:
+                    group = _PHI3                                  # down_proj of a fused gate_up
+                units = None if group is None else tuple(stem + g.format(unit=unit) for g in group) \
+                    + (f"{stem}post_attention_layernorm.weight",)
+                return (role, f"{stem}{norm}.weight" if norm else None, units)
         return None
 
     # TensorReader ----------------------------------------------------------------------
@@ -188,20 +215,26 @@ class WholeModelReader(TensorReader):
         role = self._roles.get(name)
         if role is None or not self.transforms(name):
             return self._reader.get(name)
-        kind, gain, stem = role
+        kind, gain, units = role
         if kind in ("gain", "final_gain"):
             return torch.ones(self._reader.shape(name), dtype=torch.float64)
         if kind == "embedding":
             return self._rotate_in(self._reader.get(name).to(torch.float64))
         if kind in ("reader", "head"):
             return self._rotate_in(fold_norm_gain(self._reader.get(name), self._reader.get(gain)))
+        if kind == "router":            # rows (experts) centred: W_r + 1 v^T moves every logit alike
+            return centre_rows(self._rotate_in(fold_norm_gain(self._reader.get(name), self._reader.get(gain))))
         if kind == "writer":
             return self._rotate_out(self._reader.get(name).to(torch.float64))
         if kind == "writer_bias":
             return self._rotate_in(self._reader.get(name).to(torch.float64)[None, :])[0]
-        a = self._unit_scalings(stem)
+        a = self._unit_scalings(units)
         if kind == "up":
-            return scale_rows(self._rotated_up(stem), a)
+            return scale_rows(self._rotated_up(units), a)
+        if kind == "gate_up":                                   # [gate; up]: the up half's rows scaled
+            f = a.numel()
+            w = self._rotate_in(fold_norm_gain(self._reader.get(name), self._reader.get(gain)))
+            return torch.cat([w[:f], scale_rows(w[f:], a)])
         if kind == "up_bias":
             return scale_rows(self._reader.get(name), a)
         return divide_columns(self._rotate_out(self._reader.get(name).to(torch.float64)), a)    # down
@@ -215,17 +248,22 @@ class WholeModelReader(TensorReader):
         """A writer (d, in) into the rotated stream: Q^T W."""
         return w if self._q is None else self._q.T @ w
 
-    def _rotated_up(self, stem: str) -> torch.Tensor:
-        up = self._reader.get(f"{stem}mlp.up_proj.weight")
-        return self._rotate_in(fold_norm_gain(up, self._reader.get(f"{stem}post_attention_layernorm.weight")))
+    def _rotated_up(self, units: tuple[str, str, str, str]) -> torch.Tensor:
+        """The unit group's up rows (f, d), gain folded and rotated (Phi-3: the second half of gate_up)."""
+        _, up_name, down_name, gain = units
+        up = self._reader.get(up_name)
+        if up_name.endswith("gate_up_proj.weight"):
+            up = up[self._reader.shape(down_name)[1]:]
+        return self._rotate_in(fold_norm_gain(up, self._reader.get(gain)))
 
-    def _unit_scalings(self, stem: str) -> torch.Tensor:
-        if stem not in self._scalings:
-            down = self._rotate_out(self._reader.get(f"{stem}mlp.down_proj.weight").to(torch.float64))
-            a, moment = gated_unit_scalings(self._rotated_up(stem), down)
-            self._scalings[stem] = a
+    def _unit_scalings(self, units: tuple[str, str, str, str]) -> torch.Tensor:
+        key = units[0]
+        if key not in self._scalings:
+            down = self._rotate_out(self._reader.get(units[2]).to(torch.float64))
+            a, moment = gated_unit_scalings(self._rotated_up(units), down)
+            self._scalings[key] = a
             self.fix.min_unit_moment = min(self.fix.min_unit_moment, moment)
-        return self._scalings[stem]
+        return self._scalings[key]
 
 
 __all__ = ["EXPORTABLE", "LAYER_ROLES", "WholeModelFix", "WholeModelReader", "refusal", "whole_model_reader"]

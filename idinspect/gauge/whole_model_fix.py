@@ -21,6 +21,10 @@ steps made canonical, so a disguised copy reaches the same representative):
    ``up row i * a_i, down column i / a_i`` for any a_i != 0; the representative has
    ||up row i|| = ||down column i|| and the up row's third moment positive (a_i's sign).
 
+4. **Router shift** (Mixtral, :func:`centre_rows`): the router W_r (E, d) + 1 v^T moves every expert's
+   logit by x.v, which the softmax over the experts cancels; the representative has each column of
+   W_r summing to zero over the experts.
+
 Left unfixed by this form: the global residual scale (broken by eps; not an exact symmetry), the
 tie commutant of a tied head (rotations inside blocks of equal final-gain values; the final gain
 of a tied head is kept, and the residual rotation is blocked by the tie), and the head shift
@@ -96,6 +100,12 @@ def gated_unit_scalings(up: torch.Tensor, down: torch.Tensor) -> tuple[torch.Ten
     return size * signs, moment
 
 
+def centre_rows(weight: torch.Tensor) -> torch.Tensor:
+    """W - 1 (1^T W) / E for a router W (E, d): every column sums to zero over the experts (Mixtral's router
+    shift W + 1 v^T moves every expert's logit by x.v, which the softmax cancels)."""
+    return weight - weight.mean(0, keepdim=True)
+
+
 def scale_rows(weight: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
     """``diag(a) W`` for W (f, d): the up projection's rows (or its bias, shape (f,)) scaled."""
     return weight.to(torch.float64) * (a if weight.dim() == 1 else a[:, None])
@@ -106,5 +116,6 @@ def divide_columns(weight: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
     return weight.to(torch.float64) / a
 
 
-__all__ = ["ROTATION_GAP_RTOL", "WHOLE_GAUGE_NAME", "WHOLE_GAUGE_VERSION", "ResidualRotation", "divide_columns",
+__all__ = ["ROTATION_GAP_RTOL", "WHOLE_GAUGE_NAME", "WHOLE_GAUGE_VERSION", "ResidualRotation", "centre_rows",
+           "divide_columns",
            "fold_norm_gain", "gated_unit_scalings", "residual_rotation", "scale_rows"]
