@@ -12,9 +12,11 @@ WeightWatcher is never a dependency of idinspect: it runs in its own venv, creat
 (``gpt2-small``, ``llama-1b-2l``; build them first with ``python -m bench.build NAME``).
 
 For each model:
-- speed and memory: wall time of the analysis (WeightWatcher: ``analyze()`` with its defaults after
-  the model is loaded; idinspect: ``idinspect inspect --format json``, the whole command) and the peak
-  resident memory of each child process (``ru_maxrss`` from ``os.wait4``); ratios WW / ours;
+- speed and memory: the analysis alone (WeightWatcher: ``analyze()`` with its defaults after the model
+  is loaded; idinspect: ``inspect(heavy_tails=True)``, reading the checkpoint included), the whole
+  child process of each (imports, loading, analysis), and the peak resident memory each child reads
+  of itself (VmHWM: ``ru_maxrss`` of a forked child carries the parent's high-water mark, which made
+  an earlier run's memory column invalid); ratios WW / ours;
 - invariance: the checkpoint is moved along a random gauge orbit (tests/test_export.moved_checkpoint:
   per kv group, A in the QK gauge, B in GL(d_v), rewritten in the stored dtype) and both tools run
   again; for WeightWatcher's attention matrices and for all of ours (per head and per layer sum), the
@@ -25,8 +27,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import shutil
 import statistics
 import subprocess
 import sys
@@ -52,37 +52,30 @@ def ensure_venv() -> Path:
     return python
 
 
-def _run(cmd: list[str]) -> tuple[float, float, str]:
-    """(wall seconds, peak RSS in MiB, stdout) of a child process."""
+def _run(cmd: list[str]) -> float:
+    """Wall seconds of a child process (its peak memory it reads itself: VmHWM, see the workers)."""
     t = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=ROOT)
-    out = proc.stdout.read().decode()
-    _, status, usage = os.wait4(proc.pid, 0)
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    if proc.returncode:
-        raise RuntimeError(f"{cmd[:3]} exited {proc.returncode}")
-    return time.perf_counter() - t, usage.ru_maxrss / 1024, out
+    subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT, check=True)
+    return time.perf_counter() - t
 
 
 def weightwatcher(python: Path, src: Path) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         dest = Path(tmp) / "ww.json"
-        wall, rss, _ = _run([str(python), "-P", str(ROOT / "bench" / "ww_worker.py"), str(src), str(dest)])
+        wall = _run([str(python), "-P", str(ROOT / "bench" / "ww_worker.py"), str(src), str(dest)])
         out = json.loads(dest.read_text())
-    out.update(wall_s=wall, peak_mib=rss)
+    out.update(wall_s=wall)
     return out
 
 
 def ours(src: Path) -> dict:
-    wall, rss, text = _run([sys.executable, "-m", "idinspect", "inspect", str(src), "--format", "json"])
-    alphas = {}
-    for layer in json.loads(text)["layers"]:
-        ht = layer["spectra"]["heavy_tail"]
-        for form in ("qk", "ov"):
-            for h, row in enumerate(ht[form]["heads"] + [ht[form]["layer"]]):
-                key = f"{layer['index']}.{form}.{'sum' if h == len(ht[form]['heads']) else h}"
-                alphas[key] = None if row is None else row["alpha"]
-    return {"wall_s": wall, "peak_mib": rss, "alphas": alphas}
+    """idinspect's figures from bench/ours_worker.py (``inspect(heavy_tails=True)``), shaped as WeightWatcher's."""
+    with tempfile.TemporaryDirectory() as tmp:
+        dest = Path(tmp) / "ours.json"
+        wall = _run([sys.executable, "-m", "bench.ours_worker", str(src), str(dest)])
+        out = json.loads(dest.read_text())
+    out.update(wall_s=wall)
+    return out
 
 
 def changes(a: dict, b: dict) -> dict:
@@ -115,10 +108,10 @@ def compare(name: str, python: Path, seed: int = 0) -> dict:
     ww_rest = lambda r: {x["name"]: x["alpha"] for x in r["rows"] if not any(t in x["name"] for t in ATTENTION)}  # noqa: E731
     return {"model": name, "weightwatcher_version": w0["version"],
             "time_s": {"weightwatcher_analyze": w0["seconds"], "weightwatcher_process": w0["wall_s"],
-                       "idinspect_process": o0["wall_s"]},
+                       "idinspect_inspect": o0["seconds"], "idinspect_process": o0["wall_s"]},
             "peak_mib": {"weightwatcher": w0["peak_mib"], "idinspect": o0["peak_mib"]},
-            "ratios": {"time_ww_analyze_over_ours": w0["seconds"] / o0["wall_s"],
-                       "time_ww_process_over_ours": w0["wall_s"] / o0["wall_s"],
+            "ratios": {"time_ww_analyze_over_ours_inspect": w0["seconds"] / o0["seconds"],
+                       "time_ww_process_over_ours_process": w0["wall_s"] / o0["wall_s"],
                        "memory_ww_over_ours": w0["peak_mib"] / o0["peak_mib"]},
             "invariance": {"weightwatcher_attention": changes(ww_attn(w0), ww_attn(w1)),
                            "weightwatcher_other": changes(ww_rest(w0), ww_rest(w1)),

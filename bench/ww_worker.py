@@ -1,7 +1,7 @@
 """Run inside the WeightWatcher benchmark venv only (see bench/weightwatcher_compare.py); never
 imported by idinspect. ``python bench/ww_worker.py CHECKPOINT OUT.json``: load the checkpoint with
 transformers, run ``WeightWatcher(model).analyze()`` with its defaults, write per-matrix alphas and
-the analysis time (model loading excluded) as JSON."""
+the analysis time (model loading excluded) and the process's peak resident memory as JSON."""
 
 import json
 import sys
@@ -22,7 +22,16 @@ def main(src: str, dest: str) -> None:
     rows = [{"name": str(r["longname"]), "alpha": float(r["alpha"]) if r["alpha"] == r["alpha"] else None,
              "N": int(r["N"]), "M": int(r["M"])} for _, r in details.iterrows()]
     with open(dest, "w") as f:
-        json.dump({"seconds": seconds, "version": ww.__version__, "rows": rows}, f)
+        json.dump({"seconds": seconds, "version": ww.__version__, "rows": rows, "peak_mib": peak_mib()}, f)
+
+
+def peak_mib() -> float:
+    """This process's peak resident set (VmHWM, read inside: a forked child's ru_maxrss carries its parent's)."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    raise RuntimeError("no VmHWM in /proc/self/status")
 
 
 if __name__ == "__main__":
