@@ -13,12 +13,15 @@ WeightWatcher is never a dependency of idinspect: it runs in its own venv, creat
 
 For each model:
 - speed and memory: the analysis alone (WeightWatcher: ``analyze()`` with its defaults after the model
-  is loaded; idinspect: ``inspect(heavy_tails=True)``, reading the checkpoint included), the whole
+  is loaded; idinspect: ``inspect(model, heavy_tails=True)`` after ``idinspect.load``, reading every
+  tensor included), the whole
   child process of each (imports, loading, analysis), and the peak resident memory each child reads
   of itself (VmHWM: ``ru_maxrss`` of a forked child carries the parent's high-water mark, which made
   an earlier run's memory column invalid); ratios WW / ours;
 - invariance: the checkpoint is moved along a random gauge orbit (tests/test_export.moved_checkpoint:
-  per kv group, A in the QK gauge, B in GL(d_v), rewritten in the stored dtype) and both tools run
+  per kv group, A in the QK gauge, B in GL(d_v), rewritten in the stored dtype; a bf16/fp16 checkpoint
+  is first widened to float32, exactly, and both tools analyse the float32 pair: rounded back to bf16
+  the moved copy would differ by bf16 rounding, a real change of the weights) and both tools run
   again; for WeightWatcher's attention matrices and for all of ours (per head and per layer sum), the
   number of alphas that changed by more than 1e-6 relative, the median and the largest |change|.
 """
@@ -95,24 +98,58 @@ def model_path(name: str) -> Path:
     return checkpoint_dir(next(s for s in (*QUICK, *FULL) if s.name == name))
 
 
+def widened(src: Path, dst: Path) -> Path:
+    """A float32 copy of a bf16/fp16 checkpoint (exact: every such value is a float32), so that the gauge
+    move is stored with float32 rounding: rounded back to bf16, the moved copy differs from the original
+    by bf16 rounding (~4e-3 relative), a real change of the weights that moves any fitted exponent."""
+    import shutil
+
+    import torch
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    shutil.copytree(src, dst)
+    for shard in dst.glob("*.safetensors"):
+        with safe_open(str(shard), "pt") as f:
+            meta = f.metadata()
+            tensors = {k: (t.to(torch.float32) if t.is_floating_point() else t)
+                       for k in f.keys() for t in [f.get_tensor(k)]}
+        save_file(tensors, str(shard), metadata=meta)
+    config = json.loads((dst / "config.json").read_text())
+    for key in ("dtype", "torch_dtype"):
+        if key in config:
+            config[key] = "float32"
+    (dst / "config.json").write_text(json.dumps(config, indent=2))
+    return dst
+
+
 def compare(name: str, python: Path, seed: int = 0) -> dict:
     sys.path.insert(0, str(ROOT))
     from tests.test_export import moved_checkpoint
 
-    src = model_path(name)
+    import idinspect
+
+    original = model_path(name)
+    with idinspect.load(original) as model:
+        stored = str(model.reader.dtype(model.adapter.attention_keys(0)[0])).removeprefix("torch.")
+    w_speed, o_speed = weightwatcher(python, original), ours(original)      # speed and memory: as stored
     with tempfile.TemporaryDirectory(dir=ROOT / "bench" / "cache") as tmp:
+        widen = stored in ("bfloat16", "float16")
+        src = widened(original, Path(tmp) / "float32") if widen else original
         moved = moved_checkpoint(src, Path(tmp) / "moved", seed)
-        w0, w1 = weightwatcher(python, src), weightwatcher(python, moved)
-        o0, o1 = ours(src), ours(moved)
+        w0, o0 = (weightwatcher(python, src), ours(src)) if widen else (w_speed, o_speed)
+        w1, o1 = weightwatcher(python, moved), ours(moved)
     ww_attn = lambda r: {x["name"]: x["alpha"] for x in r["rows"] if any(t in x["name"] for t in ATTENTION)}  # noqa: E731
     ww_rest = lambda r: {x["name"]: x["alpha"] for x in r["rows"] if not any(t in x["name"] for t in ATTENTION)}  # noqa: E731
-    return {"model": name, "weightwatcher_version": w0["version"],
-            "time_s": {"weightwatcher_analyze": w0["seconds"], "weightwatcher_process": w0["wall_s"],
-                       "idinspect_inspect": o0["seconds"], "idinspect_process": o0["wall_s"]},
-            "peak_mib": {"weightwatcher": w0["peak_mib"], "idinspect": o0["peak_mib"]},
-            "ratios": {"time_ww_analyze_over_ours_inspect": w0["seconds"] / o0["seconds"],
-                       "time_ww_process_over_ours_process": w0["wall_s"] / o0["wall_s"],
-                       "memory_ww_over_ours": w0["peak_mib"] / o0["peak_mib"]},
+    return {"model": name, "stored_dtype": stored, "analysed_dtype": "float32" if stored in ("bfloat16", "float16") else stored,
+            "weightwatcher_version": w0["version"],
+            "time_s": {"weightwatcher_analyze": w_speed["seconds"], "weightwatcher_process": w_speed["wall_s"],
+                       "idinspect_open": o_speed["open_seconds"], "idinspect_inspect": o_speed["seconds"],
+                       "idinspect_process": o_speed["wall_s"]},
+            "peak_mib": {"weightwatcher": w_speed["peak_mib"], "idinspect": o_speed["peak_mib"]},
+            "ratios": {"time_ww_analyze_over_ours_inspect": w_speed["seconds"] / o_speed["seconds"],
+                       "time_ww_process_over_ours_process": w_speed["wall_s"] / o_speed["wall_s"],
+                       "memory_ww_over_ours": w_speed["peak_mib"] / o_speed["peak_mib"]},
             "invariance": {"weightwatcher_attention": changes(ww_attn(w0), ww_attn(w1)),
                            "weightwatcher_other": changes(ww_rest(w0), ww_rest(w1)),
                            "idinspect_circuits": changes(o0["alphas"], o1["alphas"])}}

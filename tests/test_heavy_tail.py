@@ -117,12 +117,13 @@ def test_layer_sum_singular_values_match_dense():
     layer = synthetic_layer(d=40, H=4, G=2, dk=6)
     X, Y = layer_factors(layer)["qk"]
     dense = sum(layer.W_Q[h] @ layer.W_K[h // 2].T for h in range(4))
-    sv = product_singular_values(X, Y)
+    sv, product = product_singular_values(X, Y)
+    assert product is None                                   # m = G d_k = 12 < d: through the small cores
     ref = torch.linalg.svdvals(dense)
     assert torch.allclose(sv, ref[:sv.numel()], rtol=1e-12, atol=1e-12 * float(ref[0]))
     X, Y = layer_factors(layer)["ov"]
     dense_ov = sum(layer.W_V[h // 2] @ layer.W_O[h] for h in range(4))
-    assert torch.allclose(product_singular_values(X, Y), torch.linalg.svdvals(dense_ov)[:12], rtol=1e-12,
+    assert torch.allclose(product_singular_values(X, Y)[0], torch.linalg.svdvals(dense_ov)[:12], rtol=1e-12,
                           atol=1e-12 * float(torch.linalg.svdvals(dense_ov)[0]))
     spiked = dense_ov.clone()
     spiked[3, 5] += 50.0 * float(dense_ov.abs().max())      # one large entry: a trap
@@ -132,6 +133,20 @@ def test_layer_sum_singular_values_match_dense():
     count, ratio = trap_count(spiked, U, fro2)
     assert count == int((spiked.abs() > thr).sum()) >= 1
     assert ratio == pytest.approx(float(spiked.abs().max()) / thr, rel=1e-12)
+
+
+def test_layer_sum_with_as_many_columns_as_width_is_the_product():
+    """m = G d_k >= d (GPT-2, BERT: m = d): the product X Y^T is formed directly (it is no larger than the
+    cores), its singular values are the dense ones, and the trap count read from it is the blockwise one."""
+    layer = synthetic_layer(d=12, H=4, G=2, dk=6)
+    for form in ("qk", "ov"):
+        X, Y = layer_factors(layer)[form]
+        sv, product = product_singular_values(X, Y)
+        assert product is not None and torch.equal(product, X @ Y.T)
+        ref = torch.linalg.svdvals(X @ Y.T)
+        assert torch.allclose(sv, ref, rtol=1e-12, atol=1e-12 * float(ref[0]))
+        fro2 = float(sv.square().sum())
+        assert trap_count(X, Y, fro2, product) == trap_count(X, Y, fro2)
 
 
 def _figures(layer) -> list[float]:

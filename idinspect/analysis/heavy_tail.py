@@ -166,16 +166,17 @@ def layer_factors(layer: AttentionLayer) -> dict[str, tuple[torch.Tensor, torch.
     return {"qk": (flat(S_Q), flat(W_K)), "ov": (flat(W_V), flat(S_O))}
 
 
-def product_singular_values(X: torch.Tensor, Y: torch.Tensor) -> torch.Tensor:
-    """Singular values (descending) of X Y^T for X, Y [d, m] float64, from the core R_X R_Y^T when
-    m <= d (R of a thin Householder QR, O(d m^2)); when m > d the product itself is the smaller
-    matrix (d x d < m x m)."""
+def product_singular_values(X: torch.Tensor, Y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(singular values (descending) of X Y^T for X, Y [d, m] float64, the product X Y^T itself where it
+    was formed, else None): from the core R_X R_Y^T when m < d (R of a thin Householder QR, O(d m^2));
+    when m >= d the product is no larger than the core (d x d <= m x m) and is taken directly (two
+    QRs saved; GPT-2 and BERT have m = d), and the trap count reads its entries."""
     d, m = X.shape
-    if m > d:
-        core = X @ Y.T
-    else:
-        core = torch.linalg.qr(X, mode="r").R @ torch.linalg.qr(Y, mode="r").R.T
-    return dense_singular_values(core)
+    if m >= d:
+        product = X @ Y.T
+        return dense_singular_values(product), product
+    core = torch.linalg.qr(X, mode="r").R @ torch.linalg.qr(Y, mode="r").R.T
+    return dense_singular_values(core), None
 
 
 def dense_singular_values(A: torch.Tensor) -> torch.Tensor:
@@ -187,16 +188,19 @@ def dense_singular_values(A: torch.Tensor) -> torch.Tensor:
     return torch.from_numpy(np.linalg.svd(A.numpy(), compute_uv=False))
 
 
-def trap_count(X: torch.Tensor, Y: torch.Tensor, fro2: float) -> tuple[int, float]:
+def trap_count(X: torch.Tensor, Y: torch.Tensor, fro2: float,
+               product: torch.Tensor | None = None) -> tuple[int, float]:
     """(entries of X Y^T above sigma (N M)^(1/4), max |entry| / that threshold) with
-    sigma^2 = ``fro2`` / (N M) (``fro2`` = ||X Y^T||_F^2 = sum s_i^2), computed a row block at a time."""
+    sigma^2 = ``fro2`` / (N M) (``fro2`` = ||X Y^T||_F^2 = sum s_i^2), computed a row block at a time
+    (or read from ``product`` = X Y^T where it was formed already)."""
     N, M = X.shape[0], Y.shape[0]
     thr = math.sqrt(fro2 / (N * M)) * (N * M) ** 0.25
     if not thr > 0:
         return 0, 0.0
     count, big = 0, 0.0
     for start in range(0, N, ENTRY_BLOCK):
-        block = (X[start:start + ENTRY_BLOCK] @ Y.T).abs_()
+        rows = product[start:start + ENTRY_BLOCK] if product is not None else X[start:start + ENTRY_BLOCK] @ Y.T
+        block = rows.abs()
         count += int((block > thr).sum())
         big = max(big, float(block.max()))
     return count, big / thr
@@ -214,10 +218,10 @@ def heavy_tail(layer: AttentionLayer, s: HeadSpectra) -> dict:
         row: dict | None = None
         if finite:
             (X, cx), (Y, cy) = _unit_scale(X), _unit_scale(Y)     # exact: no overflow in X Y^T
-            sv = product_singular_values(X, Y)
+            sv, product = product_singular_values(X, Y)
             row = circuit_figures(sv[None], rank_rtol(d, X.shape[1]), (d, d))[0]
             if row is not None:
-                row["traps"], row["trap_ratio"] = trap_count(X, Y, float(sv.square().sum()))
+                row["traps"], row["trap_ratio"] = trap_count(X, Y, float(sv.square().sum()), product)
                 _rescale(row, cx * cy)
         out[form] = {"heads": circuit_figures(values, s.rtol, (d, d), ok), "layer": row}
     return out

@@ -48,11 +48,18 @@ def layer_workers(layer_bytes: int, layers: int, device: torch.device) -> int:
 
 @contextlib.contextmanager
 def single_threaded_kernels() -> Iterator[None]:
-    """torch's intra-op threads set to 1 for the block (process-wide), then restored."""
+    """torch's intra-op threads and NumPy's BLAS threads set to 1 for the block (process-wide), then
+    restored. NumPy's OpenBLAS (the heavy-tail section's SVDs) keeps its own team: left at the machine's
+    size, two layer workers ran four BLAS threads on two cores (GPT-2 small's heavy tails 4.4 s, 2.5 s
+    with one thread each). threadpoolctl sets it at run time (an environment variable is read only
+    when the library loads)."""
+    from threadpoolctl import threadpool_limits
+
     before = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        yield
+        with threadpool_limits(limits=1, user_api="blas"):
+            yield
     finally:
         torch.set_num_threads(before)
 
