@@ -15,7 +15,6 @@ number within its stack.
 
 from __future__ import annotations
 
-import contextlib
 import re
 from dataclasses import dataclass
 from functools import cached_property
@@ -30,7 +29,7 @@ from ..layer.attention_layer import AttentionLayer, Positional, QKNorm, QueryTem
 QK_NORM_ROLES = ("q_gain", "k_gain", "q_bias", "k_bias")
 from ..sources.checkpoint import TensorReader
 from ..sources.config import setting_optional
-from .example_inputs import example_inputs
+from .live import LiveModel
 from .model_tensors import TASK_HEADS, match
 from .layout import (Block, Projection, fused_rows, head_rows, heads_from_linear_cols, heads_from_linear_rows,
                      linear_cols_from_heads, linear_rows_from_heads)
@@ -55,7 +54,7 @@ class Site:
     block: Block
 
 
-class Adapter:
+class Adapter(LiveModel):
     """Maps one architecture family's checkpoint tensors to :class:`AttentionLayer` and back."""
 
     family: ClassVar[str]
@@ -77,18 +76,6 @@ class Adapter:
     post_norm: ClassVar[tuple[str, str] | None] = None
     #: Suffixes of stored tensors that are buffers, not parameters (never counted, never biases).
     buffer_suffixes: ClassVar[tuple[str, ...]] = ()
-    #: Attention module of the twin and test models: ``(module, output module or None)``, relative
-    #: to the layer, for each block kind (the module takes the hidden states; a separate output
-    #: module, as BERT's ``attention.output.dense``, is applied to its output).
-    hf_modules: ClassVar[dict[str, tuple[str, str | None]]] = {}
-    #: A table of the model's that a block reads through its call (MPNet's relative-position bias,
-    #: looked up once by the encoder): per block kind, (its ``nn.Embedding`` module below the prefix,
-    #: the keyword of the attention call that carries the looked-up values). The block of layer 0 owns
-    #: it: --prove and the tests differentiate its call with respect to the table too.
-    hf_shared_tables: ClassVar[dict[str, tuple[str, str]]] = {}
-    #: Tokens per sequence of --prove's twin (and the least the test variants run): enough to reach
-    #: every row of every table the family has.
-    twin_tokens: ClassVar[int] = 8
     #: The per-head attention-sink logits [H] of a self-attention block, relative to the layer
     #: (gpt-oss: ``"self_attn.sinks"``); None: the family has none.
     sinks_tensor: ClassVar[str | None] = None
@@ -416,43 +403,6 @@ class Adapter:
     def _cast(self, name: str, t: torch.Tensor, dtype: torch.dtype | None) -> torch.Tensor:
         target = dtype if dtype is not None else self.reader.dtype(name)
         return t.to(target).contiguous()
-
-    # --prove and tests ---------------------------------------------------------------
-    def twin_settings(self, hf_config, shape: dict) -> dict[str, Any]:
-        """config keyword arguments of a one-layer twin of ``shape`` (heads, kv_heads, head_dim,
-        hidden_size) with this model's bias pattern, positional scheme and causality (see
-        :mod:`idinspect.analysis.twin`)."""
-        raise IdinspectError(f"--prove has no twin recipe for the {self.family} family")
-
-    def exact_float64(self) -> contextlib.AbstractContextManager:
-        """A context in which this family's transformers modules compute float64 inputs in float64
-        (some cast to float32 inside: a rotary embedding, a norm); the proofs run in it. None by default."""
-        return contextlib.nullcontext()
-
-    def shared_table(self, n: int) -> tuple[str, str] | None:
-        """(module path from the model's root, call keyword) of the model-level table block ``n`` owns
-        (:attr:`hf_shared_tables`), else None."""
-        site = self.sites[n]
-        found = self.hf_shared_tables.get(site.block.kind)
-        if found is None or site.layer != 0:
-            return None
-        return f"{self.prefix}{found[0]}", found[1]
-
-    #: Keyword names under which transformers' attention modules take a cross block's key/value states.
-    kv_arguments: ClassVar[tuple[str, ...]] = ("encoder_hidden_states", "key_value_states")
-
-    def example_inputs(self, hf_model, input_ids: torch.Tensor, generator: torch.Generator) -> dict[str, torch.Tensor]:
-        """Forward arguments that run every attention block of ``hf_model`` (see :func:`example_inputs`)."""
-        return example_inputs(hf_model, input_ids, generator)
-
-    def live_modules(self, hf_model, n: int):
-        """(module taking the hidden states, separate output module or None) of block ``n`` in a live
-        transformers model of this checkpoint."""
-        site = self.sites[n]
-        layer = hf_model.get_submodule(f"{self.prefix}{site.path}".rstrip("."))
-        module, output = self.hf_modules[site.block.kind]
-        return layer.get_submodule(module), (layer.get_submodule(output) if output else None)
-
 
 #: Settings that must be integers where set (a transformers config class would refuse anything else).
 _SIZE_SETTINGS = ("num_hidden_layers", "hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim")
