@@ -77,30 +77,33 @@ def _largest_difference(a: dict, b: dict) -> tuple[float, str]:
     return max((float((a[k] - b[k]).abs().max() / a[k].abs().max().clamp_min(1e-300)), k) for k in a)
 
 
-@pytest.mark.parametrize("name", list(VARIANTS))
-def test_disguised_copy_exports_to_the_same_weights_and_function(name, tmp_path):
-    model = _model(name)
-    ids = torch.randint(0, model.config.vocab_size, (3, 9), generator=torch.Generator().manual_seed(5))
+def _round_trip(model, move, tokens: int, tmp_path, name: str) -> tuple[dict, dict]:
+    """Save ``model``, disguise it in place with ``move`` (checked to keep the logits), save again, export
+    both with --whole-model; assert the two exports hold the same weights and both give the original
+    logits through stock transformers. Returns (the plain export's tensors, its whole_model record)."""
+    ids = torch.randint(0, model.config.vocab_size, (3, tokens), generator=torch.Generator().manual_seed(5))
     before = _logits(model, ids)
     model.save_pretrained(tmp_path / "plain")
-    disguise(model)
-    disguised = _logits(model, ids)
-    assert torch.allclose(disguised, before, rtol=0, atol=1e-10 * before.abs().max())   # the disguise is a symmetry
+    move(model)
+    assert torch.allclose(_logits(model, ids), before, rtol=0, atol=1e-10 * before.abs().max())  # a symmetry
     model.save_pretrained(tmp_path / "disguised")
-    results = {}
-    for side in ("plain", "disguised"):
-        results[side] = export(tmp_path / side, tmp_path / f"{side}-out", whole_model=True)
+    results = {side: export(tmp_path / side, tmp_path / f"{side}-out", whole_model=True)
+               for side in ("plain", "disguised")}
     worst, where = _largest_difference(_tensors(tmp_path / "plain-out"), _tensors(tmp_path / "disguised-out"))
     assert worst < FLOAT64_RTOL, f"{name}: the two exports differ by {worst:.3g} (relative) at {where}"
     for side in ("plain", "disguised"):
         got = _logits(_load(tmp_path / f"{side}-out"), ids)
         assert torch.allclose(got, before, rtol=0, atol=1e-11 * before.abs().max()), (side, (got - before).abs().max())
-    out = _tensors(tmp_path / "plain-out")
+    return _tensors(tmp_path / "plain-out"), results["plain"].whole_model
+
+
+@pytest.mark.parametrize("name", list(VARIANTS))
+def test_disguised_copy_exports_to_the_same_weights_and_function(name, tmp_path):
+    out, record = _round_trip(_model(name), disguise, 9, tmp_path, name)
     tied = VARIANTS[name][2]["tie_word_embeddings"]
     for key, t in out.items():
         if key.endswith("layernorm.weight") or (key == "model.norm.weight" and not tied):
             assert torch.equal(t, torch.ones_like(t)), key
-    record = results["plain"].whole_model
     assert record["head"] == ("tied" if tied else "untied")
     assert ("residual_rotation" in {f["symmetry"] for f in record["fixed"]}) == (not tied)
     if not tied:        # the representative basis: the embedding's columns orthogonal, norms descending
@@ -124,25 +127,11 @@ PRE_LN_VARIANTS = {
 def test_pre_layer_norm_disguised_copy_exports_to_the_same_weights(name, tmp_path):
     config_cls, cls, kw = PRE_LN_VARIANTS[name]
     model = randomised(model_class(cls), model_class(config_cls)(**kw))
-    ids = torch.randint(0, 40, (3, 12), generator=torch.Generator().manual_seed(5))
-    before = _logits(model, ids)
-    model.save_pretrained(tmp_path / "plain")
-    disguise_pre_ln(model)
-    assert torch.allclose(_logits(model, ids), before, rtol=0, atol=1e-10 * before.abs().max())  # a symmetry
-    model.save_pretrained(tmp_path / "disguised")
-    results = {side: export(tmp_path / side, tmp_path / f"{side}-out", whole_model=True)
-               for side in ("plain", "disguised")}
-    worst, where = _largest_difference(_tensors(tmp_path / "plain-out"), _tensors(tmp_path / "disguised-out"))
-    assert worst < FLOAT64_RTOL, f"{name}: the two exports differ by {worst:.3g} (relative) at {where}"
-    for side in ("plain", "disguised"):
-        got = _logits(_load(tmp_path / f"{side}-out"), ids)
-        assert torch.allclose(got, before, rtol=0, atol=1e-11 * before.abs().max()), (side, (got - before).abs().max())
-    out = _tensors(tmp_path / "plain-out")
+    out, record = _round_trip(model, disguise_pre_ln, 12, tmp_path, name)
     for key, t in out.items():
         if ".ln_1." in key or ".ln_2." in key:
             assert torch.equal(t, torch.ones_like(t) if key.endswith("weight") else torch.zeros_like(t)), key
     assert float(out["transformer.wpe.weight"].sum(1).abs().max()) < 1e-12
-    record = results["plain"].whole_model
     assert ("mlp_scalings" in {f["symmetry"] for f in record["fixed"]}) == name.endswith("relu")
     assert {u["symmetry"] for u in record["unfixed"]} == {"global_scale", "log_prob_head_shift", "tie_commutant"}
 

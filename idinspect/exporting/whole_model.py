@@ -29,7 +29,7 @@ from ..gauge.whole_model_fix import (
     residual_rotation,
     scale_rows,
 )
-from ..sources.checkpoint import TensorReader
+from ..sources.checkpoint import ViewReader
 
 #: The model types whose stored layout the roles below (pre-RMSNorm gated: separate or fused gate/up,
 #: Mixtral's experts) or those of :mod:`.whole_model_ln` (pre-LayerNorm, tied head) describe.
@@ -133,7 +133,7 @@ def whole_model_reader(model):
     return WholeModelReader(model)
 
 
-class WholeModelReader(TensorReader):
+class WholeModelReader(ViewReader):
     """The checkpoint as the whole-model fix transforms it: ``get`` returns the transformed tensor
     (float64) for every tensor with a role, the stored one otherwise; names, shapes and dtypes are the
     stored ones. Per-layer scalings are computed once, on first use."""
@@ -142,7 +142,8 @@ class WholeModelReader(TensorReader):
         why = refusal(model)
         if why:
             raise IdinspectError(why)
-        self._reader, self._prefix = model.reader, model.adapter.prefix
+        super().__init__(model.reader)
+        self._prefix = model.adapter.prefix
         embed, final, head = NAMES[PRE_RMS_GATED]
         self._embed, self._final = stored_key(model, embed), stored_key(model, final)
         self._head = stored_key(model, head)
@@ -189,22 +190,6 @@ class WholeModelReader(TensorReader):
                     + (f"{stem}post_attention_layernorm.weight",)
                 return (role, f"{stem}{norm}.weight" if norm else None, units)
         return None
-
-    # TensorReader ----------------------------------------------------------------------
-    def keys(self) -> list[str]:
-        return self._reader.keys()
-
-    def __contains__(self, name: str) -> bool:
-        return name in self._reader
-
-    def shape(self, name: str) -> tuple[int, ...]:
-        return self._reader.shape(name)
-
-    def dtype(self, name: str) -> torch.dtype:
-        return self._reader.dtype(name)
-
-    def file_of(self, name: str) -> str | None:
-        return self._reader.file_of(name)
 
     def transforms(self, name: str) -> bool:
         """Whether ``get(name)`` differs from the stored tensor (by a role other than unchanged)."""

@@ -22,7 +22,7 @@ from ..gauge.whole_model_ln_fix import (
     fold_layer_norm,
     relu_unit_scalings,
 )
-from ..sources.checkpoint import TensorReader
+from ..sources.checkpoint import ViewReader
 
 #: model_type -> whether its projections are stored (in, out) (Conv1D) rather than (out, in).
 CONV1D = {"gpt2": True, "gpt_bigcode": False}
@@ -64,11 +64,12 @@ class PreLayerNormFix:
                 "unfixed": unfixed, "transformed_tensors": len(self.transformed), "unique": True}
 
 
-class PreLayerNormReader(TensorReader):
+class PreLayerNormReader(ViewReader):
     """The pre-LayerNorm checkpoint as the whole-model fix transforms it (see the module docstring)."""
 
     def __init__(self, model):
-        self._reader, self._prefix = model.reader, model.adapter.prefix
+        super().__init__(model.reader)
+        self._prefix = model.adapter.prefix
         self._conv1d = CONV1D[model.config.model_type]
         relu = str(model.adapter.optional("activation_function", "")) == "relu"
         self._roles: dict[str, tuple[str, str | None, str, str]] = {}
@@ -101,22 +102,6 @@ class PreLayerNormReader(TensorReader):
                 stem = f"{self._prefix}h.{m.group(1)}."
                 return (role, f"{stem}{norm}." if norm else None, stem, rel.rsplit(".", 1)[1])
         return None
-
-    # TensorReader ----------------------------------------------------------------------
-    def keys(self) -> list[str]:
-        return self._reader.keys()
-
-    def __contains__(self, name: str) -> bool:
-        return name in self._reader
-
-    def shape(self, name: str) -> tuple[int, ...]:
-        return self._reader.shape(name)
-
-    def dtype(self, name: str) -> torch.dtype:
-        return self._reader.dtype(name)
-
-    def file_of(self, name: str) -> str | None:
-        return self._reader.file_of(name)
 
     def transforms(self, name: str) -> bool:
         role = self._roles.get(name)

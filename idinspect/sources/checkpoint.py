@@ -213,11 +213,9 @@ def _alias_key(t: torch.Tensor) -> tuple | None:
     return (t.device.type, ptr, t.storage_offset(), tuple(t.shape), tuple(t.stride()), t.dtype)
 
 
-class ShapeOnlyReader(TensorReader):
-    """Headers only: ``get`` returns an empty ``meta`` tensor of the stored shape and dtype.
-
-    Running an adapter over it checks every name and shape the config implies without reading data.
-    """
+class ViewReader(TensorReader):
+    """Another reader seen through a view: the same names, shapes, dtypes and files; a subclass changes
+    what ``get`` returns (:class:`ShapeOnlyReader`; export --whole-model's transformed tensors)."""
 
     def __init__(self, reader: TensorReader):
         self._reader = reader
@@ -235,10 +233,20 @@ class ShapeOnlyReader(TensorReader):
         return self._reader.dtype(name)
 
     def get(self, name: str) -> torch.Tensor:
-        return torch.empty(self._reader.shape(name), dtype=self._reader.dtype(name), device="meta")
+        return self._reader.get(name)
 
     def file_of(self, name: str) -> str | None:
         return self._reader.file_of(name)
+
+
+class ShapeOnlyReader(ViewReader):
+    """Headers only: ``get`` returns an empty ``meta`` tensor of the stored shape and dtype.
+
+    Running an adapter over it checks every name and shape the config implies without reading data.
+    """
+
+    def get(self, name: str) -> torch.Tensor:
+        return torch.empty(self._reader.shape(name), dtype=self._reader.dtype(name), device="meta")
 
 
 def shard_of_each_tensor(keys_by_shard: Mapping[str, Iterable[str]], where: Callable[[str], str],
