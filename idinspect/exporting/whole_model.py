@@ -168,6 +168,7 @@ class WholeModelReader(ViewReader):
                                  if model.config.model_type == "mixtral" else 0)
         self._q = rotation.q if rotation is not None else None
         self._scalings: dict[str, torch.Tensor] = {}
+        self._rotated: dict[str, torch.Tensor] = {}      # a unit group's rotated up source until its get
 
     def _role(self, key: str) -> tuple[str, str | None, tuple[str, str, str] | None] | None:
         """(role, the gain tensor it absorbs, its gated unit group: (key, up tensor, down tensor, gain tensor))
@@ -205,20 +206,18 @@ class WholeModelReader(ViewReader):
             return torch.ones(self._reader.shape(name), dtype=torch.float64)
         if kind == "embedding":
             return self._rotate_in(self._reader.get(name).to(torch.float64))
-        if kind in ("reader", "head"):
-            return self._rotate_in(fold_norm_gain(self._reader.get(name), self._reader.get(gain)))
-        if kind == "router":            # rows (experts) centred: W_r + 1 v^T moves every logit alike
-            return centre_rows(self._rotate_in(fold_norm_gain(self._reader.get(name), self._reader.get(gain))))
+        if kind in ("reader", "head", "router"):
+            w = self._rotate_in(fold_norm_gain(self._reader.get(name), self._reader.get(gain)))
+            return centre_rows(w) if kind == "router" else w     # router: W_r + 1 v^T moves every logit alike
         if kind == "writer":
             return self._rotate_out(self._reader.get(name).to(torch.float64))
         if kind == "writer_bias":
             return self._rotate_in(self._reader.get(name).to(torch.float64)[None, :])[0]
         a = self._unit_scalings(units)
-        if kind == "up":
-            return scale_rows(self._rotated_up(units), a)
-        if kind == "gate_up":                                   # [gate; up]: the up half's rows scaled
-            f = a.numel()
-            w = self._rotate_in(fold_norm_gain(self._reader.get(name), self._reader.get(gain)))
+        if kind in ("up", "gate_up"):       # the source the scalings were read from, once (Phi-3: [gate; up])
+            w = self._rotated.pop(units[0], None)
+            w = self._rotated_source(units) if w is None else w
+            f = w.shape[0] - a.numel()
             return torch.cat([w[:f], scale_rows(w[f:], a)])
         if kind == "up_bias":
             return scale_rows(self._reader.get(name), a)
@@ -233,20 +232,22 @@ class WholeModelReader(ViewReader):
         """A writer (d, in) into the rotated stream: Q^T W."""
         return w if self._q is None else self._q.T @ w
 
-    def _rotated_up(self, units: tuple[str, str, str, str]) -> torch.Tensor:
-        """The unit group's up rows (f, d), gain folded and rotated (Phi-3: the second half of gate_up)."""
-        _, up_name, down_name, gain = units
-        up = self._reader.get(up_name)
-        if up_name.endswith("gate_up_proj.weight"):
-            up = up[self._reader.shape(down_name)[1]:]
-        return self._rotate_in(fold_norm_gain(up, self._reader.get(gain)))
+    def _rotated_source(self, units: tuple[str, str, str, str]) -> torch.Tensor:
+        """The unit group's up tensor (f, d) (Phi-3: gate_up (2f, d), whose last f rows are the up rows),
+        gain folded and rotated."""
+        _, up_name, _, gain = units
+        return self._rotate_in(fold_norm_gain(self._reader.get(up_name), self._reader.get(gain)))
 
     def _unit_scalings(self, units: tuple[str, str, str, str]) -> torch.Tensor:
+        """Rule 3's a (f,) of a unit group, computed once. The rotated up source is kept for its own
+        ``get`` (read and rotated once); the down columns' norms need no rotation (||Q^T w|| = ||w||)."""
         key = units[0]
         if key not in self._scalings:
-            down = self._rotate_out(self._reader.get(units[2]).to(torch.float64))
-            a, moment = gated_unit_scalings(self._rotated_up(units), down)
+            down = self._reader.get(units[2])
+            source = self._rotated_source(units)
+            a, moment = gated_unit_scalings(source[source.shape[0] - down.shape[1]:], down)
             self._scalings[key] = a
+            self._rotated[key] = source
             self.fix.min_unit_moment = min(self.fix.min_unit_moment, moment)
         return self._scalings[key]
 

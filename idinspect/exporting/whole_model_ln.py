@@ -90,6 +90,7 @@ class PreLayerNormReader(ViewReader):
         self.relu = relu
         self.fix = PreLayerNormFix(relu, sorted(k for k in self._roles if self.transforms(k)))
         self._scalings: dict[str, torch.Tensor] = {}
+        self._pairs: dict[str, list] = {}          # module -> [(weight, bias) transformed, parts not yet served]
 
     def _role(self, key: str) -> tuple[str, str | None, str, str] | None:
         """(role, the norm it reads, its layer's name stem, weight or bias) of stored tensor ``key``; None: none."""
@@ -119,15 +120,26 @@ class PreLayerNormReader(ViewReader):
             return centre_outputs(self._reader.get(name).to(torch.float64))
         module = name.rsplit(".", 1)[0]
         if kind in ("reader", "fc"):
-            w, c = self._folded_reader(module, norm)
+            w, c = self._served(module, part, lambda: self._folded_reader(module, norm))
             if kind == "fc" and self.relu:
                 a = self._unit_scalings(stem)
                 w, c = w * a, c * a
             return self._stored_orientation(w) if part == "weight" else c
-        w, b = self._writer(module)
+        w, b = self._served(module, part, lambda: self._writer(module))
         if kind == "proj" and self.relu:
             w = w / self._unit_scalings(stem)[:, None]
         return self._stored_orientation(w) if part == "weight" else b
+
+    def _served(self, module: str, part: str, compute):
+        """``compute()`` (a module's transformed weight and bias, which come from one computation) once per
+        module: kept until both of its stored parts have been served, so each is read and folded once."""
+        if module not in self._pairs:
+            self._pairs[module] = [compute(), {p for p in ("weight", "bias") if f"{module}.{p}" in self._reader}]
+        value, waiting = self._pairs[module]
+        waiting.discard(part)
+        if not waiting:
+            del self._pairs[module]
+        return value
 
     # the transforms ------------------------------------------------------------------
     def _xw(self, module: str) -> torch.Tensor:
@@ -155,8 +167,9 @@ class PreLayerNormReader(ViewReader):
 
     def _unit_scalings(self, stem: str) -> torch.Tensor:
         if stem not in self._scalings:
-            fc, fc_bias = self._folded_reader(f"{stem}mlp.c_fc", f"{stem}ln_2.")
-            proj, _ = self._writer(f"{stem}mlp.c_proj")
+            fc_module, proj_module = f"{stem}mlp.c_fc", f"{stem}mlp.c_proj"
+            fc, fc_bias = self._served(fc_module, "", lambda: self._folded_reader(fc_module, f"{stem}ln_2."))
+            proj, _ = self._served(proj_module, "", lambda: self._writer(proj_module))
             self._scalings[stem] = relu_unit_scalings(fc, fc_bias, proj)
         return self._scalings[stem]
 
