@@ -22,7 +22,7 @@ from ..gauge.whole_model_fix import (
     WHOLE_GAUGE_NAME,
     WHOLE_GAUGE_VERSION,
     ResidualRotation,
-    centre_rows,
+    centre_columns,
     divide_columns,
     fold_norm_gain,
     gated_unit_scalings,
@@ -208,7 +208,7 @@ class WholeModelReader(ViewReader):
             return self._rotate_in(self._reader.get(name).to(torch.float64))
         if kind in ("reader", "head", "router"):
             w = self._rotate_in(fold_norm_gain(self._reader.get(name), self._reader.get(gain)))
-            return centre_rows(w) if kind == "router" else w     # router: W_r + 1 v^T moves every logit alike
+            return centre_columns(w) if kind == "router" else w     # router: W_r + 1 v^T moves every logit alike
         if kind == "writer":
             return self._rotate_out(self._reader.get(name).to(torch.float64))
         if kind == "writer_bias":

@@ -16,7 +16,7 @@ import torch
 from ..errors import IdinspectError
 from ..gauge.whole_model_fix import WHOLE_GAUGE_NAME, WHOLE_GAUGE_VERSION
 from ..gauge.whole_model_ln_fix import (
-    centre_inputs,
+    centre_columns,
     centre_outputs,
     centre_vector,
     fold_layer_norm,
@@ -158,7 +158,7 @@ class PreLayerNormReader(ViewReader):
         """Rules 1 and 2: (centred diag(g) W, c + beta W) of a reader."""
         w, c = fold_layer_norm(self._xw(module), self._bias(module), self._reader.get(f"{norm}weight"),
                                self._reader.get(f"{norm}bias"))
-        return centre_inputs(w), c
+        return centre_columns(w), c
 
     def _writer(self, module: str) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Rule 3: (W - (W 1) 1^T / d, b - mean(b) 1) of a writer."""

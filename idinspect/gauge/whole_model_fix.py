@@ -21,7 +21,7 @@ steps made canonical, so a disguised copy reaches the same representative):
    ``up row i * a_i, down column i / a_i`` for any a_i != 0; the representative has
    ||up row i|| = ||down column i|| and the up row's third moment positive (a_i's sign).
 
-4. **Router shift** (Mixtral, :func:`centre_rows`): the router W_r (E, d) + 1 v^T moves every expert's
+4. **Router shift** (Mixtral, :func:`centre_columns`): the router W_r (E, d) + 1 v^T moves every expert's
    logit by x.v, which the softmax over the experts cancels; the representative has each column of
    W_r summing to zero over the experts.
 
@@ -100,9 +100,10 @@ def gated_unit_scalings(up: torch.Tensor, down: torch.Tensor) -> tuple[torch.Ten
     return size * signs, moment
 
 
-def centre_rows(weight: torch.Tensor) -> torch.Tensor:
-    """W - 1 (1^T W) / E for a router W (E, d): every column sums to zero over the experts (Mixtral's router
-    shift W + 1 v^T moves every expert's logit by x.v, which the softmax cancels)."""
+def centre_columns(weight: torch.Tensor) -> torch.Tensor:
+    """W - 1 (1^T W) / n for W (n, m): every column sums to zero. Mixtral's router (E, d), over the experts
+    (its shift W + 1 v^T moves every expert's logit by x.v, which the softmax cancels); a LayerNorm's reader
+    (in, out), over its inputs (:mod:`.whole_model_ln_fix`)."""
     return weight - weight.mean(0, keepdim=True)
 
 
@@ -116,6 +117,6 @@ def divide_columns(weight: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
     return weight.to(torch.float64) / a
 
 
-__all__ = ["ROTATION_GAP_RTOL", "WHOLE_GAUGE_NAME", "WHOLE_GAUGE_VERSION", "ResidualRotation", "centre_rows",
+__all__ = ["ROTATION_GAP_RTOL", "WHOLE_GAUGE_NAME", "WHOLE_GAUGE_VERSION", "ResidualRotation", "centre_columns",
            "divide_columns",
            "fold_norm_gain", "gated_unit_scalings", "residual_rotation", "scale_rows"]

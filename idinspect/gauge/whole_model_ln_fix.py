@@ -9,7 +9,7 @@ LayerNorm, whose output y = g * n + beta has a centred n (n . 1 = 0). Fixed, in 
    of the norm becomes (diag(g) W, c + beta W). Fixes the gain (g * s) and the bias shift
    (beta + delta, c - delta W) of every block norm; the final norm of a tied head is kept (its
    reader is the embedding).
-2. **Readers centred** (:func:`centre_inputs`): with g = 1, beta = 0 the reader sees n with n . 1 = 0,
+2. **Readers centred** (:func:`~.whole_model_fix.centre_columns`): with g = 1, beta = 0 the reader sees n with n . 1 = 0,
    so W + 1 c^T is exact; the representative has 1^T W = 0.
 3. **Writers centred** (:func:`centre_outputs`): every reader removes the stream's mean, so a writer's
    W + c 1^T and b + t 1 are exact; the representative has W 1 = 0 and mean(b) = 0. Position rows
@@ -28,6 +28,8 @@ from __future__ import annotations
 
 import torch
 
+from .whole_model_fix import centre_columns
+
 
 def fold_layer_norm(weight: torch.Tensor, bias: torch.Tensor | None, gain: torch.Tensor,
                     shift: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -36,11 +38,6 @@ def fold_layer_norm(weight: torch.Tensor, bias: torch.Tensor | None, gain: torch
     w = weight.to(torch.float64)
     c = torch.zeros(w.shape[1], dtype=torch.float64) if bias is None else bias.to(torch.float64)
     return gain.to(torch.float64)[:, None] * w, c + shift.to(torch.float64) @ w
-
-
-def centre_inputs(weight: torch.Tensor) -> torch.Tensor:
-    """W - 1 (1^T W) / d for W (in, out): each output's weights over the inputs sum to zero."""
-    return weight - weight.mean(0, keepdim=True)
 
 
 def centre_outputs(weight: torch.Tensor) -> torch.Tensor:
@@ -62,4 +59,4 @@ def relu_unit_scalings(fc: torch.Tensor, fc_bias: torch.Tensor, proj: torch.Tens
     return torch.where(alive, (nw / torch.where(alive, nu, 1.0)).sqrt(), torch.ones_like(nu))
 
 
-__all__ = ["centre_inputs", "centre_outputs", "centre_vector", "fold_layer_norm", "relu_unit_scalings"]
+__all__ = ["centre_columns", "centre_outputs", "centre_vector", "fold_layer_norm", "relu_unit_scalings"]
