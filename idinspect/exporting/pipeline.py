@@ -208,13 +208,21 @@ def _export(model: Model, out: Path, dtype_name: str, target: torch.dtype | None
 
 
 def _whole_model_view(model: Model):
-    """(the model seen through :class:`~.whole_model.WholeModelReader`, that reader): the attention blocks
-    are read, gauge-fixed and checked as the whole-model fix transformed them."""
+    """(the model seen through the whole-model fix of its form (:class:`~.whole_model.WholeModelReader`,
+    :class:`~.whole_model_ln.PreLayerNormReader`), that reader): the attention blocks are read,
+    gauge-fixed and checked as the fix transformed them; IdinspectError where the form is not fixed."""
     import copy
 
-    from .whole_model import whole_model_reader
+    from ..analysis.whole_model import PRE_LN
+    from ..analysis.whole_model_read import FORM_BY_TYPE
+    from .whole_model import WholeModelReader, refusal
+    from .whole_model_ln import PreLayerNormReader
 
-    transformed = whole_model_reader(model)
+    why = refusal(model)
+    if why:
+        raise IdinspectError(why)
+    form = FORM_BY_TYPE[model.config.model_type]
+    transformed = PreLayerNormReader(model) if form == PRE_LN else WholeModelReader(model)
     adapter = copy.copy(model.adapter)
     adapter.reader = transformed
     view = copy.copy(model)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..analysis.whole_model import PRE_LN, PRE_RMS_GATED
+from ..analysis.whole_model import PRE_RMS_GATED
 from ..analysis.whole_model_read import FORM_BY_TYPE, NAMES, stored_key, why_not_derived
 from ..errors import IdinspectError
 from ..gauge.whole_model_fix import (
@@ -120,17 +120,23 @@ def refusal(model) -> str | None:
     return None
 
 
-def whole_model_reader(model):
-    """The transformed view of ``model`` for its form (:class:`WholeModelReader` or
-    :class:`~.whole_model_ln.PreLayerNormReader`); IdinspectError where the form is not fixed."""
-    why = refusal(model)
-    if why:
-        raise IdinspectError(why)
-    if FORM_BY_TYPE[model.config.model_type] == PRE_LN:
-        from .whole_model_ln import PreLayerNormReader
-
-        return PreLayerNormReader(model)
-    return WholeModelReader(model)
+def assign_roles(model, role_of) -> dict:
+    """``{stored tensor: role_of(name)}`` over every floating-point parameter tensor of ``model``; a tensor
+    whose role is None refuses the export by name (it would be left in the old basis)."""
+    roles, unknown = {}, []
+    for key in model.reader.keys():
+        if not model.reader.dtype(key).is_floating_point or model.adapter.is_buffer(key):
+            continue
+        role = role_of(key)
+        if role is None:
+            unknown.append(key)
+        else:
+            roles[key] = role
+    if unknown:
+        raise IdinspectError(f"export --whole-model does not know how tensor {unknown[0]} transforms"
+                             f"{f' (and {len(unknown) - 1} more)' if len(unknown) > 1 else ''}; it would be left "
+                             "in the old basis, so it refuses: export without --whole-model")
+    return roles
 
 
 class WholeModelReader(ViewReader):
@@ -148,22 +154,9 @@ class WholeModelReader(ViewReader):
         self._embed, self._final = stored_key(model, embed), stored_key(model, final)
         self._head = stored_key(model, head)
         self.head = "untied" if self._head is not None else "tied"
-        self._roles: dict[str, tuple[str, str | None, tuple[str, str, str] | None]] = {}
-        unknown = []
-        for key in self._reader.keys():
-            if not self._reader.dtype(key).is_floating_point or model.adapter.is_buffer(key):
-                continue
-            role = self._role(key)
-            if role is None:
-                unknown.append(key)
-            else:
-                self._roles[key] = role
-        if unknown:
-            raise IdinspectError(f"export --whole-model does not know how tensor {unknown[0]} transforms"
-                                 f"{f' (and {len(unknown) - 1} more)' if len(unknown) > 1 else ''}; it would be left "
-                                 "in the old basis, so it refuses: export without --whole-model")
+        self._roles = assign_roles(model, self._role)
         rotation = residual_rotation(self._reader.get(self._embed)) if self.head == "untied" else None
-        self.fix = WholeModelFix(self.head, rotation, sorted(self._roles),
+        self.fix = WholeModelFix(self.head, rotation, sorted(k for k in self._roles if self.transforms(k)),
                                  top_k=int(model.adapter.optional("num_experts_per_tok", 0) or 0)
                                  if model.config.model_type == "mixtral" else 0)
         self._q = rotation.q if rotation is not None else None
@@ -252,4 +245,4 @@ class WholeModelReader(ViewReader):
         return self._scalings[key]
 
 
-__all__ = ["EXPORTABLE", "LAYER_ROLES", "WholeModelFix", "WholeModelReader", "refusal", "whole_model_reader"]
+__all__ = ["EXPORTABLE", "LAYER_ROLES", "assign_roles", "WholeModelFix", "WholeModelReader", "refusal"]

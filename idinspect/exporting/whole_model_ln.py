@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..errors import IdinspectError
 from ..gauge.whole_model_fix import WHOLE_GAUGE_NAME, WHOLE_GAUGE_VERSION
 from ..gauge.whole_model_ln_fix import (
     centre_columns,
@@ -23,6 +22,7 @@ from ..gauge.whole_model_ln_fix import (
     relu_unit_scalings,
 )
 from ..sources.checkpoint import ViewReader
+from .whole_model import assign_roles
 
 #: model_type -> whether its projections are stored (in, out) (Conv1D) rather than (out, in).
 CONV1D = {"gpt2": True, "gpt_bigcode": False}
@@ -72,20 +72,7 @@ class PreLayerNormReader(ViewReader):
         self._prefix = model.adapter.prefix
         self._conv1d = CONV1D[model.config.model_type]
         relu = str(model.adapter.optional("activation_function", "")) == "relu"
-        self._roles: dict[str, tuple[str, str | None, str, str]] = {}
-        unknown = []
-        for key in self._reader.keys():
-            if not self._reader.dtype(key).is_floating_point or model.adapter.is_buffer(key):
-                continue
-            role = self._role(key)
-            if role is None:
-                unknown.append(key)
-            else:
-                self._roles[key] = role
-        if unknown:
-            raise IdinspectError(f"export --whole-model does not know how tensor {unknown[0]} transforms"
-                                 f"{f' (and {len(unknown) - 1} more)' if len(unknown) > 1 else ''}; it would be left "
-                                 "in the old basis, so it refuses: export without --whole-model")
+        self._roles = assign_roles(model, self._role)
         self.head = "tied"
         self.relu = relu
         self.fix = PreLayerNormFix(relu, sorted(k for k in self._roles if self.transforms(k)))
