@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
+import sys
 import tempfile
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
@@ -23,21 +27,57 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
 
 def write_atomic(path: str | os.PathLike, write: Callable[[BinaryIO], object]) -> Path:
     """:func:`write_text_atomic` for any content: ``write(fh)`` fills the temporary file, opened in
-    binary mode (e.g. ``pyarrow.parquet.write_table(table, fh)``)."""
+    binary mode (e.g. ``pyarrow.parquet.write_table(table, fh)``).
+
+    Ctrl-C, SIGTERM and SIGHUP that arrive meanwhile take effect when the write has ended (landed
+    or cleaned up): raised at any moment in between, they could leave the temporary behind."""
     target = Path(path)
     directory = target.parent if str(target.parent) else Path(".")
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            write(fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, 0o666 & ~_umask())
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with interrupts_deferred():
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=directory)
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                write(fh)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.chmod(tmp, 0o666 & ~_umask())
+            os.replace(tmp, target)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
     return target
+
+
+#: The signals that end a command: Ctrl-C, ``kill``, a closed terminal.
+_ENDING_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name))
+
+
+@contextlib.contextmanager
+def interrupts_deferred() -> Iterator[None]:
+    """Inside the block, an ending signal is noted instead of handled; the first one noted goes to
+    its own handler when the block ends. Python runs signal handlers in the main thread only, so
+    elsewhere this does nothing (and needs to do nothing)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    noted: list[int] = []
+    own = {}
+    for signum in _ENDING_SIGNALS:
+        handler = signal.getsignal(signum)
+        if handler is not None:   # None: set outside Python, and not ours to restore
+            own[signum] = handler
+            signal.signal(signum, lambda number, frame: noted.append(number))
+    try:
+        yield
+    finally:
+        for signum, handler in own.items():
+            signal.signal(signum, handler)
+        if noted:
+            handler = own[noted[0]]
+            if callable(handler):
+                handler(noted[0], sys._getframe())
+            elif handler == signal.SIG_DFL:
+                signal.raise_signal(noted[0])
 
 
 def _umask() -> int:

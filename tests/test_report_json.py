@@ -143,3 +143,49 @@ def test_rows_of_floats_print_one_row_per_line_as_the_per_item_path_does():
     expected = "[\n" + ",\n".join("  " + _one_line(r) for r in clean_rows) + "\n]"
     assert _pretty(clean_rows, "", "  ") == expected
     assert json.loads(_pretty({"qk_planes": [clean_rows, None]}, "", "  ")) == {"qk_planes": [clean_rows, None]}
+
+
+def test_ctrl_c_at_any_moment_of_an_atomic_write_leaves_no_temporary(tmp_path):
+    """SIGINT sent over and over while outputs are written: every write either lands whole or
+    leaves the old file, and no hidden temporary is ever left (the moment between creating the
+    temporary and knowing its name included)."""
+    import os
+    import signal
+    import threading
+    import time
+
+    target = tmp_path / "out.json"
+    stop = threading.Event()
+
+    def interrupt():
+        delay = 20e-6
+        while not stop.is_set():
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(delay)
+            delay = delay * 1.37 if delay < 2e-4 else 20e-6   # sweep the moment across the write
+
+    thread = threading.Thread(target=interrupt, daemon=True)
+    interrupted = written = 0
+    def ctrl_c_inside_the_write(signum, frame):   # Python's own handler, but only while write_atomic runs
+        while frame is not None:
+            if frame.f_code.co_name == "write_atomic":
+                raise KeyboardInterrupt
+            frame = frame.f_back
+
+    previous = signal.signal(signal.SIGINT, ctrl_c_inside_the_write)
+    thread.start()
+    try:
+        while written + interrupted < 3000:
+            try:
+                write_text_atomic(target, '{"n": %d}' % written)
+                written += 1
+            except KeyboardInterrupt:
+                interrupted += 1
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)   # the last ones still in flight
+        stop.set()
+        thread.join()
+        time.sleep(0.01)
+        signal.signal(signal.SIGINT, previous)
+    assert interrupted > 100 and written > 0
+    assert sorted(os.listdir(tmp_path)) == ["out.json"]

@@ -270,3 +270,32 @@ class _InProcess:
         for task in tasks:
             emit(survey_row(task.source, self.options))
         return self.stats
+
+
+def test_a_timeout_that_the_interrupted_code_turned_into_another_error_is_still_a_timeout():
+    """The timer's ModelTimeout can surface as something else (an import cut short raises "partially
+    initialized module"); the row must say "timed out", not the other error, and not be retried."""
+    import time
+
+    from idinspect.survey.limits import ModelTimeout, limited_row
+
+    def interrupted_import(source: str, options: dict) -> dict:
+        try:
+            time.sleep(5)
+        except ModelTimeout:
+            raise AttributeError("partially initialized module 'torch' has no attribute '_subclasses'") from None
+        return {"source": source, "status": "ok"}
+
+    row = limited_row("org/slow", {}, 0.2, None, row_fn=interrupted_import)
+    assert row["status"] == "failed" and row["error"].startswith("timed out after 0.2 s"), row
+    assert row["error_kind"] == "bad-input"
+
+
+def test_an_error_without_a_timeout_is_not_called_one():
+    from idinspect.survey.limits import limited_row
+
+    def broken(source: str, options: dict) -> dict:
+        raise AttributeError("a real bug")
+
+    with pytest.raises(AttributeError, match="a real bug"):
+        limited_row("org/model", {}, 30.0, None, row_fn=broken)

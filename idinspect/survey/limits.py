@@ -20,7 +20,7 @@ from __future__ import annotations
 import contextlib
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from ..errors import IdinspectError
 
@@ -79,39 +79,61 @@ def memory_limit(extra: int | None) -> Iterator[int | None]:
         resource.setrlimit(resource.RLIMIT_DATA, (soft, hard))
 
 
+class TimerState:
+    """Whether a :func:`time_limit` timer fired: the interrupted code may have turned its
+    :class:`ModelTimeout` into another error (an import cut short says "partially initialized
+    module"), so the caller asks this, not the exception."""
+
+    fired: bool = False
+
+
 @contextlib.contextmanager
-def time_limit(seconds: float | None) -> Iterator[None]:
+def time_limit(seconds: float | None) -> Iterator[TimerState]:
     """:class:`ModelTimeout` raised in this (main) thread after ``seconds`` (None: no limit)."""
+    state = TimerState()
     if not seconds or not hasattr(signal, "setitimer") or threading.current_thread() is not threading.main_thread():
-        yield   # a signal reaches only the main thread: elsewhere the caller's backstop ends the task
+        yield state   # a signal reaches only the main thread: elsewhere the caller's backstop ends the task
         return
 
     def expire(signum, frame):
+        state.fired = True
         raise ModelTimeout(timeout_message(seconds))
 
     old = signal.signal(signal.SIGALRM, expire)
     signal.setitimer(signal.ITIMER_REAL, float(seconds))
     try:
-        yield
+        yield state
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, old)
 
 
-def limited_row(source: str, options: dict, timeout: float | None, memory: int | None) -> dict:
-    """:func:`~idinspect.survey.rows.survey_row` under both limits; their failures recorded in the row."""
+def limited_row(source: str, options: dict, timeout: float | None, memory: int | None,
+                row_fn: Callable[[str, dict], dict] | None = None) -> dict:
+    """``row_fn`` (default :func:`~idinspect.survey.rows.survey_row`) under both limits; their failures
+    recorded in the row. A timer that fired makes the row a timeout whatever the interrupted code
+    raised instead."""
     from .rows import empty_row, survey_row
 
-    limit = None
+    import torch  # noqa: F401  -- before the clock starts: an import cut short would poison this worker
+    import transformers  # noqa: F401
+
+    limit, timer = None, TimerState()
     try:
-        with time_limit(timeout), memory_limit(memory) as limit:
-            row = survey_row(source, options)
+        with time_limit(timeout) as timer, memory_limit(memory) as limit:
+            row = (row_fn or survey_row)(source, options)
     except ModelTimeout as exc:   # fired outside survey_row's own handler (setting up, tearing down)
         row = empty_row(source)
         row.update(status="failed", error=str(exc), error_kind="bad-input")
     except MemoryError:           # so short of memory that survey_row could not even record it
         row = empty_row(source)
         row.update(status="failed", error="MemoryError", error_kind="transient")
+    except Exception:             # what the interruption became, if the timer fired; else a real failure
+        if not timer.fired:
+            raise
+        row = empty_row(source)
+    if timer.fired and row.get("status") != "ok":
+        row.update(status="failed", error=timeout_message(timeout))
     if row.get("status") != "ok" and limit is not None and str(row.get("error", "")).startswith("MemoryError"):
         row.update(error=memory_message(limit), error_kind="bad-input")
     if row.get("status") != "ok" and str(row.get("error", "")).startswith("timed out after"):
@@ -119,5 +141,5 @@ def limited_row(source: str, options: dict, timeout: float | None, memory: int |
     return row
 
 
-__all__ = ["DEFAULT_TIMEOUT_S", "KILL_GRACE_S", "ModelTimeout", "limited_row", "memory_limit", "memory_message",
+__all__ = ["DEFAULT_TIMEOUT_S", "KILL_GRACE_S", "ModelTimeout", "TimerState", "limited_row", "memory_limit", "memory_message",
            "time_limit", "timeout_message"]
