@@ -15,8 +15,9 @@ from rich.console import Console
 import torch
 
 import idinspect
-from idinspect.analysis.heavy_tail import (MIN_TAIL, circuit_figures, dense_singular_values, heavy_tail, layer_factors,
-                                           power_law_fits, product_singular_values, trap_count)
+from idinspect.analysis.heavy_tail import (MIN_TAIL, circuit_factors, circuit_figures, circuit_product,
+                                           dense_singular_values, heavy_tail, layer_sum_figures, power_law_fits,
+                                           product_singular_values, trap_count)
 from idinspect.analysis.spectra import head_spectra
 from idinspect.reports.heavy_tail import MEANING
 from idinspect.reports.html import render_html
@@ -115,13 +116,13 @@ def test_layer_sum_singular_values_match_dense():
     """The cores give the singular values of the dense d x d per-layer sums sum_h W_Q^h W_K^gT and
     sum_h W_V^g W_O^h (formed here only as the reference), and the trap count matches a dense count."""
     layer = synthetic_layer(d=40, H=4, G=2, dk=6)
-    X, Y = layer_factors(layer)["qk"]
+    X, Y = circuit_factors(layer, "qk")
     dense = sum(layer.W_Q[h] @ layer.W_K[h // 2].T for h in range(4))
     sv, product = product_singular_values(X, Y)
     assert product is None                                   # m = G d_k = 12 < d: through the small cores
     ref = torch.linalg.svdvals(dense)
     assert torch.allclose(sv, ref[:sv.numel()], rtol=1e-12, atol=1e-12 * float(ref[0]))
-    X, Y = layer_factors(layer)["ov"]
+    X, Y = circuit_factors(layer, "ov")
     dense_ov = sum(layer.W_V[h // 2] @ layer.W_O[h] for h in range(4))
     assert torch.allclose(product_singular_values(X, Y)[0], torch.linalg.svdvals(dense_ov)[:12], rtol=1e-12,
                           atol=1e-12 * float(torch.linalg.svdvals(dense_ov)[0]))
@@ -140,13 +141,19 @@ def test_layer_sum_with_as_many_columns_as_width_is_the_product():
     cores), its singular values are the dense ones, and the trap count read from it is the blockwise one."""
     layer = synthetic_layer(d=12, H=4, G=2, dk=6)
     for form in ("qk", "ov"):
-        X, Y = layer_factors(layer)[form]
+        X, Y = circuit_factors(layer, form)
         sv, product = product_singular_values(X, Y)
         assert product is not None and torch.equal(product, X @ Y.T)
         ref = torch.linalg.svdvals(X @ Y.T)
         assert torch.allclose(sv, ref, rtol=1e-12, atol=1e-12 * float(ref[0]))
         fro2 = float(sv.square().sum())
         assert trap_count(X, Y, fro2, product) == trap_count(X, Y, fro2)
+        W, scale = circuit_product(layer, form)               # what the analysis forms: group by group, scaled
+        assert math.log2(scale) == int(math.log2(scale))
+        assert torch.allclose(W * scale, X @ Y.T, rtol=1e-13, atol=1e-13 * float((X @ Y.T).abs().max()))
+        row = layer_sum_figures(layer, form)
+        assert row["spectral_norm"] == pytest.approx(float(ref[0]), rel=1e-12)
+        assert row["stable_rank"] == pytest.approx(fro2 / float(ref[0]) ** 2, rel=1e-12)
 
 
 def _figures(layer) -> list[float]:
@@ -342,3 +349,19 @@ def test_cli_heavy_tails_of_weights_near_the_float64_limits(tiny_dir, tmp_path, 
     assert res.code == 0, res.stderr
     out = json.loads(res.stdout, parse_constant=lambda c: pytest.fail(f"non-strict JSON: {c}"))
     assert all("heavy_tail" in layer["spectra"] for layer in out["layers"])
+
+
+@pytest.mark.parametrize("d", [40, 12], ids=["through the cores (m < d)", "the product formed (m >= d)"])
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
+def test_a_non_finite_weight_gives_no_layer_figures_for_its_circuit_only(d, bad):
+    """A NaN or infinity in W_K leaves the per-layer W_QK without figures (None, not numbers made of
+    it); W_OV, which does not read W_K, keeps its figures, equal to those of the clean layer."""
+    import dataclasses
+
+    clean = synthetic_layer(d=d, H=4, G=2, dk=6)
+    W_K = clean.W_K.clone()
+    W_K[1, 3, 2] = bad
+    broken = dataclasses.replace(clean, W_K=W_K)
+    assert layer_sum_figures(broken, "qk") is None
+    assert layer_sum_figures(broken, "ov") == layer_sum_figures(clean, "ov") is not None
+    assert layer_sum_figures(clean, "qk") is not None

@@ -59,6 +59,8 @@ MIN_TAIL = 5
 ALPHA_RANGE = (2.0, 6.0)
 #: Rows of a circuit's entries computed at a time for the trap count.
 ENTRY_BLOCK = 256
+#: Columns of the factors X, Y taken at a time when a per-layer sum is formed (:func:`circuit_product`).
+PRODUCT_COLUMNS = 256
 #: Candidate x_min x eigenvalue cells evaluated at a time in the KS search.
 KS_CELLS = 2**16
 
@@ -154,16 +156,67 @@ def circuit_figures(values: torch.Tensor, rtol: float, shape: tuple[int, int],
     return out
 
 
-def layer_factors(layer: AttentionLayer) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
-    """"qk" / "ov" -> (X, Y), float64 [d, G d_k] / [d, G d_v], with the per-layer sum = X Y^T."""
-    r = layer.group_size
-    G = layer.n_kv_heads
-    W_Q, W_K = layer.W_Q.to(torch.float64), layer.W_K.to(torch.float64)       # [H, d, dk], [G, d, dk]
-    W_V, W_O = layer.W_V.to(torch.float64), layer.W_O.to(torch.float64)       # [G, d, dv], [H, dv, d]
-    S_Q = W_Q.reshape(G, r, *W_Q.shape[1:]).sum(dim=1)                         # [G, d, dk]
-    S_O = W_O.reshape(G, r, *W_O.shape[1:]).sum(dim=1).transpose(-1, -2)       # [G, d, dv]
-    flat = lambda t: t.permute(1, 0, 2).reshape(t.shape[1], -1)               # noqa: E731  [d, G k]
-    return {"qk": (flat(S_Q), flat(W_K)), "ov": (flat(W_V), flat(S_O))}
+def circuit_factors(layer: AttentionLayer, form: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """(X, Y), float64 [d, G d_k] for ``form`` "qk" / [d, G d_v] for "ov", with the per-layer sum
+    W_QK = X Y^T (X = [sum_{h in g} W_Q^h]_g, Y = [W_K^g]_g) / W_OV = X Y^T (X = [W_V^g]_g,
+    Y = [sum_{h in g} W_O^hT]_g). Each factor is written once into its own float64 buffer (no
+    float64 copy of the whole layer: at GPT-2 small's width that copy was 40 MB per layer in flight)."""
+    G, r = layer.n_kv_heads, layer.group_size
+    if form == "qk":
+        return _group_sum_flat(layer.W_Q, G, r), _group_sum_flat(layer.W_K, G, 1)
+    return _group_sum_flat(layer.W_V, G, 1), _group_sum_flat(layer.W_O.transpose(-1, -2), G, r)
+
+
+def _group_sum_flat(W: torch.Tensor, G: int, r: int) -> torch.Tensor:
+    """[G r, d, k] -> float64 [d, G k]: column block g is sum_{j < r} W[g r + j]."""
+    _, d, k = W.shape
+    out = torch.empty(d, G, k, dtype=torch.float64, device=W.device)
+    torch.sum(W.reshape(G, r, d, k).permute(2, 0, 1, 3), dim=2, dtype=torch.float64, out=out)
+    return out.view(d, G * k)
+
+
+def circuit_product(layer: AttentionLayer, form: str) -> tuple[torch.Tensor, float] | None:
+    """(W 2^-(e_x + e_y), 2^(e_x + e_y)): the per-layer sum W = X Y^T of ``form`` (:func:`circuit_factors`),
+    float64 [d, d], accumulated a few kv groups at a time (:data:`PRODUCT_COLUMNS` columns of X and Y),
+    W = sum_g X_g Y_g^T, from the stored weights: X and Y themselves are never formed (for
+    m = G d_k >= d they are as large as W). 2^e_x, 2^e_y: the powers of two at or above
+    max |W_Q| and max |W_K| (or |W_V|, |W_O|); dividing by them is exact and keeps the sums far from
+    overflow. None where a weight is not finite."""
+    G, r = layer.n_kv_heads, layer.group_size
+    if form == "qk":
+        A, ra, B, rb = layer.W_Q, r, layer.W_K, 1                          # X_g = sum_{h in g} W_Q^h, Y_g = W_K^g
+    else:
+        A, ra, B, rb = layer.W_V, 1, layer.W_O.transpose(-1, -2), r        # X_g = W_V^g, Y_g = sum_{h in g} W_O^hT
+    ex, ey = _max_exponent(A), _max_exponent(B)
+    if ex is None or ey is None:
+        return None
+    d, k = A.shape[1], A.shape[2]
+    W = torch.zeros(d, B.shape[1], dtype=torch.float64, device=A.device)
+    step = max(1, PRODUCT_COLUMNS // k)
+    for g0 in range(0, G, step):
+        g1 = min(G, g0 + step)
+        W.addmm_(_times_pow2(_group_sum_flat(A[g0 * ra:g1 * ra], g1 - g0, ra), -ex),
+                 _times_pow2(_group_sum_flat(B[g0 * rb:g1 * rb], g1 - g0, rb), -ey).T)
+    return W, math.ldexp(1.0, ex + ey)
+
+
+def _max_exponent(t: torch.Tensor) -> int | None:
+    """e with 2^(e-1) <= max |t| < 2^e (0 for an empty or all-zero tensor; None where t is not
+    finite: the extremes carry a NaN or an infinity), read without a copy of |t|."""
+    if not t.numel():
+        return 0
+    lo, hi = torch.aminmax(t)
+    top = max(-float(lo), float(hi))
+    if not math.isfinite(top) or math.isnan(float(lo)) or math.isnan(float(hi)):
+        return None
+    return math.frexp(top)[1] if top > 0 else 0
+
+
+def _times_pow2(t: torch.Tensor, e: int) -> torch.Tensor:
+    """t 2^e in place, exactly (in two factors, each a normal float64: 2^e alone leaves the range
+    for very small or very large t)."""
+    half = e // 2
+    return t.mul_(math.ldexp(1.0, half)).mul_(math.ldexp(1.0, e - half))
 
 
 def product_singular_values(X: torch.Tensor, Y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -188,12 +241,12 @@ def dense_singular_values(A: torch.Tensor) -> torch.Tensor:
     return torch.from_numpy(np.linalg.svd(A.numpy(), compute_uv=False))
 
 
-def trap_count(X: torch.Tensor, Y: torch.Tensor, fro2: float,
+def trap_count(X: torch.Tensor | None, Y: torch.Tensor | None, fro2: float,
                product: torch.Tensor | None = None) -> tuple[int, float]:
     """(entries of X Y^T above sigma (N M)^(1/4), max |entry| / that threshold) with
     sigma^2 = ``fro2`` / (N M) (``fro2`` = ||X Y^T||_F^2 = sum s_i^2), computed a row block at a time
-    (or read from ``product`` = X Y^T where it was formed already)."""
-    N, M = X.shape[0], Y.shape[0]
+    (or read from ``product`` = X Y^T where it was formed already; X and Y may then be None)."""
+    N, M = product.shape if product is not None else (X.shape[0], Y.shape[0])
     thr = math.sqrt(fro2 / (N * M)) * (N * M) ** 0.25
     if not thr > 0:
         return 0, 0.0
@@ -211,30 +264,43 @@ def heavy_tail(layer: AttentionLayer, s: HeadSpectra) -> dict:
     layer sum (its own small cores), for "qk" and "ov"."""
     d = layer.W_Q.shape[1]
     out: dict = {"xmin_rule": XMIN_RULE, "alpha_range": list(ALPHA_RANGE)}
-    factors = layer_factors(layer)
     for form, values, ok in (("qk", s.qk, s.qk_ok), ("ov", s.ov, s.ov_ok)):
-        X, Y = factors[form]
-        finite = bool(torch.isfinite(X).all()) and bool(torch.isfinite(Y).all())
-        row: dict | None = None
-        if finite:
-            (X, cx), (Y, cy) = _unit_scale(X), _unit_scale(Y)     # exact: no overflow in X Y^T
-            sv, product = product_singular_values(X, Y)
-            row = circuit_figures(sv[None], rank_rtol(d, X.shape[1]), (d, d))[0]
-            if row is not None:
-                row["traps"], row["trap_ratio"] = trap_count(X, Y, float(sv.square().sum()), product)
-                _rescale(row, cx * cy)
-        out[form] = {"heads": circuit_figures(values, s.rtol, (d, d), ok), "layer": row}
+        out[form] = {"heads": circuit_figures(values, s.rtol, (d, d), ok), "layer": layer_sum_figures(layer, form)}
     return out
 
 
-def _unit_scale(X: torch.Tensor) -> tuple[torch.Tensor, float]:
-    """(X 2^-e, 2^e) with 2^e the power of two at or above max |X|: an exact rescaling."""
-    top = float(X.abs().max()) if X.numel() else 0.0
-    if not top > 0:
-        return X, 1.0
-    e = math.frexp(top)[1]
-    half = -e // 2     # two factors, each a normal float64 (2^-e alone leaves the range for subnormal X)
-    return X * math.ldexp(1.0, half) * math.ldexp(1.0, -e - half), math.ldexp(1.0, e)
+def layer_sum_figures(layer: AttentionLayer, form: str) -> dict | None:
+    """The figures of the per-layer sum W_QK or W_OV (``form`` "qk" / "ov") with its trap count; None
+    where its weights are not finite. For m = G d_k >= d the d x d sum is formed a few groups at a
+    time (:func:`circuit_product`); below, its singular values come from the small cores of its factors."""
+    d, m = layer.W_Q.shape[1], layer.n_kv_heads * (layer.W_K.shape[-1] if form == "qk" else layer.W_V.shape[-1])
+    X = Y = product = None
+    if m >= d:
+        formed = circuit_product(layer, form)
+        if formed is None:
+            return None
+        product, scale = formed
+        sv = dense_singular_values(product)
+    else:
+        X, Y = circuit_factors(layer, form)
+        (X, cx), (Y, cy) = _unit_scale(X), _unit_scale(Y)     # exact: no overflow in X Y^T
+        if X is None or Y is None:
+            return None
+        sv, scale = product_singular_values(X, Y)[0], cx * cy
+    row = circuit_figures(sv[None], rank_rtol(d, m), (d, d))[0]
+    if row is not None:
+        row["traps"], row["trap_ratio"] = trap_count(X, Y, float(sv.square().sum()), product)
+        _rescale(row, scale)
+    return row
+
+
+def _unit_scale(X: torch.Tensor) -> tuple[torch.Tensor | None, float]:
+    """(X 2^-e, 2^e) with 2^e the power of two at or above max |X|: an exact rescaling, in place
+    (X is this module's own buffer); (None, nan) where X is not finite."""
+    e = _max_exponent(X)
+    if e is None:
+        return None, math.nan
+    return _times_pow2(X, -e), math.ldexp(1.0, e)
 
 
 def _rescale(row: dict, c: float) -> None:
