@@ -15,9 +15,12 @@ from __future__ import annotations
 
 from functools import cached_property
 
+import torch
+
 from ..errors import IdinspectError
 from .base import Adapter, Site
 from .layout import Block, Projection
+from .stacks import stored_stacks
 
 
 def _block(kind: str, attn: str, key_bias: bool) -> Block:
@@ -38,6 +41,7 @@ class BartAdapter(Adapter):
         "(encoder|decoder).layers.{n}.(fc1|fc2).(weight|bias)": "mlp",
         "final_logits_bias": "head",
         "proj_out.weight": "head",
+        "projector.(weight|bias)": "head",        # WhisperForAudioClassification's, before its classifier
     }
     layer_container = "encoder.layers"
     config_names = {"hidden_size": "d_model", "num_attention_heads": "encoder_attention_heads",
@@ -55,19 +59,50 @@ class BartAdapter(Adapter):
     def _key_bias(self) -> bool:
         return self.config.model_type != "whisper"
 
+    @cached_property
+    def stacks(self) -> tuple[str, ...]:
+        """"encoder" and "decoder", or the one a ``*ForCausalLM`` (decoder) or
+        ``WhisperForAudioClassification`` (encoder) save holds (:mod:`.stacks`)."""
+        first = {stack: f"{stack}.layers.0.self_attn.q_proj.weight" for stack in ("encoder", "decoder")}
+        return stored_stacks(self.config, self.reader.keys(), first)
+
+    @property
+    def _encoder_layers(self) -> int:
+        return int(self.config.encoder_layers) if "encoder" in self.stacks else 0
+
+    @property
+    def _decoder_layers(self) -> int:
+        return int(self.config.decoder_layers) if "decoder" in self.stacks else 0
+
     @property
     def num_layers(self) -> int:
-        return int(self.config.encoder_layers) + int(self.config.decoder_layers)
+        return self._encoder_layers + self._decoder_layers
 
     @cached_property
     def sites(self) -> list[Site]:
-        """Encoder layers (self), then decoder layers (self, cross), each with its stack and layer number."""
+        """Encoder layers (self), then decoder layers (self, cross), of the stacks stored, each with its
+        stack and layer number. A decoder saved alone (``BartForCausalLM``, the decoder of a
+        VisionEncoderDecoder) keeps its cross-attention blocks: it attends to the states it is given."""
         kb = self._key_bias
         enc_self, dec_self = _block("self", "self_attn", kb), _block("self", "self_attn", kb)
         cross = _block("cross", "encoder_attn", kb)
-        return ([Site(f"encoder.layers.{i}", "encoder", i, enc_self) for i in range(int(self.config.encoder_layers))]
+        return ([Site(f"encoder.layers.{i}", "encoder", i, enc_self) for i in range(self._encoder_layers)]
                 + [Site(f"decoder.layers.{i}", "decoder", i, b)
-                   for i in range(int(self.config.decoder_layers)) for b in (dec_self, cross)])
+                   for i in range(self._decoder_layers) for b in (dec_self, cross)])
+
+    def example_inputs(self, hf_model, input_ids: torch.Tensor, generator: torch.Generator) -> dict[str, torch.Tensor]:
+        """A decoder saved alone runs its cross-attention blocks on N(0, 1) encoder states of T + 3 positions."""
+        kw = super().example_inputs(hf_model, input_ids, generator)
+        if self.stacks == ("decoder",) and "encoder_hidden_states" not in kw:
+            B, T = input_ids.shape
+            kw["encoder_hidden_states"] = torch.randn(B, T + 3, self.hidden_size, generator=generator,
+                                                      dtype=next(hf_model.parameters()).dtype)
+        return kw
+
+    @property
+    def twin_class(self) -> str | None:
+        """A one-stack save's twin is that stack's model too (BartModel would prove a stack it lacks)."""
+        return self.architecture if len(self.stacks) == 1 else None
 
     def causal(self, site: Site) -> bool:
         return site.stack == "decoder"

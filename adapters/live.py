@@ -30,6 +30,13 @@ class LiveModel:
     #: Tokens per sequence of --prove's twin (and the least the test variants run): enough to reach
     #: every row of every table the family has.
     twin_tokens: ClassVar[int] = 8
+
+    @property
+    def twin_class(self) -> str | None:
+        """The transformers class the twin is built as, where the base model (AutoModel) would hold
+        stacks this checkpoint has not (``T5EncoderModel``); None: AutoModel's."""
+        return None
+
     def twin_settings(self, hf_config, shape: dict) -> dict[str, Any]:
         """config keyword arguments of a one-layer twin of ``shape`` (heads, kv_heads, head_dim,
         hidden_size) with this model's bias pattern, positional scheme and causality (see

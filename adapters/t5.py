@@ -1,4 +1,4 @@
-"""T5: encoder and decoder stacks of q/k/v/o without biases, no softmax scale, a bucketed
+"""T5 and mT5: encoder and decoder stacks of q/k/v/o without biases, no softmax scale, a bucketed
 relative-position bias on the self-attention logits.
 
 Layer i of each stack (prefix '' for T5Model and T5ForConditionalGeneration saves):
@@ -9,7 +9,8 @@ Layer i of each stack (prefix '' for T5Model and T5ForConditionalGeneration save
 The relative bias table lives in layer 0 of each stack and every self-attention layer of that stack
 adds the same bias (bidirectional buckets in the encoder, past-only in the decoder); cross-attention
 has none. Head width d_kv is its own setting (H d_kv need not be d). Scale 1: T5 folds d_kv^-1/2 into
-its initialisation.
+its initialisation. ``T5EncoderModel`` / ``MT5EncoderModel`` saves hold the encoder stack alone
+(:mod:`.stacks`): that is what is counted.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from functools import cached_property
 from ..layer.attention_layer import Positional, RelativeBias
 from .base import Adapter, Site
 from .layout import Block, Projection
+from .stacks import stored_stacks
 
 TABLE = "layer.0.SelfAttention.relative_attention_bias.weight"
 
@@ -33,7 +35,7 @@ CROSS = _block("cross", "layer.1.EncDecAttention")
 
 class T5Adapter(Adapter):
     family = "t5"
-    model_types = ("t5",)
+    model_types = ("t5", "mt5")
     model_tensors = {
         "shared.weight": "embedding",
         "(encoder|decoder).embed_tokens.weight": "embedding",
@@ -50,18 +52,28 @@ class T5Adapter(Adapter):
     def head_dim(self) -> int:
         return int(self.config.d_kv)
 
+    @cached_property
+    def stacks(self) -> tuple[str, ...]:
+        """"encoder" and "decoder", or the one a ``*EncoderModel`` save holds (:mod:`.stacks`)."""
+        first = {stack: f"{stack}.block.0.{SELF.projections[0].weight_name}" for stack in ("encoder", "decoder")}
+        return stored_stacks(self.config, self.reader.keys(), first)
+
+    @property
+    def _encoder_layers(self) -> int:
+        return int(self.config.num_layers) if "encoder" in self.stacks else 0
+
     @property
     def _decoder_layers(self) -> int:
-        return int(self.optional("num_decoder_layers") or self.config.num_layers)
+        return int(self.optional("num_decoder_layers") or self.config.num_layers) if "decoder" in self.stacks else 0
 
     @property
     def num_layers(self) -> int:
-        return int(self.config.num_layers) + self._decoder_layers
+        return self._encoder_layers + self._decoder_layers
 
     @cached_property
     def sites(self) -> list[Site]:
-        """Encoder layers (self), then decoder layers (self, cross)."""
-        return ([Site(f"encoder.block.{i}", "encoder", i, SELF) for i in range(int(self.config.num_layers))]
+        """Encoder layers (self), then decoder layers (self, cross), of the stacks stored."""
+        return ([Site(f"encoder.block.{i}", "encoder", i, SELF) for i in range(self._encoder_layers)]
                 + [Site(f"decoder.block.{i}", "decoder", i, b) for i in range(self._decoder_layers) for b in (SELF, CROSS)])
 
     def scale(self, site: Site) -> float:
@@ -71,7 +83,7 @@ class T5Adapter(Adapter):
         return site.stack == "decoder"
 
     def positional_keys(self) -> list[str]:
-        return [f"{self.prefix}{stack}.block.0.{TABLE}" for stack in ("encoder", "decoder")]
+        return [f"{self.prefix}{stack}.block.0.{TABLE}" for stack in self.stacks]
 
     def positional(self, site: Site | None = None) -> Positional:
         if site is None:
@@ -83,6 +95,11 @@ class T5Adapter(Adapter):
         return Positional("relative", relative=RelativeBias(
             table=table, bidirectional=site.stack == "encoder",
             max_distance=int(self.config.relative_attention_max_distance), owned=site.layer == 0, tensor_name=name))
+
+    @property
+    def twin_class(self) -> str | None:
+        """An encoder-only save's twin is the encoder alone too (T5Model would prove a decoder it lacks)."""
+        return self.architecture if self.stacks == ("encoder",) else None
 
     def twin_settings(self, hf_config, shape: dict) -> dict:
         # 8 buckets over distance 8: the twin's 8-token sequences reach every bucket of both stacks

@@ -125,8 +125,8 @@ def model_inputs(model, input_ids: torch.Tensor, seed: int = 0) -> dict:
     encoders) gets N(0, 1) features of the config's size and ``input_ids`` as decoder tokens; an
     encoder-decoder gets ``input_ids`` for the encoder and their reverse as decoder tokens (another
     sequence); a vision encoder gets N(0, 1) ``pixel_values`` of the config's image size, a model with
-    a text and a vision tower (CLIP, SigLIP) ``input_ids`` and images; a decoder with cross-attention but no encoder of its own (``add_cross_attention``)
-    gets N(0, 1) encoder states of T + 3 positions.
+    a text and a vision tower (CLIP, SigLIP) ``input_ids`` and images; a decoder with cross-attention but no encoder of its own (``add_cross_attention``,
+    or a seq2seq decoder saved alone) gets N(0, 1) encoder states of T + 3 positions.
     """
     cfg = model.config
     g = torch.Generator().manual_seed(seed)
@@ -145,10 +145,17 @@ def model_inputs(model, input_ids: torch.Tensor, seed: int = 0) -> dict:
         return {"input_ids": input_ids, "pixel_values": images(cfg.vision_config, B, g, dtype)}
     if getattr(cfg, "is_encoder_decoder", False):
         return {"input_ids": input_ids, "decoder_input_ids": input_ids.flip(-1)}
-    if getattr(cfg, "add_cross_attention", False):
+    if getattr(cfg, "add_cross_attention", False) or _decoder_saved_alone(model):
+        width = getattr(cfg, "hidden_size", None) or cfg.d_model
         return {"input_ids": input_ids,
-                "encoder_hidden_states": torch.randn(B, T + 3, cfg.hidden_size, generator=g, dtype=dtype)}
+                "encoder_hidden_states": torch.randn(B, T + 3, width, generator=g, dtype=dtype)}
     return {"input_ids": input_ids}
+
+
+def _decoder_saved_alone(model) -> bool:
+    """A seq2seq decoder without its encoder (BartForCausalLM): cross-attention modules, no encoder."""
+    names = [name for name, _ in model.named_modules()]
+    return any(n.endswith(".encoder_attn") for n in names) and not any(".encoder." in f".{n}." for n in names)
 
 
 def vocab(model) -> int:

@@ -107,11 +107,15 @@ def build_twin(model, seed: int = 0, shape: dict | None = None):
 
 
 def _twin_builder(model, config):
-    """AutoModel's base model for the twin's config, or, for a config AutoModel does not map (a tower
-    of a two-tower model: ``siglip_text_model``), the class the checkpoint names in ``architectures``."""
+    """The class the adapter names for the twin (``twin_class``: an encoder-only save), else AutoModel's
+    base model for the twin's config, or, for a config AutoModel does not map (a tower of a two-tower
+    model: ``siglip_text_model``), the class the checkpoint names in ``architectures``."""
     import transformers
     from transformers import AutoModel
 
+    named = getattr(model.adapter, "twin_class", None)
+    if named is not None and isinstance(getattr(transformers, named, None), type):
+        return getattr(transformers, named)
     if type(config) in AutoModel._model_mapping.keys():
         return AutoModel.from_config
     archs = getattr(model.hf_config, "architectures", None) or []

@@ -25,4 +25,12 @@ VARIANTS = {
                                                 max_target_positions=64, suppress_tokens=None,
                                                 begin_suppress_tokens=None),
                        tf.WhisperForConditionalGeneration, SEQ2SEQ),
+    # one stack saved alone: the decoder (its cross-attention kept: it attends to the states it is given)
+    # and Whisper's encoder under an audio classifier
+    "bart-decoder": Variant(lambda: tf.BartConfig(**_SIZES, **_TOKENS, max_position_embeddings=64),
+                            tf.BartForCausalLM, CROSS),
+    "whisper-encoder": Variant(lambda: tf.WhisperConfig(**_SIZES, **_TOKENS, num_mel_bins=4, max_source_positions=8,
+                                                        max_target_positions=64, suppress_tokens=None,
+                                                        begin_suppress_tokens=None),
+                               tf.WhisperForAudioClassification),
 }

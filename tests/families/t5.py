@@ -1,4 +1,4 @@
-"""Tiny T5 variants for the generic tests (see tests/tiny.py).
+"""Tiny T5 and mT5 variants for the generic tests (see tests/tiny.py).
 
 8 relative-position buckets over distance 8: the tests' 8- and 9-token sequences reach every bucket
 of both stacks, so no bucket sits unused (an unused bucket would be an input-dependent null direction).
@@ -16,4 +16,9 @@ VARIANTS = {
     "t5-gated-head-dim": Variant(lambda: tf.T5Config(**{**_T5, "d_kv": 8, "num_decoder_layers": 3,
                                                         "feed_forward_proj": "gated-gelu"}),
                                  tf.T5Model, frozenset({"cross"})),
+    # the encoder alone (the text encoder of image and video generators): config.json names T5EncoderModel
+    "t5-encoder": Variant(lambda: tf.T5Config(**_T5), tf.T5EncoderModel),
+    "mt5": Variant(lambda: tf.MT5Config(**{**_T5, "feed_forward_proj": "gated-gelu"}), tf.MT5ForConditionalGeneration,
+                   frozenset({"cross", "seq2seq"})),
+    "mt5-encoder": Variant(lambda: tf.MT5Config(**{**_T5, "feed_forward_proj": "gated-gelu"}), tf.MT5EncoderModel),
 }
