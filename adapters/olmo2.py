@@ -1,4 +1,4 @@
-"""OLMo 2 and OLMoE: unfused q/k/v/o_proj (GQA, rotate_half RoPE) with an RMSNorm over the whole
+"""OLMo 2, OLMo 3 (with sliding-window layers by ``layer_types``) and OLMoE: unfused q/k/v/o_proj (GQA, rotate_half RoPE) with an RMSNorm over the whole
 query projection and one over the whole key projection, before RoPE (gains of width H hd / G hd).
 
 Layer i (prefix 'model.' for *ForCausalLM):
@@ -17,7 +17,7 @@ import contextlib
 from functools import cached_property
 
 from ..errors import IdinspectError
-from ..layer.attention_layer import QKNorm
+from ..layer.attention_layer import Positional, QKNorm
 from .base import Site
 from .float64 import exact_norms, weighted_rms
 from .layout import Block
@@ -26,7 +26,7 @@ from .qkvo_decoder import QKVODecoderAdapter, qkvo_block
 
 class Olmo2Adapter(QKVODecoderAdapter):
     family = "olmo2"
-    model_types = ("olmo2", "olmoe")
+    model_types = ("olmo2", "olmo3", "olmoe")
     model_tensors = {**QKVODecoderAdapter.model_tensors,
                      "layers.{n}.post_feedforward_layernorm.weight": "norm"}
 
@@ -54,14 +54,31 @@ class Olmo2Adapter(QKVODecoderAdapter):
         return self.read_qk_norm(site, "rms", "projection", self.config.rms_norm_eps,
                                  ("self_attn.q_norm", "self_attn.k_norm"))
 
+    @cached_property
+    def _ropes(self) -> dict[str, Positional]:
+        """OLMo 3: one RoPE per layer type (its rope_parameters are keyed by layer type, as Gemma 3's)."""
+        from ..sources.rope_config import rotary_spec_for_layer_type
+
+        return {t: Positional("rope", rotary=rotary_spec_for_layer_type(self.config, t, "half"))
+                for t in sorted(set(self.config.layer_types))}
+
+    def positional(self, site: Site | None = None) -> Positional:
+        if self.config.model_type != "olmo3":
+            return super().positional(site)
+        return self._ropes[self.config.layer_types[(site if site is not None else self.sites[0]).layer]]
+
     def sliding_window(self, site: Site) -> int | None:
-        return None
+        """OLMo 3's window on the layers ``layer_types`` marks "sliding_attention"; OLMo 2 and OLMoE have none."""
+        return self.window_by_layer_type(site) if self.config.model_type == "olmo3" else None
 
     def exact_float64(self) -> contextlib.AbstractContextManager:
         """OLMo 2's / OLMoE's RMSNorm computes in float32; within this context a float64 input stays float64."""
         if self.config.model_type == "olmoe":
             from transformers.models.olmoe import modeling_olmoe as m
             return exact_norms({m.OlmoeRMSNorm: weighted_rms})
+        if self.config.model_type == "olmo3":
+            from transformers.models.olmo3 import modeling_olmo3 as m
+            return exact_norms({m.Olmo3RMSNorm: weighted_rms})
         from transformers.models.olmo2 import modeling_olmo2 as m
         return exact_norms({m.Olmo2RMSNorm: weighted_rms})
 
@@ -73,6 +90,10 @@ class Olmo2Adapter(QKVODecoderAdapter):
               "rope_parameters": dict(hf_config.rope_parameters)}
         if self.config.model_type == "olmoe":
             kw.update(num_experts=2, num_experts_per_tok=1)
+        if self.config.model_type == "olmo3":
+            first = hf_config.layer_types[0]
+            kw.update(layer_types=[first], sliding_window=hf_config.sliding_window,
+                      rope_parameters={t: dict(v) for t, v in hf_config.rope_parameters.items()})
         return kw
 
 

@@ -1,4 +1,4 @@
-"""Tiny OLMo 2 / OLMoE variants for the generic tests (see tests/tiny.py): an RMSNorm over the whole
+"""Tiny OLMo 2 / OLMo 3 / OLMoE variants for the generic tests (see tests/tiny.py): an RMSNorm over the whole
 query projection and one over the whole key projection, before RoPE."""
 
 import transformers as tf
@@ -14,4 +14,8 @@ VARIANTS = {
     "olmo2": Variant(lambda: tf.Olmo2Config(**_OLMO), tf.Olmo2ForCausalLM, ROPE_LM),
     "olmoe-bias": Variant(lambda: tf.OlmoeConfig(**{**_OLMO, "attention_bias": True, "num_experts": 2,
                                                     "num_experts_per_tok": 1}), tf.OlmoeForCausalLM, ROPE_LM),
+    # OLMo 3: OLMo 2's norms, sliding-window layers by layer_types
+    "olmo3": Variant(lambda: tf.Olmo3Config(**{**_OLMO, "sliding_window": 4,
+                                               "layer_types": ["sliding_attention", "full_attention"]}),
+                     tf.Olmo3ForCausalLM, ROPE_LM),
 }
