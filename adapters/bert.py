@@ -58,12 +58,12 @@ class BertAdapter(Adapter):
               "is_decoder": bool(hf_config.is_decoder),
               "add_cross_attention": bool(getattr(hf_config, "add_cross_attention", False)),
               "max_position_embeddings": 16, "intermediate_size": 16}
-        if hf_config.model_type in ("roberta", "xlm-roberta"):
+        if hf_config.model_type in ("roberta", "xlm-roberta", "xlm-roberta-xl"):
             kw["pad_token_id"] = 1
         return kw
 
 
-ADAPTERS = (BertAdapter,)
+
 
 
 #: Relatives of BERT whose attention the canonical form does not describe, refused with the reason.
@@ -75,3 +75,24 @@ REFUSED = {
                 "through relative embeddings shared by all layers, a score that the canonical form "
                 "softmax(x W_Q W_K^T x^T + bias) does not describe"),
 }
+
+
+class XLMRobertaXLAdapter(BertAdapter):
+    """XLM-RoBERTa-XL / -XXL: BERT's attention tensors in a pre-LayerNorm encoder. Each layer's
+    attention reads ``attention.self_attn_layer_norm(x)`` (the gain folded by ``compare``) and adds its
+    output to the residual without a norm; the MLP's norm is ``encoder.layer.i.LayerNorm``, and
+    ``encoder.LayerNorm`` closes the stack."""
+
+    family = "xlm-roberta-xl"
+    model_types = ("xlm-roberta-xl",)
+    post_norm = None
+    pre_norm = ("attention.self_attn_layer_norm.weight",)
+    model_tensors = {
+        **{k: v for k, v in BertAdapter.model_tensors.items() if "output.LayerNorm" not in k},
+        "encoder.layer.{n}.(attention|crossattention).self_attn_layer_norm.(weight|bias)": "norm",
+        "encoder.layer.{n}.LayerNorm.(weight|bias)": "norm",
+        "encoder.LayerNorm.(weight|bias)": "norm",
+    }
+
+
+ADAPTERS = (BertAdapter, XLMRobertaXLAdapter)

@@ -1,4 +1,4 @@
-"""T5 and mT5: encoder and decoder stacks of q/k/v/o without biases, no softmax scale, a bucketed
+"""T5, mT5 and UMT5: encoder and decoder stacks of q/k/v/o without biases, no softmax scale, a bucketed
 relative-position bias on the self-attention logits.
 
 Layer i of each stack (prefix '' for T5Model and T5ForConditionalGeneration saves):
@@ -7,7 +7,7 @@ Layer i of each stack (prefix '' for T5Model and T5ForConditionalGeneration save
     decoder.block.i.layer.1.EncDecAttention.{q,k,v,o}.weight                                   cross
     {encoder,decoder}.block.0.layer.0.SelfAttention.relative_attention_bias.weight [buckets, H]
 The relative bias table lives in layer 0 of each stack and every self-attention layer of that stack
-adds the same bias (bidirectional buckets in the encoder, past-only in the decoder); cross-attention
+adds the same bias (UMT5: every self-attention layer has its own table, in its own block) (bidirectional buckets in the encoder, past-only in the decoder); cross-attention
 has none. Head width d_kv is its own setting (H d_kv need not be d). Scale 1: T5 folds d_kv^-1/2 into
 its initialisation. ``T5EncoderModel`` / ``MT5EncoderModel`` saves hold the encoder stack alone
 (:mod:`.stacks`): that is what is counted.
@@ -35,7 +35,7 @@ CROSS = _block("cross", "layer.1.EncDecAttention")
 
 class T5Adapter(Adapter):
     family = "t5"
-    model_types = ("t5", "mt5")
+    model_types = ("t5", "mt5", "umt5")
     model_tensors = {
         "shared.weight": "embedding",
         "(encoder|decoder).embed_tokens.weight": "embedding",
@@ -82,19 +82,28 @@ class T5Adapter(Adapter):
     def causal(self, site: Site) -> bool:
         return site.stack == "decoder"
 
+    @property
+    def _table_per_layer(self) -> bool:
+        """UMT5: every self-attention layer has its own table (T5 and mT5: layer 0's, shared by the stack)."""
+        return self.config.model_type == "umt5"
+
+    def _table_name(self, stack: str, layer: int) -> str:
+        return f"{self.prefix}{stack}.block.{layer if self._table_per_layer else 0}.{TABLE}"
+
     def positional_keys(self) -> list[str]:
-        return [f"{self.prefix}{stack}.block.0.{TABLE}" for stack in self.stacks]
+        return list(dict.fromkeys(self._table_name(s.stack, s.layer) for s in self.sites if s.block.kind == "self"))
 
     def positional(self, site: Site | None = None) -> Positional:
         if site is None:
             return Positional("relative")
         if site.block.kind == "cross":
             return Positional("none")
-        name = f"{self.prefix}{site.stack}.block.0.{TABLE}"
+        name = self._table_name(site.stack, site.layer)
         table = self._load(name, (int(self.config.relative_attention_num_buckets), self.n_heads))
         return Positional("relative", relative=RelativeBias(
             table=table, bidirectional=site.stack == "encoder",
-            max_distance=int(self.config.relative_attention_max_distance), owned=site.layer == 0, tensor_name=name))
+            max_distance=int(self.config.relative_attention_max_distance),
+            owned=self._table_per_layer or site.layer == 0, tensor_name=name))
 
     @property
     def twin_class(self) -> str | None:

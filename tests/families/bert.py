@@ -19,6 +19,8 @@ VARIANTS = {
                           frozenset({"cross"})),
     "roberta": Variant(lambda: _bert(tf.RobertaConfig), tf.RobertaForMaskedLM),
     "xlm-roberta": Variant(lambda: _bert(tf.XLMRobertaConfig), tf.XLMRobertaForMaskedLM),
+    # pre-LayerNorm: attention reads attention.self_attn_layer_norm(x)
+    "xlm-roberta-xl": Variant(lambda: _bert(tf.XLMRobertaXLConfig), tf.XLMRobertaXLForMaskedLM),
     "electra": Variant(lambda: _bert(tf.ElectraConfig, embedding_size=8), tf.ElectraForMaskedLM),
     "distilbert": Variant(lambda: tf.DistilBertConfig(dim=16, n_heads=4, n_layers=2, hidden_dim=32, vocab_size=64,
                                                       max_position_embeddings=64), tf.DistilBertForMaskedLM),

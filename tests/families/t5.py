@@ -20,5 +20,9 @@ VARIANTS = {
     "t5-encoder": Variant(lambda: tf.T5Config(**_T5), tf.T5EncoderModel),
     "mt5": Variant(lambda: tf.MT5Config(**{**_T5, "feed_forward_proj": "gated-gelu"}), tf.MT5ForConditionalGeneration,
                    frozenset({"cross", "seq2seq"})),
+    # UMT5: a relative-position table in every self-attention layer
+    "umt5": Variant(lambda: tf.UMT5Config(**{**_T5, "feed_forward_proj": "gated-gelu"}), tf.UMT5ForConditionalGeneration,
+                    frozenset({"cross", "seq2seq"})),
+    "umt5-encoder": Variant(lambda: tf.UMT5Config(**{**_T5, "feed_forward_proj": "gated-gelu"}), tf.UMT5EncoderModel),
     "mt5-encoder": Variant(lambda: tf.MT5Config(**{**_T5, "feed_forward_proj": "gated-gelu"}), tf.MT5EncoderModel),
 }
