@@ -10,8 +10,10 @@ Score scale query_pre_attn_scalar^-1/2; eps rms_norm_eps. Each layer has a type 
 "sliding_attention" with ``sliding_window``, or "full_attention") and RoPE per type
 (``rope_parameters[type]``: the local base and the global base with its scaling), all as
 Gemma3TextConfig resolves them. ``use_bidirectional_attention`` turns the causal mask off.
-``attn_logit_softcapping`` (tanh of the logits) is read as ``logit_softcap``; together with the q/k
-norm it is not derived, and the layer is refused.
+``attn_logit_softcapping`` is in the config class but transformers 5's Gemma3Attention never applies it
+(it passes no ``softcap`` to the attention function, unlike Gemma 2's): the function has no cap, so
+none is modelled (a Gemma 3 variant with the key set is proven by the Jacobian in the tests; a q/k
+norm together with soft-capping stays refused for any family that does apply it).
 """
 
 from __future__ import annotations
@@ -57,8 +59,8 @@ class Gemma3TextAdapter(QKVODecoderAdapter):
         return not self.resolved.use_bidirectional_attention
 
     def logit_softcap(self, site: Site) -> float | None:
-        cap = self.resolved.attn_logit_softcapping
-        return None if cap is None else float(cap)
+        """None: Gemma3Attention.forward does not pass ``attn_logit_softcapping`` on (see the module docstring)."""
+        return None
 
     def sliding_window(self, site: Site) -> int | None:
         return self.resolved.sliding_window if self.layer_type(site) == "sliding_attention" else None

@@ -21,4 +21,6 @@ def _gemma3(**kw):
 
 VARIANTS = {
     "gemma3-text": Variant(lambda: _gemma3(), tf.Gemma3ForCausalLM, ROPE_LM),
+    # soft-capped scores on top of the q/k norm (c tanh(s / c): one-to-one, so the same scores are identified)
+    "gemma3-softcap": Variant(lambda: _gemma3(attn_logit_softcapping=2.0), tf.Gemma3ForCausalLM, ROPE_LM),
 }
