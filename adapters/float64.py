@@ -70,3 +70,26 @@ def top_k_router(module: torch.nn.Module, x: torch.Tensor):
 def exact_routers(model: torch.nn.Module) -> contextlib.AbstractContextManager:
     """A context in which every Mixtral router of ``model`` computes float64 inputs in float64."""
     return exact_norms({type(m): top_k_router for m in model.modules() if type(m).__name__ == "MixtralTopKRouter"})
+
+
+@contextlib.contextmanager
+def float_cast_kept(module_class: type) -> Iterator[None]:
+    """Within calls of ``module_class.forward``, ``Tensor.float()`` leaves a float64 tensor float64 (MPT's
+    attention casts its scores with ``.float()`` before the softmax: float32 rounding in a float64 model)."""
+    original_forward, original_float = module_class.forward, torch.Tensor.float
+
+    def kept(self, *args, **kwargs):
+        return self if self.dtype == torch.float64 else original_float(self, *args, **kwargs)
+
+    def forward(self, *args, **kwargs):
+        torch.Tensor.float = kept
+        try:
+            return original_forward(self, *args, **kwargs)
+        finally:
+            torch.Tensor.float = original_float
+
+    module_class.forward = forward
+    try:
+        yield
+    finally:
+        module_class.forward = original_forward
