@@ -61,9 +61,9 @@ def test_rope_frequencies_are_the_models_own(variant, tmp_path):
     tiny.save(hf, tmp_path)
     model = idinspect.load(tmp_path)
     rotary = model.layer(0).positional.rotary
-    base = hf.base_model
-    module = base.rotary_emb if hasattr(base, "rotary_emb") else hf.model.rotary_emb   # Llama4ForCausalLM's
-    # base_model_prefix ("language_model") names no attribute, so base_model is the model itself
+    # the text model's rotary module, wherever the family keeps it (model.rotary_emb, model.language_model.rotary_emb)
+    module = next(m for name, m in hf.named_modules()
+                  if name.split(".")[-1] == "rotary_emb" and "visual" not in name.split("."))
     if hasattr(module, "layer_types"):      # Gemma 3: one set of frequencies per layer type
         for i, layer_type in enumerate(hf.config.layer_types):
             rotary = model.layer(i).positional.rotary

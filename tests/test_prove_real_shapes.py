@@ -66,6 +66,23 @@ REAL_SHAPES = {
     "starcoder2": ("bigcode/starcoder2-3b", {"hidden_size": 3072, "num_attention_heads": 24, "num_key_value_heads": 2}),
     "t5": ("google-t5/t5-small", {"d_model": 512, "num_heads": 8, "d_kv": 64}),
     "vit": ("google/vit-base-patch16-224", {"hidden_size": 768, "num_attention_heads": 12}),
+    "smollm3-nope": ("HuggingFaceTB/SmolLM3-3B", {"hidden_size": 2048, "num_attention_heads": 16,
+                                                  "num_key_value_heads": 4, "head_dim": 128}),
+    "seed_oss": ("ByteDance-Seed/Seed-OSS-36B-Instruct", {"hidden_size": 5120, "num_attention_heads": 80,
+                                                          "num_key_value_heads": 8, "head_dim": 128}),
+    "olmo": ("allenai/OLMo-1B-hf", {"hidden_size": 2048, "num_attention_heads": 16, "num_key_value_heads": 16,
+                                    "head_dim": 128}),
+    "glm4": ("THUDM/GLM-4-9B-0414", {"hidden_size": 4096, "num_attention_heads": 32, "num_key_value_heads": 2,
+                                     "head_dim": 128}),
+    "nemotron": ("nvidia/Minitron-4B-Base", {"hidden_size": 3072, "num_attention_heads": 24,
+                                             "num_key_value_heads": 8, "head_dim": 128}),
+    "mpt": ("mosaicml/mpt-7b", {"d_model": 4096, "n_heads": 32}),
+    "xlm-roberta-xl": ("facebook/xlm-roberta-xl", {"hidden_size": 2560, "num_attention_heads": 32}),
+    "qwen2-vl": ("Qwen/Qwen2-VL-2B-Instruct", {"text_config.hidden_size": 1536, "text_config.num_attention_heads": 12,
+                                               "text_config.num_key_value_heads": 2, "text_config.head_dim": 128,
+                                               "text_config.rope_parameters": {"rope_type": "default",
+                                                                               "rope_theta": 1000000.0,
+                                                                               "mrope_section": [16, 24, 24]}}),
 }
 
 
@@ -76,8 +93,12 @@ def real_shaped(variant: str):
 
     factory, cls = tiny.VARIANTS[variant]
     config = factory()
-    for name, value in REAL_SHAPES[variant][1].items():
-        setattr(config, name, value)
+    for name, value in REAL_SHAPES[variant][1].items():   # "text_config.hidden_size": the text model's
+        *path, attr = name.split(".")
+        target = config
+        for part in path:
+            target = getattr(target, part)
+        setattr(target, attr, value)
     with no_init_weights():
         model = cls(config)
     g = torch.Generator().manual_seed(0)
@@ -111,7 +132,7 @@ def test_the_family_accepts_the_twin_of_a_real_shape(variant):
 
 #: The proof itself, where the real shape once broke it (Gemma 3 270M: a twin no config accepted;
 #: Falcon-7B: 71 query heads on one key head) and at the shapes whose d differs from H d_k.
-PROVEN = ["gemma3-text", "falcon-mqa", "qwen3", "gemma-mqa"]
+PROVEN = ["gemma3-text", "falcon-mqa", "qwen3", "gemma-mqa", "qwen2-vl", "glm4"]
 
 
 @pytest.mark.parametrize("variant", PROVEN)

@@ -140,7 +140,7 @@ def model_inputs(model, input_ids: torch.Tensor, seed: int = 0) -> dict:
     if main == "pixel_values":
         return {"pixel_values": images(cfg, B, g, dtype)}
     if getattr(cfg, "vision_config", None) is not None:
-        if getattr(cfg, "image_token_index", None) is not None:   # images enter as image tokens (Llama 4): text only
+        if getattr(cfg, "image_token_index", getattr(cfg, "image_token_id", None)) is not None:   # image tokens: text only
             return {"input_ids": input_ids}
         return {"input_ids": input_ids, "pixel_values": images(cfg.vision_config, B, g, dtype)}
     if getattr(cfg, "is_encoder_decoder", False):

@@ -1,0 +1,126 @@
+"""Qwen2-VL, Qwen2.5-VL and Qwen3-VL: the text model of the multimodal checkpoint, read from config.json's
+``text_config``; the vision tower is listed as not analysed.
+
+Layer i of the text model (prefix 'model.language_model.' for *ForConditionalGeneration):
+    layers.i.self_attn.{q,k,v}_proj.weight [H*hd | G*hd, d]   Qwen2-VL / 2.5-VL: bias [H*hd | G*hd]
+    layers.i.self_attn.o_proj.weight       [d, H*hd]          no bias
+    layers.i.self_attn.{q,k}_norm.weight   [hd]               Qwen3-VL: Qwen3's per-head RMS q/k norm
+RoPE is *multimodal* (M-RoPE): the head's rotate_half planes are split into sections (``mrope_section``:
+contiguous for Qwen2-VL and 2.5-VL, interleaved T, H, W for Qwen3-VL) and each section rotates by
+one of three position streams (time, height, width of an image patch; the three are equal for text).
+Every plane still rotates by its own frequency, by some position: the QK gauge is the commutant of
+those rotations, plane by plane, the same as for RoPE with one position stream (docs/mathematics.md),
+so the layer is counted as rotate_half RoPE with the model's frequencies.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import re
+from functools import cached_property
+
+from ..layer.attention_layer import QKNorm
+from ..sources.config import CheckpointConfig
+from .base import Site
+from .float64 import exact_norms, weighted_rms
+from .qkvo_decoder import QKVODecoderAdapter
+
+#: model_type of the checkpoint -> model_type of its text_config.
+TEXT_TYPES = {"qwen2_vl": "qwen2_vl_text", "qwen2_5_vl": "qwen2_5_vl_text", "qwen3_vl": "qwen3_vl_text"}
+
+VISION_REASON = ("the vision tower: its attention rotates each head by a 2-D RoPE over the patch grid, a positional "
+                 "scheme the canonical form does not describe")
+
+#: A vision-tower tensor: (everything up to the tower, its blocks' attention module or None).
+_VISION = re.compile(r"^((?:.+\.)?visual\.)(?:(blocks\.\d+\.attn)\.)?")
+
+
+def text_config(config):
+    """The text model's config: a :class:`CheckpointConfig` over config.json's stored ``text_config``
+    (transformers' text config class answers what it lacks), or the live config's sub-config."""
+    if isinstance(config, CheckpointConfig):
+        return CheckpointConfig({"model_type": TEXT_TYPES[config.model_type], **(config.stored("text_config") or {})},
+                                "config.json text_config")
+    return config.text_config
+
+
+class QwenVLAdapter(QKVODecoderAdapter):
+    family = "qwen_vl"
+    model_types = tuple(TEXT_TYPES)
+    model_tensors = {**QKVODecoderAdapter.model_tensors, "layers.{n}.mlp.**": "mlp"}
+    not_analysed_tensors = {"**visual.**": "the vision tower and its merger into the text model (its attention is "
+                                           "listed as not analysed; the whole-model count covers the text model only)"}
+
+    def __init__(self, config, reader):
+        self.outer = config
+        super().__init__(text_config(config), reader)
+
+    @property
+    def qwen3(self) -> bool:
+        return self.outer.model_type == "qwen3_vl"
+
+    @property
+    def architecture(self) -> str:
+        archs = getattr(self.outer, "architectures", None) or []
+        return str(archs[0]) if archs else f"{self.family} ({self.outer.model_type})"
+
+    def _biases(self) -> tuple[bool, bool]:
+        """Qwen2-VL and 2.5-VL: q/k/v biases, none on o_proj; Qwen3-VL: ``attention_bias`` on all four."""
+        if self.qwen3:
+            return super()._biases()
+        return True, False
+
+    def _find_prefix(self, keys: list[str]) -> str:
+        return super()._find_prefix([k for k in keys if not _VISION.match(k)])
+
+    def qk_norm(self, site: Site) -> QKNorm | None:
+        if not self.qwen3:
+            return None
+        return self.read_qk_norm(site, "rms", "head", self.config.rms_norm_eps, ("self_attn.q_norm", "self_attn.k_norm"))
+
+    def sliding_window(self, site: Site) -> int | None:
+        """Qwen2-VL's windows as Qwen2's: with ``use_sliding_window``, on ``layer_types`` "sliding_attention"
+        layers; Qwen3-VL has none."""
+        if self.qwen3 or not self.optional("use_sliding_window", False):
+            return None
+        return self.window_by_layer_type(site)
+
+    def unanalysed(self) -> list[dict]:
+        modules: dict[str, list[str]] = {}
+        for key in self.reader.keys():
+            m = _VISION.match(key)
+            if m and m.group(2):
+                modules.setdefault(m.group(1) + m.group(2), []).append(key)
+        return [{"module": module, "tensors": sorted(names), "reason": VISION_REASON,
+                 "parameters": sum(math.prod(self.reader.shape(k)) for k in names)}
+                for module, names in sorted(modules.items(), key=lambda kv: [int(t) if t.isdigit() else t
+                                                                              for t in re.split(r"(\d+)", kv[0])])]
+
+    def exact_float64(self) -> contextlib.AbstractContextManager:
+        """The text model's RMSNorm computes in float32; within this context a float64 input stays float64."""
+        if self.qwen3:
+            from transformers.models.qwen3_vl import modeling_qwen3_vl as m
+            return exact_norms({m.Qwen3VLTextRMSNorm: weighted_rms})
+        return contextlib.nullcontext()
+
+    def twin_settings(self, hf_config, shape: dict) -> dict:
+        text_hf = hf_config.text_config
+        rope = dict(text_hf.rope_parameters)
+        if "mrope_section" in rope:   # the twin's planes, all in the first section (the streams are equal for text)
+            rope["mrope_section"] = [shape["head_dim"] // 2, 0, 0]
+        text = {**super().twin_settings(text_hf, shape), "num_hidden_layers": 1, "vocab_size": 32,
+                "rms_norm_eps": text_hf.rms_norm_eps, "rope_parameters": rope, "pad_token_id": None}
+        vision = {"depth": 1, "hidden_size": 8, "num_heads": 2, "patch_size": 2, "spatial_merge_size": 1,
+                  "temporal_patch_size": 1, "in_channels": 3}
+        if self.qwen3:
+            vision.update(intermediate_size=16, out_hidden_size=shape["hidden_size"], num_position_embeddings=4,
+                          deepstack_visual_indexes=[])
+        else:
+            vision.update(embed_dim=8, mlp_ratio=2) if self.outer.model_type == "qwen2_vl" else vision.update(
+                intermediate_size=16, out_hidden_size=shape["hidden_size"], window_size=4, fullatt_block_indexes=[0])
+        return {"text_config": text, "vision_config": vision, "image_token_id": 31, "video_token_id": 30,
+                "vision_start_token_id": 29}
+
+
+ADAPTERS = (QwenVLAdapter,)
