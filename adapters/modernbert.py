@@ -6,7 +6,7 @@ Layer i (prefix 'model.' for ModernBertForMaskedLM, '' for ModernBertModel saves
     layers.i.attn.Wqkv.weight [3d, d]   rows [Q (d) | K (d) | V (d)], heads contiguous   bias [3d] (attention_bias)
     layers.i.attn.Wo.weight   [d, d]                                                     bias [d]  (attention_bias)
 layer_types[i] is "full_attention" (theta rope_parameters["full_attention"]) or "sliding_attention"
-(its own theta; key j visible from query i iff |i - j| <= local_attention // 2). Bidirectional.
+(its own theta; any RoPE type transformers knows, by its own init function; key j visible from query i iff |i - j| <= local_attention // 2). Bidirectional.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import torch
 
 from ..errors import IdinspectError
 from ..layer.attention_layer import Positional
-from ..sources.rope_config import rotary_spec_from_config
+from ..sources.rope_config import rotary_spec_for_layer_type, rotary_spec_from_config
 from .base import Adapter, Site
 from .layout import Block, Projection
 
@@ -60,13 +60,22 @@ class ModernBertAdapter(Adapter):
 
     @cached_property
     def _rope(self) -> dict[str, Positional]:
+        """One RoPE per layer type, as ModernBertRotaryEmbedding computes it: the default type from that
+        type's theta, any other (linear, dynamic, yarn, ...) by transformers' own init function."""
         out = {}
         for layer_type, params in (self.config.rope_parameters or {}).items():
-            if not isinstance(params, dict) or params.get("rope_type", "default") != "default":
-                raise IdinspectError(f"config.json: ModernBERT rope_parameters[{layer_type!r}] is not plain RoPE "
-                                     f"({params!r}); only the default type is modelled")
-            out[layer_type] = Positional("rope", rotary=rotary_spec_from_config(_LayerRope(self.head_dim, params),
-                                                                                "half"))
+            if not isinstance(params, dict):
+                raise IdinspectError(f"config.json: ModernBERT rope_parameters[{layer_type!r}] is {params!r}, not "
+                                     "a dict of RoPE settings; fix the config")
+            if params.get("rope_type", "default") == "default":
+                spec = rotary_spec_from_config(_LayerRope(self.head_dim, params), "half")
+            else:
+                try:
+                    spec = rotary_spec_for_layer_type(self.config, layer_type, "half")
+                except (KeyError, TypeError, ValueError, ZeroDivisionError) as exc:
+                    raise IdinspectError(f"config.json: ModernBERT rope_parameters[{layer_type!r}] ({params!r}) is not "
+                                         f"usable by transformers ({type(exc).__name__}: {exc}); fix the config") from None
+            out[layer_type] = Positional("rope", rotary=spec)
         return out
 
     def positional(self, site: Site | None = None) -> Positional:

@@ -12,4 +12,8 @@ VARIANTS = {
     "modernbert": Variant(lambda: tf.ModernBertConfig(**_MB), tf.ModernBertForMaskedLM),
     "modernbert-bias": Variant(lambda: tf.ModernBertConfig(**_MB, attention_bias=True, global_attn_every_n_layers=2),
                                tf.ModernBertForMaskedLM),
+    # long-context RoPE on the global layers (linear scaling by 4), default on the local ones
+    "modernbert-scaled-rope": Variant(lambda: tf.ModernBertConfig(**_MB, rope_parameters={
+        "full_attention": {"rope_type": "linear", "factor": 4.0, "rope_theta": 160000.0},
+        "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}}), tf.ModernBertForMaskedLM),
 }
