@@ -62,6 +62,27 @@ def supported_model_types() -> list[str]:
     return sorted(ADAPTERS)
 
 
+def family_states() -> list[dict]:
+    """One row per model type transformers ships (its ``CONFIG_MAPPING_NAMES``) or an adapter claims:
+    ``{"model_type", "state", "family", "module", "reason"}`` with state "supported" (an adapter counts
+    it: ``family`` and ``module`` name it), "refused" (``reason`` says why) or "unknown" (no adapter,
+    no reason). Sorted by model type."""
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+
+    rows = []
+    for model_type in sorted(set(CONFIG_MAPPING_NAMES) | set(ADAPTERS) | set(ADAPTERS.refused)):
+        cls = ADAPTERS.get(model_type)
+        if cls is not None:
+            rows.append({"model_type": model_type, "state": "supported", "family": cls.family,
+                         "module": cls.__module__, "reason": None})
+        elif model_type in ADAPTERS.refused:
+            rows.append({"model_type": model_type, "state": "refused", "family": None, "module": None,
+                         "reason": ADAPTERS.refused[model_type]})
+        else:
+            rows.append({"model_type": model_type, "state": "unknown", "family": None, "module": None, "reason": None})
+    return rows
+
+
 def adapter_for(config, reader: TensorReader) -> Adapter:
     """The adapter for ``config.model_type`` over ``reader``; a clear error for unknown types."""
     model_type = getattr(config, "model_type", None)
@@ -70,4 +91,5 @@ def adapter_for(config, reader: TensorReader) -> Adapter:
     return ADAPTERS[model_type](config, reader)
 
 
-__all__ = ["ADAPTERS", "Adapter", "Block", "Projection", "Site", "adapter_for", "supported_model_types"]
+__all__ = ["ADAPTERS", "Adapter", "Block", "Projection", "Site", "adapter_for", "family_states",
+           "supported_model_types"]

@@ -20,6 +20,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "survey": ("survey_cmd", "survey_command"),
     "compare": ("compare_cmd", "compare_command"),
     "fingerprint": ("fingerprint_cmd", "fingerprint_command"),
+    "families": ("families_cmd", "families_command"),
 }
 
 #: One line per command for the top-level ``--help``, so that listing the commands imports none of
@@ -30,6 +31,7 @@ SUMMARIES: dict[str, str] = {
     "verify": "Check that checkpoint B computes the same function as A.",
     "audit": "Audit models against rules and a policy; exit 0 pass, 1 findings, 2 error.",
     "diff": "How much of the step from A to B moves along A's gauge orbit (rho, beta, tau).",
+    "families": "List every model type transformers ships: supported, refused (why) or unknown.",
 }
 
 
