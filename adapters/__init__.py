@@ -5,6 +5,13 @@ The table is discovered, never edited by hand: every module of this package that
 ``model_types``; a module may also define ``REFUSED`` (model_type -> why idinspect does not count
 it), which turns an unsupported model type into a refusal that says why. Adding a family is adding
 one module (docs/adding-a-family.md).
+
+Packages outside this repository add adapters through the entry-point group ``idinspect.adapters``:
+each entry point is named after the ``model_type`` it claims and points at an :class:`Adapter`
+subclass (``helium = "my_pkg.helium:HeliumAdapter"``). Entry points are listed when the registry is
+built (names only: no plugin code runs) and a plugin's module is imported the first time its model
+type is looked up. A name that a built-in adapter or another plugin already claims is refused, naming
+both sides.
 """
 
 from __future__ import annotations
@@ -12,6 +19,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 from collections.abc import Iterator, Mapping
+from importlib.metadata import EntryPoint, entry_points
 
 from ..errors import IdinspectError
 from ..sources.checkpoint import TensorReader
@@ -19,11 +27,17 @@ from .base import Adapter, Site
 from .layout import Block, Projection
 
 
+#: The entry-point group through which other packages provide adapters (name = model_type).
+ENTRY_POINT_GROUP = "idinspect.adapters"
+
+
 class Registry(Mapping[str, type[Adapter]]):
-    """model_type -> adapter class, plus the model types refused by name and why."""
+    """model_type -> adapter class, plus the model types refused by name and why, plus the plugins'
+    entry points (loaded on first lookup)."""
 
     def __init__(self) -> None:
         self._adapters: dict[str, type[Adapter]] = {}
+        self._plugins: dict[str, EntryPoint] = {}
         self.refused: dict[str, str] = {}
         for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
             if info.name in ("base", "layout", "example_inputs"):
@@ -36,15 +50,41 @@ class Registry(Mapping[str, type[Adapter]]):
                                            f"and {cls.__name__}")
                     self._adapters[model_type] = cls
             self.refused.update(getattr(module, "REFUSED", {}))
+        for ep in entry_points(group=ENTRY_POINT_GROUP):
+            claimed = self._adapters.get(ep.name) or self._plugins.get(ep.name)
+            if claimed is not None:
+                raise IdinspectError(f"the idinspect plugin {_plugin_name(ep)} claims model_type {ep.name!r}, which "
+                                     f"{_owner(claimed)} already claims; uninstall one of the two")
+            self._plugins[ep.name] = ep
 
     def __getitem__(self, model_type: str) -> type[Adapter]:
+        if model_type not in self._adapters and model_type in self._plugins:
+            self._adapters[model_type] = _load_plugin(self._plugins[model_type])
         return self._adapters[model_type]
 
+    def __contains__(self, model_type: object) -> bool:
+        return model_type in self._adapters or model_type in self._plugins
+
     def __iter__(self) -> Iterator[str]:
-        return iter(self._adapters)
+        return iter({**self._adapters, **self._plugins})
 
     def __len__(self) -> int:
-        return len(self._adapters)
+        return len(set(self._adapters) | set(self._plugins))
+
+    def provider(self, model_type: str) -> dict:
+        """Who provides ``model_type``'s adapter: ``{"name", "module", "distribution", "version"}`` (this
+        package for a built-in adapter, the plugin's distribution for one from an entry point)."""
+        cls = self[model_type]
+        ep = self._plugins.get(model_type)
+        if ep is None:
+            from importlib.metadata import PackageNotFoundError, version
+            try:
+                own = version("idinspect")
+            except PackageNotFoundError:   # a source tree that was never installed
+                own = None
+            return {"name": cls.family, "module": cls.__module__, "distribution": "idinspect", "version": own}
+        return {"name": cls.family, "module": cls.__module__, "distribution": ep.dist.name if ep.dist else None,
+                "version": ep.dist.version if ep.dist else None}
 
     def refuse(self, model_type: str, where: str) -> None:
         """Raise the one-line error for an unsupported ``model_type`` (with the reason where one is known)."""
@@ -53,6 +93,31 @@ class Registry(Mapping[str, type[Adapter]]):
             raise IdinspectError(f"{where}: model_type {model_type!r} is refused: {reason}")
         raise IdinspectError(f"{where}: model_type {model_type!r} is not supported; "
                              f"supported: {', '.join(supported_model_types())}")
+
+
+def _plugin_name(ep: EntryPoint) -> str:
+    dist = f"{ep.dist.name} {ep.dist.version}" if ep.dist else "(unknown distribution)"
+    return f"{dist} ({ep.name} = {ep.value})"
+
+
+def _owner(claimed) -> str:
+    if isinstance(claimed, EntryPoint):
+        return f"the plugin {_plugin_name(claimed)}"
+    return f"idinspect's own {claimed.__module__}.{claimed.__name__}"
+
+
+def _load_plugin(ep: EntryPoint) -> type[Adapter]:
+    """The plugin's adapter class, checked: a one-line error naming the plugin if it does not load or
+    is not an Adapter claiming this model type."""
+    try:
+        cls = ep.load()
+    except Exception as exc:  # noqa: BLE001 - whatever a third-party import raises, said in one line
+        raise IdinspectError(f"the idinspect plugin {_plugin_name(ep)} failed to import ({type(exc).__name__}: "
+                             f"{exc}); fix or uninstall it") from None
+    if not (isinstance(cls, type) and issubclass(cls, Adapter)) or ep.name not in getattr(cls, "model_types", ()):
+        raise IdinspectError(f"the idinspect plugin {_plugin_name(ep)} does not point at an idinspect Adapter subclass "
+                             f"whose model_types include {ep.name!r}; fix or uninstall it")
+    return cls
 
 
 ADAPTERS = Registry()
@@ -64,22 +129,23 @@ def supported_model_types() -> list[str]:
 
 def family_states() -> list[dict]:
     """One row per model type transformers ships (its ``CONFIG_MAPPING_NAMES``) or an adapter claims:
-    ``{"model_type", "state", "family", "module", "reason"}`` with state "supported" (an adapter counts
-    it: ``family`` and ``module`` name it), "refused" (``reason`` says why) or "unknown" (no adapter,
+    ``{"model_type", "state", "family", "module", "distribution", "reason"}`` with state "supported" (an
+    adapter counts it: ``family``, ``module`` and ``distribution`` name it: "idinspect", or a plugin's), "refused" (``reason`` says why) or "unknown" (no adapter,
     no reason). Sorted by model type."""
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
 
     rows = []
     for model_type in sorted(set(CONFIG_MAPPING_NAMES) | set(ADAPTERS) | set(ADAPTERS.refused)):
-        cls = ADAPTERS.get(model_type)
-        if cls is not None:
-            rows.append({"model_type": model_type, "state": "supported", "family": cls.family,
-                         "module": cls.__module__, "reason": None})
+        if model_type in ADAPTERS:
+            who = ADAPTERS.provider(model_type)
+            rows.append({"model_type": model_type, "state": "supported", "family": who["name"],
+                         "module": who["module"], "distribution": who["distribution"], "reason": None})
         elif model_type in ADAPTERS.refused:
             rows.append({"model_type": model_type, "state": "refused", "family": None, "module": None,
-                         "reason": ADAPTERS.refused[model_type]})
+                         "distribution": None, "reason": ADAPTERS.refused[model_type]})
         else:
-            rows.append({"model_type": model_type, "state": "unknown", "family": None, "module": None, "reason": None})
+            rows.append({"model_type": model_type, "state": "unknown", "family": None, "module": None,
+                         "distribution": None, "reason": None})
     return rows
 
 
@@ -91,5 +157,5 @@ def adapter_for(config, reader: TensorReader) -> Adapter:
     return ADAPTERS[model_type](config, reader)
 
 
-__all__ = ["ADAPTERS", "Adapter", "Block", "Projection", "Site", "adapter_for", "family_states",
+__all__ = ["ADAPTERS", "ENTRY_POINT_GROUP", "Adapter", "Block", "Projection", "Site", "adapter_for", "family_states",
            "supported_model_types"]

@@ -245,11 +245,11 @@ def deepseek_float64():
 ADAPTERS = (DeepseekAdapter,)
 
 _MLA_UNVERIFIED = ("multi-head latent attention in a layout not yet proven against the HF module (only deepseek_v2 / "
-                   "deepseek_v3 are); a checkpoint with DeepSeek-V3's exact layout can be counted as deepseek_v3")
+                   "deepseek_v3 and minicpm3 are); a checkpoint with DeepSeek-V3's exact layout can be counted as deepseek_v3")
 #: Models built on MLA that are not counted (yet), by name.
 REFUSED = {
     "deepseek_v32": "DeepSeek Sparse Attention: an indexer picks each query's keys, which the counts do not model",
     "deepseek_v4": "DeepSeek-V4's attention is not modelled yet",
     **{t: _MLA_UNVERIFIED for t in ("kimi_k2", "kimi_linear", "glm4_moe_lite", "glm_moe_dsa", "longcat_flash",
-                                   "minicpm3", "mistral4", "youtu", "bailing_hybrid", "hy_v4", "axk1", "axk2")},
+                                   "mistral4", "youtu", "bailing_hybrid", "hy_v4", "axk1", "axk2")},
 }

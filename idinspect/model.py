@@ -134,6 +134,17 @@ class Model:
             total += n
         return total
 
+    def adapter_provider(self) -> dict:
+        """``{"name", "module", "distribution", "version"}`` of the adapter that reads this model: idinspect's
+        own, or a plugin's (entry-point group ``idinspect.adapters``)."""
+        from .adapters import ADAPTERS
+
+        model_type = self.config.model_type
+        if model_type in ADAPTERS and ADAPTERS[model_type] is type(self.adapter):
+            return ADAPTERS.provider(model_type)
+        cls = type(self.adapter)
+        return {"name": cls.family, "module": cls.__module__, "distribution": None, "version": None}
+
     def summary(self) -> dict:
         """The ``model`` object of the JSON contract."""
         a = self.adapter
@@ -143,6 +154,7 @@ class Model:
             "revision": self.provenance.revision,
             "model_type": self.config.model_type,
             "family": a.family,
+            "adapter": self.adapter_provider(),
             "architecture": a.architecture,
             "attention_blocks": a.num_blocks,
             "block_kinds": sorted({s.block.kind for s in a.sites}),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import stat
 import sys
 import tempfile
 import threading
@@ -30,8 +31,15 @@ def write_atomic(path: str | os.PathLike, write: Callable[[BinaryIO], object]) -
     binary mode (e.g. ``pyarrow.parquet.write_table(table, fh)``).
 
     Ctrl-C, SIGTERM and SIGHUP that arrive meanwhile take effect when the write has ended (landed
-    or cleaned up): raised at any moment in between, they could leave the temporary behind."""
+    or cleaned up): raised at any moment in between, they could leave the temporary behind. A target
+    that exists as a device, FIFO or socket (``--json /dev/null``, ``/dev/stdout``) is written in
+    place: renaming a temporary over it would replace ``/dev/null`` itself with a regular file."""
     target = Path(path)
+    if _special(target):   # /dev/null, /dev/stdout, a FIFO: written in place (a rename would replace the device)
+        with open(target, "wb") as fh:
+            write(fh)
+            fh.flush()
+        return target
     directory = target.parent if str(target.parent) else Path(".")
     with interrupts_deferred():
         fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=directory)
@@ -46,6 +54,16 @@ def write_atomic(path: str | os.PathLike, write: Callable[[BinaryIO], object]) -
             Path(tmp).unlink(missing_ok=True)
             raise
     return target
+
+
+def _special(target: Path) -> bool:
+    """Does ``target`` (its symlinks followed) exist as something other than a regular file or a folder:
+    a character device (``/dev/null``, a terminal), a FIFO or a socket? Those are written in place."""
+    try:
+        mode = os.stat(target).st_mode
+    except OSError:
+        return False
+    return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))
 
 
 #: The signals that end a command: Ctrl-C, ``kill``, a closed terminal.

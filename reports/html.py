@@ -21,7 +21,7 @@ from .html_findings import sev_badge as _sev
 from .html_heavy_tail import heavy_tail_section
 from .html_spectra import spectra_section as _spectra_section
 from .mathml import math as formula_math, with_formula
-from .summary import (near_null_text, attention_shape, bias_free_ratio, closed_form_line, closed_form_name, closed_form_text,
+from .summary import (near_null_text, attention_shape, bias_free_ratio, plugin_text, closed_form_line, closed_form_name, closed_form_text,
                       fmt_float, fmt_int, fmt_ratio, gguf_text, layer_groups, model_has_biases, plural,
                       not_analysed_lines, layer_kinds_text, positional_text, revision_text, softmax_text, severity_counts,
                       stack_lines)
@@ -117,6 +117,8 @@ def _summary(result: dict) -> str:
             ("Family", f"{esc(model.get('model_type', '?'))} ({esc(model.get('architecture', '?'))})"),
             ("Attention shape", esc(attention_shape(model))),
             ("Positional scheme", esc(positional_text(model, result.get("layers"))))]
+    if plugin_text(model):
+        rows.insert(3, ("Adapter", esc(plugin_text(model))))
     if layer_kinds_text(result):
         rows.append(("Layer kinds", esc(layer_kinds_text(result))))
     if softmax_text(result):

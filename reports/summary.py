@@ -221,6 +221,15 @@ def head_rows(layer: dict, top: int = 3) -> list[HeadRow]:
             for i in range(n)]
 
 
+def plugin_text(model: dict) -> str | None:
+    """"adapter NAME from DIST VERSION (MODULE)" where a plugin package read the model, else None."""
+    adapter = model.get("adapter") or {}
+    if adapter.get("distribution") in (None, "idinspect") and adapter.get("module", "idinspect.").startswith("idinspect."):
+        return None
+    return (f"{adapter.get('name', '?')} from the plugin {adapter.get('distribution') or '?'} "
+            f"{adapter.get('version') or ''} ({adapter.get('module', '?')})").replace("  ", " ")
+
+
 def revision_text(model: dict) -> str:
     """The resolved revision, or a word saying why there is none."""
     rev = model.get("revision")

@@ -18,7 +18,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from .summary import (near_null_text, attention_shape, closed_form_line, findings_by_rule, fmt_float, fmt_int,
+from .summary import (near_null_text, attention_shape, closed_form_line, plugin_text, findings_by_rule, fmt_float, fmt_int,
                       fmt_ratio, gguf_text, layer_groups, plural, not_analysed_lines, layer_kinds_text, positional_text, revision_text, softmax_text,
                       severity_counts, stack_lines)
 from .finding_words import finding_phrases, finding_tensors
@@ -115,6 +115,8 @@ def summary_panel(result: dict) -> Panel:
     grid.add_row("Model", Text(str(model.get("source", "?"))))
     grid.add_row("Revision", Text(revision_text(model)))
     grid.add_row("Family", Text(f"{model.get('model_type', '?')} ({model.get('architecture', '?')})"))
+    if plugin_text(model):
+        grid.add_row("Adapter", Text(plugin_text(model)))
     grid.add_row("Attention", Text(attention_shape(model)))
     grid.add_row("Positional", Text(positional_text(model, result.get("layers"))))
     if layer_kinds_text(result):

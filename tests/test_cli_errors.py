@@ -21,7 +21,7 @@ from idinspect.sources import hub, remote
 from tests.cli import run_cli
 
 SUPPORTED = ", ".join(supported_model_types())
-MODEL_KEYS = ["source", "revision", "model_type", "family", "architecture", "attention_blocks", "block_kinds", "stacks", "layers", "hidden_size", "heads", "kv_heads",
+MODEL_KEYS = ["source", "revision", "model_type", "family", "adapter", "architecture", "attention_blocks", "block_kinds", "stacks", "layers", "hidden_size", "heads", "kv_heads",
               "head_dim", "positional", "rotary_dim"]
 
 
@@ -129,12 +129,18 @@ def test_malformed_config(text, match, tiny_dir, tmp_path):
     fails(str(d), match=match)
 
 
-@pytest.mark.parametrize("model_type", ["mamba", "no-such-architecture"])
+@pytest.mark.parametrize("model_type", ["helium", "no-such-architecture"])   # helium: the example plugin's
 def test_unknown_model_type_lists_the_supported(model_type, tiny_dir, tmp_path):
     d = copy_of(tiny_dir, tmp_path)
     edit_config(d, model_type=model_type)
     fails(str(d), match=rf"config.json: model_type '{model_type}' is not supported; "
                         r"supported: " + re.escape(SUPPORTED) + "$")
+
+
+def test_a_model_type_without_attention_is_refused_with_the_reason(tiny_dir, tmp_path):
+    d = copy_of(tiny_dir, tmp_path)
+    edit_config(d, model_type="mamba")
+    fails(str(d), match=r"config.json: model_type 'mamba' is refused: it has no attention layers")
 
 
 @pytest.mark.parametrize("changes, match", [

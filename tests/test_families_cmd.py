@@ -15,10 +15,12 @@ def test_every_model_type_transformers_ships_has_one_row_in_its_state():
     assert set(CONFIG_MAPPING_NAMES) <= set(rows)
     for model_type, cls in ADAPTERS.items():
         assert rows[model_type]["state"] == "supported"
-        assert (rows[model_type]["family"], rows[model_type]["module"]) == (cls.family, cls.__module__)
+        assert (rows[model_type]["family"], rows[model_type]["module"], rows[model_type]["distribution"]) == (
+            cls.family, cls.__module__, "idinspect")
     for model_type, reason in ADAPTERS.refused.items():
         assert model_type not in ADAPTERS and rows[model_type] == {
-            "model_type": model_type, "state": "refused", "family": None, "module": None, "reason": reason}
+            "model_type": model_type, "state": "refused", "family": None, "module": None, "distribution": None,
+            "reason": reason}
     unknown = [t for t, r in rows.items() if r["state"] == "unknown"]
     assert unknown and not set(unknown) & (set(ADAPTERS) | set(ADAPTERS.refused))
 

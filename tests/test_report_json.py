@@ -189,3 +189,24 @@ def test_ctrl_c_at_any_moment_of_an_atomic_write_leaves_no_temporary(tmp_path):
         signal.signal(signal.SIGINT, previous)
     assert interrupted > 100 and written > 0
     assert sorted(os.listdir(tmp_path)) == ["out.json"]
+
+
+def test_a_device_or_fifo_output_is_written_in_place_not_replaced(tmp_path):
+    """``--json /dev/null`` once renamed a temporary over /dev/null (as root: /dev/null became a
+    regular file for the whole machine). A FIFO stands in for the device here: it must still be a
+    FIFO afterwards, its reader must get the whole text, and no temporary may be left beside it."""
+    import os
+    import stat
+    import threading
+
+    fifo = tmp_path / "out.json"
+    os.mkfifo(fifo)
+    got: list[bytes] = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()))
+    reader.start()
+    write_text_atomic(fifo, '{"a": 1}\n')
+    reader.join(timeout=30)
+    assert got == [b'{"a": 1}\n']
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode) and sorted(os.listdir(tmp_path)) == ["out.json"]
+    write_text_atomic("/dev/null", "x")          # in place: /dev/null stays the device
+    assert stat.S_ISCHR(os.stat("/dev/null").st_mode)

@@ -29,6 +29,10 @@ VARIANTS = {
                                                                                  "mscale_all_dim": 1.0,
                                                                                  "original_max_position_embeddings": 16}),
                                     tf.DeepseekV3ForCausalLM, LATENT_LM),
+    # MiniCPM3: DeepSeek-V2's tensors with the query latent, rotate_half RoPE (cos/sin)
+    "minicpm3": Variant(lambda: tf.MiniCPM3Config(**{k: v for k, v in _MLA.items() if k not in (
+        "moe_intermediate_size", "n_routed_experts", "num_experts_per_tok", "n_shared_experts")}, dim_model_base=16),
+        tf.MiniCPM3ForCausalLM, LATENT_LM),
     # V2-Lite's layout (no query latent), complex-number RoPE on adjacent pairs
     "deepseek-v2": Variant(lambda: tf.DeepseekV2Config(**{**_MLA, "q_lora_rank": None}, first_k_dense_replace=2),
                            tf.DeepseekV2ForCausalLM, LATENT_LM),
