@@ -77,6 +77,8 @@ REAL_SHAPES = {
     "nemotron": ("nvidia/Minitron-4B-Base", {"hidden_size": 3072, "num_attention_heads": 24,
                                              "num_key_value_heads": 8, "head_dim": 128}),
     "mpt": ("mosaicml/mpt-7b", {"d_model": 4096, "n_heads": 32}),
+    "mllama-text": ("meta-llama/Llama-3.2-11B-Vision (text model)", {"hidden_size": 4096, "num_attention_heads": 32,
+                                                                     "num_key_value_heads": 8}),
     "minicpm3": ("openbmb/MiniCPM3-4B", {"hidden_size": 2560, "num_attention_heads": 40, "num_key_value_heads": 40,
                                          "q_lora_rank": 768, "kv_lora_rank": 256, "qk_nope_head_dim": 64,
                                          "qk_rope_head_dim": 32, "v_head_dim": 64}),

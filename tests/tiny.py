@@ -18,6 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import inspect
+
 import torch
 import transformers as tf
 
@@ -115,7 +117,7 @@ def attention_modules(model, i: int):
 
 #: Keyword names under which transformers' attention modules take the states keys and values come
 #: from in a cross-attention block (BERT, GPT-2: encoder_hidden_states; BART, T5, Whisper: key_value_states).
-KV_ARGUMENTS = ("encoder_hidden_states", "key_value_states")
+KV_ARGUMENTS = ("encoder_hidden_states", "key_value_states", "cross_attention_states")
 
 
 def model_inputs(model, input_ids: torch.Tensor, seed: int = 0) -> dict:
@@ -145,6 +147,12 @@ def model_inputs(model, input_ids: torch.Tensor, seed: int = 0) -> dict:
         return {"input_ids": input_ids, "pixel_values": images(cfg.vision_config, B, g, dtype)}
     if getattr(cfg, "is_encoder_decoder", False):
         return {"input_ids": input_ids, "decoder_input_ids": input_ids.flip(-1)}
+    if "cross_attention_states" in inspect.signature(model.forward).parameters:   # Mllama's text model: image states
+        # with every image position visible as an explicit (additive, all-zero) mask: without one, sdpa
+        # would apply a causal mask to the cross-attention (its module has no is_causal = False)
+        return {"input_ids": input_ids,
+                "cross_attention_states": torch.randn(B, T + 3, cfg.hidden_size, generator=g, dtype=dtype),
+                "cross_attention_mask": torch.zeros(B, 1, T, T + 3, dtype=dtype)}
     if getattr(cfg, "add_cross_attention", False) or _decoder_saved_alone(model):
         width = getattr(cfg, "hidden_size", None) or cfg.d_model
         return {"input_ids": input_ids,
