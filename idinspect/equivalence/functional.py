@@ -159,12 +159,20 @@ def run_model(path: Path, ids: torch.Tensor, decode: int, plan: LoadPlan,
               edit: Callable[[torch.nn.Module], None] | None = None) -> Outputs:
     """Load ``path`` with stock transformers, optionally ``edit`` its weights, run the probe (torch's
     compile caches in a folder of ours, :func:`private_compile_caches`)."""
+    return run_model_editions(path, ids, decode, plan, [edit])[0]
+
+
+def run_model_editions(path: Path, ids: torch.Tensor, decode: int, plan: LoadPlan,
+                       edits: list[Callable[[torch.nn.Module], None] | None]) -> list[Outputs]:
+    """:func:`run_model` for several editions of one checkpoint, loaded once: the probe runs after each
+    ``edit`` in turn (None: as loaded), each edit applied on top of the ones before (verify's rounding
+    baseline is A's weights rounded, run after A itself: one load instead of two)."""
     with private_compile_caches():
-        return _run_model(path, ids, decode, plan, edit)
+        return _run_model(path, ids, decode, plan, edits)
 
 
 def _run_model(path: Path, ids: torch.Tensor, decode: int, plan: LoadPlan,
-               edit: Callable[[torch.nn.Module], None] | None) -> Outputs:
+               edits: list[Callable[[torch.nn.Module], None] | None]) -> list[Outputs]:
     from transformers import AutoConfig
 
     config = AutoConfig.from_pretrained(str(path))
@@ -183,20 +191,33 @@ def _run_model(path: Path, ids: torch.Tensor, decode: int, plan: LoadPlan,
             first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             raise IdinspectError(f"{path}: transformers cannot load it ({first})") from None
         model.eval()
-        if edit is not None:
-            edit(model)
-        hooks = widen_per_module(model, plan.compute_dtype) if plan.streamed else []
-        with torch.no_grad():
-            values, kind = _forward(model, ids, plan.compute_dtype)
-            decoded = _greedy(model, ids, decode, plan.compute_dtype) if is_causal_lm(config) and decode > 0 else None
-        for hook in hooks:
-            hook.remove()
+        results = []
+        for edit in edits:
+            if edit is not None:
+                edit(model)
+            hooks = widen_per_module(model, plan.compute_dtype) if plan.streamed else []
+            with torch.no_grad():
+                results.append(_probe(model, config, ids, decode, plan.compute_dtype))
+            for hook in hooks:
+                hook.remove()
         del model
         gc.collect()
-        return Outputs(values.to(torch.float64), decoded, kind)
+        return results
     finally:
         if offload_dir is not None:
             offload_dir.cleanup()
+
+
+def _probe(model, config, ids: torch.Tensor, decode: int, dtype: torch.dtype) -> Outputs:
+    """The outputs compared and, for a causal LM, the greedy continuation. A decoder-only model with a
+    key/value cache runs the prompt once: that pass's logits are both the compared values and the first
+    decoding step (a second, cache-less pass over the prompt gave the same logits)."""
+    if is_causal_lm(config) and decode > 0 and _cached_path(model, ids, dtype):
+        first = model(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=True)
+        return Outputs(first.logits.to(torch.float64), _greedy_cached(model, ids, decode, first), "logits")
+    values, kind = _forward(model, ids, dtype)
+    decoded = _greedy(model, ids, decode, dtype) if is_causal_lm(config) and decode > 0 else None
+    return Outputs(values.to(torch.float64), decoded, kind)
 
 
 def widen_per_module(model: torch.nn.Module, dtype: torch.dtype) -> list:
@@ -310,9 +331,9 @@ def _greedy(model, ids: torch.Tensor, n: int, dtype: torch.dtype | None = None) 
     same encoder states throughout."""
     import inspect
 
-    fixed = {k: v for k, v in _inputs(model, ids, dtype).items() if k not in ("input_ids", "attention_mask")}
-    if not fixed and getattr(model, "_supports_cache_class", True) and not model.config.is_encoder_decoder:
+    if _cached_path(model, ids, dtype):
         return _greedy_cached(model, ids, n)
+    fixed = {k: v for k, v in _inputs(model, ids, dtype).items() if k not in ("input_ids", "attention_mask")}
     seq = ids
     if "logits_to_keep" in inspect.signature(model.forward).parameters:
         fixed["logits_to_keep"] = 1      # the head on the last position only: the same logits, 1/T of the work
@@ -322,12 +343,20 @@ def _greedy(model, ids: torch.Tensor, n: int, dtype: torch.dtype | None = None) 
     return seq[:, ids.shape[1]:]
 
 
-def _greedy_cached(model, ids: torch.Tensor, n: int) -> torch.Tensor:
-    """n greedy tokens through the model's key/value cache."""
+def _cached_path(model, ids: torch.Tensor, dtype: torch.dtype | None) -> bool:
+    """Does the model decode through its key/value cache from token ids alone (a decoder-only model that
+    needs no encoder states, images or features beside them)?"""
+    fixed = {k: v for k, v in _inputs(model, ids, dtype).items() if k not in ("input_ids", "attention_mask")}
+    return not fixed and getattr(model, "_supports_cache_class", True) and not model.config.is_encoder_decoder
+
+
+def _greedy_cached(model, ids: torch.Tensor, n: int, first=None) -> torch.Tensor:
+    """n greedy tokens through the model's key/value cache (``first``: the prompt's pass, if already run
+    with ``use_cache=True``)."""
     import inspect
 
     name = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
-    out = model(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=True)
+    out = first if first is not None else model(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=True)
     seq = ids
     for step in range(n):
         token = out.logits[:, -1].argmax(dim=-1, keepdim=True)
