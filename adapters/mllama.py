@@ -1,4 +1,5 @@
-"""Mllama (Llama 3.2 Vision), its text model (``MllamaForCausalLM``, model_type ``mllama_text_model``):
+"""Mllama (Llama 3.2 Vision), its text model (``MllamaForCausalLM``, model_type ``mllama_text_model``, or
+below ``model.language_model.`` in ``MllamaForConditionalGeneration``, model_type ``mllama``):
 Llama's self-attention layers, and at the indices ``cross_attention_layers`` names, layers whose only
 attention is *cross*-attention to the vision tower's states.
 
@@ -17,6 +18,8 @@ Given no image states, transformers skips the cross layers; the counts are of th
 from __future__ import annotations
 
 import contextlib
+import math
+import re
 from functools import cached_property
 
 from ..layer.attention_layer import Positional, QKNorm
@@ -63,13 +66,20 @@ class MllamaTextAdapter(QKVODecoderAdapter):
         return exact_norms({m.MllamaTextRMSNorm: weighted_rms})
 
     def example_inputs(self, hf_model, input_ids, generator):
-        """Token ids and N(0, 1) image states of T + 3 positions, so that the cross layers run, every image
-        position visible through an explicit all-zero additive mask (without one, sdpa would mask the
-        cross-attention causally: its module does not say is_causal = False)."""
+        """Token ids and N(0, 1) image states, so that the cross layers run, every image position visible
+        through an explicit mask (without one, sdpa would mask the cross-attention causally: its module
+        does not say is_causal = False). The text model takes T + 3 states and an additive [B, 1, T, S]
+        mask; the full model one image of one tile (its vision tower's patch count of states) and its
+        [B, T, images, tiles] mask of ones."""
         import torch
 
         B, T = input_ids.shape
         dtype = next(hf_model.parameters()).dtype
+        vision = getattr(getattr(hf_model, "model", hf_model), "vision_model", None)
+        if vision is not None:
+            states = torch.randn(B, vision.num_patches, self.hidden_size, generator=generator, dtype=dtype)
+            return {"input_ids": input_ids, "cross_attention_states": states,
+                    "cross_attention_mask": torch.ones(B, T, 1, 1, dtype=torch.long)}
         states = torch.randn(B, T + 3, self.hidden_size, generator=generator, dtype=dtype)
         return {"input_ids": input_ids, "cross_attention_states": states,
                 "cross_attention_mask": torch.zeros(B, 1, T, T + 3, dtype=dtype)}
@@ -82,4 +92,65 @@ class MllamaTextAdapter(QKVODecoderAdapter):
                 "cross_attention_layers": [i for i, kind in enumerate(kinds) if kind == "cross"]}
 
 
-ADAPTERS = (MllamaTextAdapter,)
+#: A vision-tower tensor: (everything up to the tower, an attention module of one of its layers or None).
+_VISION = re.compile(r"^((?:.+\.)?vision_model\.)(?:((?:transformer|global_transformer)\.layers\.\d+\.self_attn)\.)?")
+
+VISION_REASON = ("the vision tower (tiles of patches, with gated positional and tile embeddings): its attention is "
+                 "not read yet")
+
+
+class MllamaAdapter(MllamaTextAdapter):
+    """MllamaForConditionalGeneration: the text model (``model.language_model.layers.i``) read as
+    ``mllama_text_model`` from config.json's ``text_config``; the vision tower and its projector are
+    listed as not analysed, never counted silently."""
+
+    model_types = ("mllama",)
+    model_tensors = {**MllamaTextAdapter.model_tensors, "language_model.lm_head.weight": "head"}
+    not_analysed_tensors = {
+        "**vision_model.**": "the vision tower (its attention is listed as not analysed; the whole-model count covers "
+                             "the text model only)",
+        "**multi_modal_projector.**": "the projector from the vision tower into the text model",
+    }
+
+    def __init__(self, config, reader):
+        self.outer = config
+        super().__init__(_text_config(config), reader)
+
+    @property
+    def architecture(self) -> str:
+        archs = getattr(self.outer, "architectures", None) or []
+        return str(archs[0]) if archs else f"{self.family} ({self.outer.model_type})"
+
+    def _find_prefix(self, keys: list[str]) -> str:
+        return super()._find_prefix([k for k in keys if not _VISION.match(k)])
+
+    def unanalysed(self) -> list[dict]:
+        modules: dict[str, list[str]] = {}
+        for key in self.reader.keys():
+            m = _VISION.match(key)
+            if m and m.group(2):
+                modules.setdefault(m.group(1) + m.group(2), []).append(key)
+        return [{"module": module, "tensors": sorted(names), "reason": VISION_REASON,
+                 "parameters": sum(math.prod(self.reader.shape(k)) for k in names)}
+                for module, names in sorted(modules.items())]
+
+    def twin_settings(self, hf_config, shape: dict) -> dict:
+        text = super().twin_settings(hf_config.text_config, shape)
+        vision = {"hidden_size": 8, "intermediate_size": 16, "num_hidden_layers": 1, "num_global_layers": 1,
+                  "attention_heads": 2, "image_size": 16, "patch_size": 8, "max_num_tiles": 1,
+                  "vision_output_dim": 16, "intermediate_layers_indices": [0], "supported_aspect_ratios": [[1, 1]]}
+        return {"text_config": text, "vision_config": vision, "image_token_index": 100}
+
+
+def _text_config(config):
+    """config.json's ``text_config`` as a :class:`CheckpointConfig` (the text config class answers what it
+    lacks), or the live config's sub-config."""
+    from ..sources.config import CheckpointConfig
+
+    if isinstance(config, CheckpointConfig):
+        return CheckpointConfig({"model_type": "mllama_text_model", **(config.stored("text_config") or {})},
+                                "config.json text_config")
+    return config.text_config
+
+
+ADAPTERS = (MllamaTextAdapter, MllamaAdapter)

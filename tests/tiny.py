@@ -141,18 +141,24 @@ def model_inputs(model, input_ids: torch.Tensor, seed: int = 0) -> dict:
                 "decoder_input_ids": input_ids}
     if main == "pixel_values":
         return {"pixel_values": images(cfg, B, g, dtype)}
+    if "cross_attention_states" in inspect.signature(model.forward).parameters:   # Mllama: image states
+        # with every image position visible through an explicit mask: without one, sdpa would apply a causal
+        # mask to the cross-attention (its module has no is_causal = False)
+        vision = getattr(getattr(model, "model", model), "vision_model", None)
+        if vision is not None:     # the full model: one image of one tile, its [B, T, images, tiles] mask
+            width = cfg.text_config.hidden_size
+            return {"input_ids": input_ids,
+                    "cross_attention_states": torch.randn(B, vision.num_patches, width, generator=g, dtype=dtype),
+                    "cross_attention_mask": torch.ones(B, T, 1, 1, dtype=torch.long)}
+        return {"input_ids": input_ids,
+                "cross_attention_states": torch.randn(B, T + 3, cfg.hidden_size, generator=g, dtype=dtype),
+                "cross_attention_mask": torch.zeros(B, 1, T, T + 3, dtype=dtype)}
     if getattr(cfg, "vision_config", None) is not None:
         if getattr(cfg, "image_token_index", getattr(cfg, "image_token_id", None)) is not None:   # image tokens: text only
             return {"input_ids": input_ids}
         return {"input_ids": input_ids, "pixel_values": images(cfg.vision_config, B, g, dtype)}
     if getattr(cfg, "is_encoder_decoder", False):
         return {"input_ids": input_ids, "decoder_input_ids": input_ids.flip(-1)}
-    if "cross_attention_states" in inspect.signature(model.forward).parameters:   # Mllama's text model: image states
-        # with every image position visible as an explicit (additive, all-zero) mask: without one, sdpa
-        # would apply a causal mask to the cross-attention (its module has no is_causal = False)
-        return {"input_ids": input_ids,
-                "cross_attention_states": torch.randn(B, T + 3, cfg.hidden_size, generator=g, dtype=dtype),
-                "cross_attention_mask": torch.zeros(B, 1, T, T + 3, dtype=dtype)}
     if getattr(cfg, "add_cross_attention", False) or _decoder_saved_alone(model):
         width = getattr(cfg, "hidden_size", None) or cfg.d_model
         return {"input_ids": input_ids,
