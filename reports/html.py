@@ -21,7 +21,7 @@ from .html_findings import sev_badge as _sev
 from .html_heavy_tail import heavy_tail_section
 from .html_spectra import spectra_section as _spectra_section
 from .mathml import math as formula_math, with_formula
-from .summary import (near_null_text, attention_shape, bias_free_ratio, plugin_text, closed_form_line, closed_form_name, closed_form_text,
+from .summary import (near_null_text, attention_shape, bias_free_ratio, plugin_text, proof_near_text, closed_form_line, closed_form_name, closed_form_text,
                       fmt_float, fmt_int, fmt_ratio, gguf_text, layer_groups, model_has_biases, plural,
                       not_analysed_lines, layer_kinds_text, positional_text, revision_text, softmax_text, severity_counts,
                       stack_lines)
@@ -257,6 +257,7 @@ def _proof_section(proof: dict) -> str:
             ("Jacobian nullity", esc(proof.get("jacobian_nullity"))),
             ("Structural unidentified count", esc(proof.get("structural_unidentified"))),
             ("Verdict", verdict),
+            *([("Nearly null", esc(proof_near_text(proof)))] if proof_near_text(proof) else []),
             ("Singular-value gap", esc(f"smallest kept {fmt_float(proof.get('smallest_kept_singular_value'))}, "
                                        f"largest dropped {fmt_float(proof.get('largest_dropped_singular_value'))}"))]
     return ('<section id="proof" aria-labelledby="h-proof"><h2 id="h-proof">Numerical proof</h2>'

@@ -221,6 +221,19 @@ def head_rows(layer: dict, top: int = 3) -> list[HeadRow]:
             for i in range(n)]
 
 
+def proof_near_text(proof: dict) -> str | None:
+    """The twin's nearly-null band beside its derived count, said per twin block: the model's own
+    "nearly null" figure sums the same per-block count over all its layers (a 2-layer OLMoE reports
+    4 where its one-block twin shows 2: both are right)."""
+    if proof.get("jacobian_near_nullity") is None:
+        return None
+    blocks = len(proof.get("blocks") or []) or 1
+    return (f"{proof['jacobian_near_nullity']} singular values between the exact cut and "
+            f"{fmt_float(proof.get('near_rtol'))} vs {proof.get('structural_near_unidentified')} nearly-unidentified "
+            f"scales (q/k norm), in the twin's {blocks} block{'s' if blocks != 1 else ''}; the model's figure sums "
+            "the same per-block count over its layers")
+
+
 def plugin_text(model: dict) -> str | None:
     """"adapter NAME from DIST VERSION (MODULE)" where a plugin package read the model, else None."""
     adapter = model.get("adapter") or {}

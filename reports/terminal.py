@@ -18,7 +18,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from .summary import (near_null_text, attention_shape, closed_form_line, plugin_text, findings_by_rule, fmt_float, fmt_int,
+from .summary import (near_null_text, attention_shape, closed_form_line, plugin_text, proof_near_text, findings_by_rule, fmt_float, fmt_int,
                       fmt_ratio, gguf_text, layer_groups, plural, not_analysed_lines, layer_kinds_text, positional_text, revision_text, softmax_text,
                       severity_counts, stack_lines)
 from .finding_words import finding_phrases, finding_tensors
@@ -90,10 +90,8 @@ def proof_panel(proof: dict) -> Panel:
                                   f"{proof.get('tokens')} tokens, cut at rtol {fmt_float(proof.get('rtol'))}"))
     grid.add_row("Result", Text.assemble(f"nullity {proof.get('jacobian_nullity')} vs structural count "
                                          f"{proof.get('structural_unidentified')}: ", verdict))
-    if proof.get("jacobian_near_nullity") is not None:
-        grid.add_row("Nearly null", Text(f"{proof['jacobian_near_nullity']} singular values between the exact cut and "
-                                         f"{fmt_float(proof.get('near_rtol'))} vs {proof.get('structural_near_unidentified')} "
-                                         "nearly-unidentified scales (q/k norm)"))
+    if proof_near_text(proof):
+        grid.add_row("Nearly null", Text(proof_near_text(proof)))
     grid.add_row("Gap", Text(f"smallest kept σ {fmt_float(proof.get('smallest_kept_singular_value'))}, largest "
                              f"dropped σ {fmt_float(proof.get('largest_dropped_singular_value'))}"))
     return Panel(grid, title=Text("Proof (--prove)", style="bold"), title_align="left", box=box.ROUNDED, expand=False)

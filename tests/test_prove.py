@@ -87,3 +87,24 @@ def test_proof_restores_the_thread_count(tiny_dir):
     before = torch.get_num_threads()
     prove_mod.prove(idinspect.load(tiny_dir("gpt2")))
     assert torch.get_num_threads() == before
+
+
+def test_nearly_null_directions_are_per_block_in_the_proof_and_summed_in_the_model(tiny_dir):
+    """OLMoE's q/k norm over each whole projection: 2 nearly-null scales per layer (derived, not fitted).
+    A 2-layer model reports 4; its one-block twin's Jacobian band shows 2. Both are right, and the
+    proof says which is which (issue 38's "4 reported, 2 in the oracle's band")."""
+    import json
+
+    from tests.cli import run_cli
+
+    result = run_cli(tiny_dir("olmoe-bias"), "--prove", "--format", "json")
+    assert result.code == 0, result.stderr
+    doc = json.loads(result.stdout)
+    per_layer = [layer["near_unidentified"] for layer in doc["layers"]]
+    assert per_layer == [2, 2] and doc["totals"]["near_unidentified"] == 4
+    proof = doc["proof"]
+    assert len(proof["blocks"]) == 1
+    assert proof["jacobian_near_nullity"] == proof["structural_near_unidentified"] == per_layer[0]
+    text = run_cli(tiny_dir("olmoe-bias"), "--prove")
+    assert "in the twin's 1 block; the model's figure sums the same per-block count over its layers" in " ".join(
+        text.stdout.split()).replace("│ ", "").replace(" │", "")
