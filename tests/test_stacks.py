@@ -11,6 +11,10 @@ from tests.cli import run_cli
 
 _T5 = dict(vocab_size=64, d_model=16, d_kv=4, d_ff=32, num_layers=2, num_decoder_layers=3, num_heads=4,
            relative_attention_num_buckets=8, relative_attention_max_distance=8, decoder_start_token_id=0)
+_WHISPER = dict(vocab_size=64, d_model=16, encoder_layers=2, decoder_layers=3, encoder_attention_heads=4,
+                decoder_attention_heads=4, encoder_ffn_dim=32, decoder_ffn_dim=32, num_mel_bins=4, max_source_positions=8,
+                max_target_positions=64, suppress_tokens=None, begin_suppress_tokens=None, pad_token_id=1,
+                bos_token_id=0, eos_token_id=2, decoder_start_token_id=2)
 _BART = dict(vocab_size=64, d_model=16, encoder_layers=2, decoder_layers=3, encoder_attention_heads=4,
              decoder_attention_heads=4, encoder_ffn_dim=32, decoder_ffn_dim=32, max_position_embeddings=64)
 
@@ -21,7 +25,11 @@ _BART = dict(vocab_size=64, d_model=16, encoder_layers=2, decoder_layers=3, enco
     (tf.T5ForConditionalGeneration, lambda: tf.T5Config(**_T5), ["encoder", "decoder"], 2 + 2 * 3),
     (tf.BartForCausalLM, lambda: tf.BartConfig(**_BART), ["decoder"], 2 * 3),
     (tf.BartForConditionalGeneration, lambda: tf.BartConfig(**_BART), ["encoder", "decoder"], 2 + 2 * 3),
-], ids=["t5-encoder", "mt5-encoder", "t5-both", "bart-decoder", "bart-both"])
+    (tf.UMT5EncoderModel, lambda: tf.UMT5Config(**_T5), ["encoder"], 2),
+    (tf.WhisperForCausalLM, lambda: tf.WhisperConfig(**_WHISPER), ["decoder"], 2 * 3),
+    (tf.WhisperForAudioClassification, lambda: tf.WhisperConfig(**_WHISPER), ["encoder"], 2),
+], ids=["t5-encoder", "mt5-encoder", "t5-both", "bart-decoder", "bart-both", "umt5-encoder", "whisper-decoder",
+        "whisper-encoder"])
 def test_the_stacks_counted_are_the_stacks_stored(tmp_path, cls, config, stacks, blocks):
     cls(config()).save_pretrained(tmp_path)
     with idinspect.load(tmp_path) as model:
