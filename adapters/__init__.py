@@ -26,7 +26,6 @@ from ..sources.checkpoint import TensorReader
 from .base import Adapter, Site
 from .layout import Block, Projection
 
-
 #: The entry-point group through which other packages provide adapters (name = model_type).
 ENTRY_POINT_GROUP = "idinspect.adapters"
 

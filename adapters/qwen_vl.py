@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import math
 import re
-from functools import cached_property
 
 from ..layer.attention_layer import QKNorm
 from ..sources.config import CheckpointConfig
@@ -116,9 +115,11 @@ class QwenVLAdapter(QKVODecoderAdapter):
         if self.qwen3:
             vision.update(intermediate_size=16, out_hidden_size=shape["hidden_size"], num_position_embeddings=4,
                           deepstack_visual_indexes=[])
+        elif self.outer.model_type == "qwen2_vl":
+            vision.update(embed_dim=8, mlp_ratio=2)
         else:
-            vision.update(embed_dim=8, mlp_ratio=2) if self.outer.model_type == "qwen2_vl" else vision.update(
-                intermediate_size=16, out_hidden_size=shape["hidden_size"], window_size=4, fullatt_block_indexes=[0])
+            vision.update(intermediate_size=16, out_hidden_size=shape["hidden_size"], window_size=4,
+                          fullatt_block_indexes=[0])
         return {"text_config": text, "vision_config": vision, "image_token_id": 31, "video_token_id": 30,
                 "vision_start_token_id": 29}
 

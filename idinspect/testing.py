@@ -33,7 +33,9 @@ def check_adapter(hf_model: torch.nn.Module, *, tokens: int | None = None, seed:
     the three parts of the contract above. Returns ``{"blocks", "max_reference_error", "proof"}``;
     raises AssertionError naming the block and the figure that fails."""
     import idinspect
+
     from .analysis import prove as prove_mod
+    from .layer.reference import reference_attention
 
     hf = hf_model.to(torch.float64).eval()
     try:
@@ -54,8 +56,6 @@ def check_adapter(hf_model: torch.nn.Module, *, tokens: int | None = None, seed:
                 raise AssertionError(f"block {n}: {name} does not round-trip bit-exactly through the canonical form")
     worst = 0.0
     for n, (x, y, x_kv) in enumerate(_captured(hf, adapter, tokens or adapter.twin_tokens, seed)):
-        from .layer.reference import reference_attention
-
         out = reference_attention(model.layer(n), x, x_kv=x_kv)
         err = float((out - y).abs().max() / y.abs().max().clamp_min(1e-300))
         worst = max(worst, err)

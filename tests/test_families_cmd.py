@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 
+from idinspect.adapters import ADAPTERS, family_states
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
 
-from idinspect.adapters import ADAPTERS, family_states
 from tests.cli import run_cli
 
 

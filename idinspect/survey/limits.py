@@ -113,10 +113,10 @@ def limited_row(source: str, options: dict, timeout: float | None, memory: int |
     """``row_fn`` (default :func:`~idinspect.survey.rows.survey_row`) under both limits; their failures
     recorded in the row. A timer that fired makes the row a timeout whatever the interrupted code
     raised instead."""
-    from .rows import empty_row, survey_row
-
     import torch  # noqa: F401  -- before the clock starts: an import cut short would poison this worker
     import transformers  # noqa: F401
+
+    from .rows import empty_row, survey_row
 
     limit, timer = None, TimerState()
     try:
