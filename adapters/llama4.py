@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import math
 import re
 from collections.abc import Iterator
 from functools import cached_property
@@ -29,10 +28,10 @@ from typing import Any
 import torch
 
 from ..errors import IdinspectError
-from ..sources.config import CheckpointConfig
 from ..layer.attention_layer import Positional, QKNorm, QueryTemperature
 from .base import Site, rope_positional
 from .float64 import exact_norms, rms, weighted_rms
+from .multimodal import TextOfMultimodal
 from .qkvo_decoder import QKVODecoderAdapter
 
 
@@ -153,62 +152,28 @@ class Llama4TextAdapter(QKVODecoderAdapter):
                 "rope_parameters": dict(hf_config.rope_parameters)}
 
 
-def text_config(config):
-    """The ``text_config`` of a Llama4Config as the text adapter reads a config: a
-    :class:`CheckpointConfig` over config.json's stored ``text_config`` (transformers' Llama4TextConfig
-    answers what it lacks), or the live config's sub-config."""
-    if isinstance(config, CheckpointConfig):
-        return CheckpointConfig({"model_type": "llama4_text", **(config.stored("text_config") or {})},
-                                "config.json text_config")
-    return config.text_config
-
-
 VISION_REASON = ("Llama 4's vision tower: each head is rotated by a 2-D RoPE (half the planes by the patch's column, "
                  "half by its row, the class token unrotated), a positional scheme the canonical form does not describe")
 
 
-class Llama4Adapter(Llama4TextAdapter):
+class Llama4Adapter(TextOfMultimodal, Llama4TextAdapter):
     """Llama4ForConditionalGeneration: the text model (``language_model.model.layers.i``) read as
     ``llama4_text`` from config.json's ``text_config``; the vision tower's attention is listed as not
     analysed (:data:`VISION_REASON`), never counted silently."""
 
     family = "llama4"
     model_types = ("llama4",)
+    text_model_type = "llama4_text"
+    vision_tower = "vision_model"
+    vision_reason = VISION_REASON
     not_analysed_tensors = {
         "**vision_model.**": "the vision tower (its attention is listed as not analysed; the whole-model "
                              "count covers the text model only)",
         "**multi_modal_projector.**": "the projector from the vision tower into the text model",
     }
 
-    def __init__(self, config, reader):
-        self.outer = config
-        super().__init__(text_config(config), reader)
-
-    @property
-    def architecture(self) -> str:
-        archs = getattr(self.outer, "architectures", None) or []
-        return str(archs[0]) if archs else f"{self.family} ({self.outer.model_type})"
-
-    def _find_prefix(self, keys: list[str]) -> str:
-        """The text model's prefix: the vision tower's layers have the same names below theirs."""
-        try:
-            return super()._find_prefix([k for k in keys if not _VISION.match(k)])
-        except IdinspectError:
-            raise IdinspectError("no text-model tensor named '*layers.0.self_attn.q_proj.weight' (outside "
-                                 "vision_model) in the checkpoint; config.json says model_type 'llama4': check that "
-                                 "the weights belong to this config") from None
-
-    def unanalysed(self) -> list[dict]:
-        modules: dict[str, list[str]] = {}
-        for key in self.reader.keys():
-            m = _VISION.match(key)
-            if m and m.group(2):
-                modules.setdefault(m.group(1) + m.group(2), []).append(key)
-        out = []
-        for module, names in sorted(modules.items(), key=lambda kv: _natural(kv[0])):
-            parameters = sum(math.prod(self.reader.shape(k)) for k in names)
-            out.append({"module": module, "tensors": sorted(names), "parameters": parameters, "reason": VISION_REASON})
-        return out
+    #: A vision-tower tensor: (everything up to the tower, "self_attn" module of a layer or None).
+    vision_modules = re.compile(r"^((?:.+\.)?vision_model\.)(?:(model\.layers\.\d+\.self_attn)\.)?")
 
     def twin_settings(self, hf_config, shape: dict) -> dict:
         text = {**super().twin_settings(hf_config.text_config, shape), "vocab_size": 32, "pad_token_id": None,
@@ -217,14 +182,6 @@ class Llama4Adapter(Llama4TextAdapter):
                   "image_size": 16, "patch_size": 8, "vision_output_dim": 8, "projector_input_dim": 8,
                   "projector_output_dim": 8}
         return {"text_config": text, "vision_config": vision}
-
-
-#: A vision-tower tensor: (everything up to the layer, "self_attn" module of a layer or None).
-_VISION = re.compile(r"^((?:.+\.)?vision_model\.)(?:(model\.layers\.\d+\.self_attn)\.)?")
-
-
-def _natural(name: str) -> list:
-    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name)]
 
 
 ADAPTERS = (Llama4TextAdapter, Llama4Adapter)

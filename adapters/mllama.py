@@ -18,7 +18,6 @@ Given no image states, transformers skips the cross layers; the counts are of th
 from __future__ import annotations
 
 import contextlib
-import math
 import re
 from functools import cached_property
 
@@ -26,6 +25,7 @@ from ..layer.attention_layer import Positional, QKNorm
 from .base import Site
 from .float64 import exact_norms, weighted_rms
 from .layout import Block
+from .multimodal import TextOfMultimodal
 from .qkvo_decoder import QKVODecoderAdapter, qkvo_block
 
 CROSS = Block("cross", qkvo_block(False, False, attn="cross_attn").projections)
@@ -99,12 +99,16 @@ VISION_REASON = ("the vision tower (tiles of patches, with gated positional and 
                  "not read yet")
 
 
-class MllamaAdapter(MllamaTextAdapter):
+class MllamaAdapter(TextOfMultimodal, MllamaTextAdapter):
     """MllamaForConditionalGeneration: the text model (``model.language_model.layers.i``) read as
     ``mllama_text_model`` from config.json's ``text_config``; the vision tower and its projector are
     listed as not analysed, never counted silently."""
 
     model_types = ("mllama",)
+    text_model_type = "mllama_text_model"
+    vision_tower = "vision_model"
+    vision_modules = _VISION
+    vision_reason = VISION_REASON
     model_tensors = {**MllamaTextAdapter.model_tensors, "language_model.lm_head.weight": "head"}
     not_analysed_tensors = {
         "**vision_model.**": "the vision tower (its attention is listed as not analysed; the whole-model count covers "
@@ -112,45 +116,12 @@ class MllamaAdapter(MllamaTextAdapter):
         "**multi_modal_projector.**": "the projector from the vision tower into the text model",
     }
 
-    def __init__(self, config, reader):
-        self.outer = config
-        super().__init__(_text_config(config), reader)
-
-    @property
-    def architecture(self) -> str:
-        archs = getattr(self.outer, "architectures", None) or []
-        return str(archs[0]) if archs else f"{self.family} ({self.outer.model_type})"
-
-    def _find_prefix(self, keys: list[str]) -> str:
-        return super()._find_prefix([k for k in keys if not _VISION.match(k)])
-
-    def unanalysed(self) -> list[dict]:
-        modules: dict[str, list[str]] = {}
-        for key in self.reader.keys():
-            m = _VISION.match(key)
-            if m and m.group(2):
-                modules.setdefault(m.group(1) + m.group(2), []).append(key)
-        return [{"module": module, "tensors": sorted(names), "reason": VISION_REASON,
-                 "parameters": sum(math.prod(self.reader.shape(k)) for k in names)}
-                for module, names in sorted(modules.items())]
-
     def twin_settings(self, hf_config, shape: dict) -> dict:
         text = super().twin_settings(hf_config.text_config, shape)
         vision = {"hidden_size": 8, "intermediate_size": 16, "num_hidden_layers": 1, "num_global_layers": 1,
                   "attention_heads": 2, "image_size": 16, "patch_size": 8, "max_num_tiles": 1,
                   "vision_output_dim": 16, "intermediate_layers_indices": [0], "supported_aspect_ratios": [[1, 1]]}
         return {"text_config": text, "vision_config": vision, "image_token_index": 100}
-
-
-def _text_config(config):
-    """config.json's ``text_config`` as a :class:`CheckpointConfig` (the text config class answers what it
-    lacks), or the live config's sub-config."""
-    from ..sources.config import CheckpointConfig
-
-    if isinstance(config, CheckpointConfig):
-        return CheckpointConfig({"model_type": "mllama_text_model", **(config.stored("text_config") or {})},
-                                "config.json text_config")
-    return config.text_config
 
 
 ADAPTERS = (MllamaTextAdapter, MllamaAdapter)

@@ -16,13 +16,12 @@ so the layer is counted as rotate_half RoPE with the model's frequencies.
 from __future__ import annotations
 
 import contextlib
-import math
 import re
 
 from ..layer.attention_layer import QKNorm
-from ..sources.config import CheckpointConfig
 from .base import Site
 from .float64 import exact_norms, weighted_rms
+from .multimodal import TextOfMultimodal
 from .qkvo_decoder import QKVODecoderAdapter
 
 #: model_type of the checkpoint -> model_type of its text_config.
@@ -35,43 +34,29 @@ VISION_REASON = ("the vision tower: its attention rotates each head by a 2-D RoP
 _VISION = re.compile(r"^((?:.+\.)?visual\.)(?:(blocks\.\d+\.attn)\.)?")
 
 
-def text_config(config):
-    """The text model's config: a :class:`CheckpointConfig` over config.json's stored ``text_config``
-    (transformers' text config class answers what it lacks), or the live config's sub-config."""
-    if isinstance(config, CheckpointConfig):
-        return CheckpointConfig({"model_type": TEXT_TYPES[config.model_type], **(config.stored("text_config") or {})},
-                                "config.json text_config")
-    return config.text_config
-
-
-class QwenVLAdapter(QKVODecoderAdapter):
+class QwenVLAdapter(TextOfMultimodal, QKVODecoderAdapter):
     family = "qwen_vl"
     model_types = tuple(TEXT_TYPES)
     model_tensors = {**QKVODecoderAdapter.model_tensors, "layers.{n}.mlp.**": "mlp"}
     not_analysed_tensors = {"**visual.**": "the vision tower and its merger into the text model (its attention is "
                                            "listed as not analysed; the whole-model count covers the text model only)"}
+    vision_tower = "visual"
+    vision_modules = _VISION
+    vision_reason = VISION_REASON
 
-    def __init__(self, config, reader):
-        self.outer = config
-        super().__init__(text_config(config), reader)
+    @property
+    def text_model_type(self) -> str:
+        return TEXT_TYPES[self.outer.model_type]
 
     @property
     def qwen3(self) -> bool:
         return self.outer.model_type == "qwen3_vl"
-
-    @property
-    def architecture(self) -> str:
-        archs = getattr(self.outer, "architectures", None) or []
-        return str(archs[0]) if archs else f"{self.family} ({self.outer.model_type})"
 
     def _biases(self) -> tuple[bool, bool]:
         """Qwen2-VL and 2.5-VL: q/k/v biases, none on o_proj; Qwen3-VL: ``attention_bias`` on all four."""
         if self.qwen3:
             return super()._biases()
         return True, False
-
-    def _find_prefix(self, keys: list[str]) -> str:
-        return super()._find_prefix([k for k in keys if not _VISION.match(k)])
 
     def qk_norm(self, site: Site) -> QKNorm | None:
         if not self.qwen3:
@@ -84,17 +69,6 @@ class QwenVLAdapter(QKVODecoderAdapter):
         if self.qwen3 or not self.optional("use_sliding_window", False):
             return None
         return self.window_by_layer_type(site)
-
-    def unanalysed(self) -> list[dict]:
-        modules: dict[str, list[str]] = {}
-        for key in self.reader.keys():
-            m = _VISION.match(key)
-            if m and m.group(2):
-                modules.setdefault(m.group(1) + m.group(2), []).append(key)
-        return [{"module": module, "tensors": sorted(names), "reason": VISION_REASON,
-                 "parameters": sum(math.prod(self.reader.shape(k)) for k in names)}
-                for module, names in sorted(modules.items(), key=lambda kv: [int(t) if t.isdigit() else t
-                                                                              for t in re.split(r"(\d+)", kv[0])])]
 
     def exact_float64(self) -> contextlib.AbstractContextManager:
         """The text model's RMSNorm computes in float32; within this context a float64 input stays float64."""
