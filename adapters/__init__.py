@@ -37,6 +37,10 @@ class Registry(Mapping[str, type[Adapter]]):
     def __init__(self) -> None:
         self._adapters: dict[str, type[Adapter]] = {}
         self._plugins: dict[str, EntryPoint] = {}
+        #: Adapters inferred and proven at run time (``--auto``), with their evidence.
+        self.automatic: dict[str, dict] = {}
+        #: What :meth:`resolve` calls for a model type nobody claims, while ``--auto`` is on.
+        self.resolver = None
         self.refused: dict[str, str] = {}
         for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
             if info.name in ("base", "layout", "example_inputs"):
@@ -75,23 +79,62 @@ class Registry(Mapping[str, type[Adapter]]):
         package for a built-in adapter, the plugin's distribution for one from an entry point)."""
         cls = self[model_type]
         ep = self._plugins.get(model_type)
+        if model_type in self.automatic:
+            return {**self.provider_of_idinspect(cls), "automatic": self._evidence(model_type)}
         if ep is None:
-            from importlib.metadata import PackageNotFoundError, version
-            try:
-                own = version("idinspect")
-            except PackageNotFoundError:   # a source tree that was never installed
-                own = None
-            return {"name": cls.family, "module": cls.__module__, "distribution": "idinspect", "version": own}
+            return self.provider_of_idinspect(cls)
         return {"name": cls.family, "module": cls.__module__, "distribution": ep.dist.name if ep.dist else None,
                 "version": ep.dist.version if ep.dist else None}
+
+    def add_automatic(self, cls: type[Adapter], evidence: dict) -> None:
+        """Register an inferred adapter (:mod:`idinspect.automatic`) for its one model type, with its evidence."""
+        (model_type,) = cls.model_types
+        if model_type in self._plugins or (model_type in self._adapters and model_type not in self.automatic):
+            raise IdinspectError(f"--auto: model_type {model_type!r} already has an adapter; --auto is for the others")
+        self._adapters[model_type] = cls
+        self.automatic[model_type] = evidence
+
+    def remove_automatic(self, model_type: str) -> None:
+        if model_type in self.automatic:
+            del self.automatic[model_type]
+            del self._adapters[model_type]
+
+    def resolve(self, model_type: str, where, folder) -> None:
+        """Return if ``model_type`` has an adapter, or (with ``--auto``: :attr:`resolver` set) once one is
+        inferred and proven from ``folder``; else raise the refusal (:meth:`refuse`)."""
+        if model_type in self:
+            return
+        if self.resolver is None:
+            self.refuse(model_type, where)
+        try:
+            self.resolver(model_type, folder)
+        except IdinspectError as exc:
+            if model_type in self.refused:
+                raise IdinspectError(f"{exc} (idinspect refuses {model_type!r} by hand too: {self.refused[model_type]})") from None
+            raise
 
     def refuse(self, model_type: str, where: str) -> None:
         """Raise the one-line error for an unsupported ``model_type`` (with the reason where one is known)."""
         reason = self.refused.get(model_type)
         if reason:
             raise IdinspectError(f"{where}: model_type {model_type!r} is refused: {reason}")
-        raise IdinspectError(f"{where}: model_type {model_type!r} is not supported; "
+        raise IdinspectError(f"{where}: model_type {model_type!r} is not supported (try --auto: the layout "
+                             f"inferred from the transformers module and proven on a twin); "
                              f"supported: {', '.join(supported_model_types())}")
+
+    def _evidence(self, model_type: str) -> dict:
+        e = self.automatic[model_type]
+        return {k: e[k] for k in ("proven_on_twin", "reference_error", "jacobian_nullity", "structural_unidentified")
+                if k in e}
+
+    @staticmethod
+    def provider_of_idinspect(adapter: type[Adapter]) -> dict:
+        from importlib.metadata import PackageNotFoundError, version
+        try:
+            own = version("idinspect")
+        except PackageNotFoundError:   # a source tree that was never installed
+            own = None
+        return {"name": adapter.family, "module": adapter.__module__, "distribution": "idinspect", "version": own}
 
 
 def _plugin_name(ep: EntryPoint) -> str:

@@ -93,3 +93,51 @@ def float_cast_kept(module_class: type) -> Iterator[None]:
         yield
     finally:
         module_class.forward = original_forward
+
+
+_NARROW = (torch.float32, torch.float16, torch.bfloat16)
+
+
+@contextlib.contextmanager
+def float64_casts_kept() -> Iterator[None]:
+    """Within the context a float64 tensor ignores casts to a narrower float (``x.to(torch.float32)``,
+    ``x.float()``): any module's own formula then runs in float64 unchanged. For adapters inferred by
+    ``--auto`` (:mod:`adapters.inferred`), whose modules' float32 islands are not known in advance."""
+    original_to, original_float = torch.Tensor.to, torch.Tensor.float
+
+    def to(self, *args, **kwargs):
+        if self.dtype == torch.float64 and (kwargs.get("dtype") in _NARROW or any(isinstance(a, torch.dtype) and a in _NARROW for a in args)):
+            rest = [a for a in args if a not in _NARROW and not isinstance(a, torch.dtype)]
+            kwargs.pop("dtype", None)
+            return original_to(self, *rest, **kwargs) if rest or kwargs else self
+        return original_to(self, *args, **kwargs)
+
+    def to_float(self, *args, **kwargs):
+        return self if self.dtype == torch.float64 else original_float(self, *args, **kwargs)
+
+    torch.Tensor.to, torch.Tensor.float = to, to_float
+    try:
+        yield
+    finally:
+        torch.Tensor.to, torch.Tensor.float = original_to, original_float
+
+
+@contextlib.contextmanager
+def casts_kept_in(classes: tuple[type, ...]) -> Iterator[None]:
+    """Within the context the forward of each class in ``classes`` (norm modules) runs under
+    :func:`float64_casts_kept`; everything else (a rotary embedding's float32 angles) is untouched."""
+    originals = {cls: cls.forward for cls in classes}
+
+    def patched(original):
+        def forward(self, *args, **kwargs):
+            with float64_casts_kept():
+                return original(self, *args, **kwargs)
+        return forward
+
+    for cls, original in originals.items():
+        cls.forward = patched(original)
+    try:
+        yield
+    finally:
+        for cls, original in originals.items():
+            cls.forward = original

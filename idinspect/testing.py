@@ -55,7 +55,7 @@ def check_adapter(hf_model: torch.nn.Module, *, tokens: int | None = None, seed:
             if tensor.dtype != stored.dtype or tensor.shape != stored.shape or not torch.equal(tensor, stored):
                 raise AssertionError(f"block {n}: {name} does not round-trip bit-exactly through the canonical form")
     worst = 0.0
-    for n, (x, y, x_kv) in enumerate(_captured(hf, adapter, tokens or adapter.twin_tokens, seed)):
+    for n, (x, y, x_kv) in enumerate(captured_blocks(hf, adapter, tokens or adapter.twin_tokens, seed)):
         out = reference_attention(model.layer(n), x, x_kv=x_kv)
         err = float((out - y).abs().max() / y.abs().max().clamp_min(1e-300))
         worst = max(worst, err)
@@ -69,7 +69,7 @@ def check_adapter(hf_model: torch.nn.Module, *, tokens: int | None = None, seed:
     return {"blocks": model.num_layers, "max_reference_error": worst, "proof": proof}
 
 
-def _captured(hf, adapter, tokens: int, seed: int) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]]:
+def captured_blocks(hf, adapter, tokens: int, seed: int) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]]:
     """Per block: (hidden states into attention, its output, the states a cross block reads) from one
     forward pass on random token ids, in the family's exact float64 context."""
     from .analysis.twin import exact_softmax
@@ -102,4 +102,4 @@ def _captured(hf, adapter, tokens: int, seed: int) -> list[tuple[torch.Tensor, t
     return [(r["x"], r["y"], r["x_kv"]) for r in records]
 
 
-__all__ = ["REFERENCE_RTOL", "check_adapter"]
+__all__ = ["REFERENCE_RTOL", "captured_blocks", "check_adapter"]

@@ -116,6 +116,9 @@ def _twin_builder(model, config):
     named = getattr(model.adapter, "twin_class", None)
     if named is not None and isinstance(getattr(transformers, named, None), type):
         return getattr(transformers, named)
+    traced = getattr(model.adapter, "twin_model_class", None)   # an adapter inferred by --auto: its traced class
+    if traced is not None:
+        return traced._from_config
     if type(config) in AutoModel._model_mapping.keys():
         return AutoModel.from_config
     archs = getattr(model.hf_config, "architectures", None) or []

@@ -104,8 +104,8 @@ def setting_optional(config, name: str, default: Any = None) -> Any:
 
 def read_config(folder: Path, supported) -> CheckpointConfig:
     """``folder/config.json`` for a ``model_type`` in ``supported`` (the adapter registry, passed in by
-    the caller: sources never import adapters; ``supported.refuse(model_type, where)`` raises its
-    one-line error); every failure is a one-line error naming the file."""
+    the caller: sources never import adapters; ``supported.resolve(model_type, where, folder)`` returns once an
+    adapter exists (``--auto`` may infer one) or raises its one-line error); every failure is a one-line error naming the file."""
     from .regular_file import read_regular
 
     path = Path(folder) / CONFIG_FILE
@@ -124,5 +124,5 @@ def read_config(folder: Path, supported) -> CheckpointConfig:
     if not isinstance(model_type, str):
         raise IdinspectError(f"{path}: model_type is {type(model_type).__name__}, not a string; fix the config")
     if model_type not in supported:
-        supported.refuse(model_type, path)
+        supported.resolve(model_type, path, Path(folder))
     return CheckpointConfig(settings, str(path))

@@ -1,0 +1,184 @@
+"""The automatic adapter (``idinspect MODEL --auto``): for a model type no adapter claims, the
+attention layout is inferred from the Hugging Face module itself and proven before anything is
+counted.
+
+1. A twin of the model is built by its own transformers class (same config, two layers, H = 4
+   heads, G = 2 key/value groups where the model groups them, d_k = 4, d = 16; float64, random
+   weights) and its first attention sublayer traced (:mod:`.trace`): which modules play W_Q, W_K,
+   W_V and W_O, their fused rows, biases and q/k norms.
+2. The settings one module does not show (positional scheme, score scale, causality, the norm's
+   kind) are chosen as the one combination whose canonical form reproduces the module's output on
+   both layers to 1e-10 (:mod:`.infer`).
+3. The resulting adapter must then pass the contract every built-in adapter passes
+   (:func:`idinspect.testing.check_adapter`): a bit-exact round trip of every stored tensor, the
+   reference against the module at 1e-10 in float64, and ``--prove``'s twin Jacobian nullity equal to
+   the structural count. Any mismatch refuses by name with what was found.
+
+Only then is the class registered for the model type (for this process) and the checkpoint read
+with it; every report marks its counts "automatic, proven on a twin".
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import torch
+
+from ..adapters import ADAPTERS
+from ..adapters.example_inputs import example_inputs
+from ..adapters.inferred import twin_settings_from
+from ..errors import IdinspectError, one_line
+from .infer import candidates, settle, sizes
+
+#: The twin the trace runs on: heads, key/value groups (where the model groups them), head width, width.
+TRACE_SHAPE = {"heads": 4, "kv_heads": 2, "head_dim": 4, "hidden_size": 16}
+TRACE_LAYERS = 2
+TRACE_TOKENS = 8
+#: A sliding window the trace's sequences exceed, where the model has one.
+TRACE_WINDOW = 3
+
+
+def infer_adapter(model_type: str, hf_config, model_class, trust_remote_code: bool = False) -> type:
+    """Infer, prove and register the adapter of ``model_type`` (see the module docstring) from its
+    transformers config and the class that builds it (``model_class._from_config(config)``).
+    Returns the adapter class; raises :class:`IdinspectError` naming what was found where any step fails."""
+    try:
+        hf = trace_twin(hf_config, model_class)
+        g = torch.Generator().manual_seed(0)
+        ids = torch.randint(2, 32, (2, TRACE_TOKENS), generator=g)
+        inputs = example_inputs(hf, ids, g)
+        layouts, found = candidates(hf, inputs, model_type)
+        cls, error = settle(hf, layouts, found, TRACE_TOKENS)
+    except IdinspectError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the model's own code failing on the twin, in one line
+        raise IdinspectError(f"--auto: tracing {model_type!r} failed ({type(exc).__name__}: {one_line(exc)}); "
+                             "an adapter must be written by hand (docs/adding-a-family.md)") from None
+    cls.twin_model_class = model_class
+    cls.trust_remote_code = trust_remote_code
+    ADAPTERS.add_automatic(cls, {"proven_on_twin": False})
+    try:
+        from ..testing import check_adapter
+
+        result = check_adapter(hf)
+    except AssertionError as exc:
+        ADAPTERS.remove_automatic(model_type)
+        raise IdinspectError(f"--auto: the inferred adapter of {model_type!r} is not proven ({one_line(exc)}); "
+                             f"found {found}; an adapter must be written by hand") from None
+    except IdinspectError as exc:
+        ADAPTERS.remove_automatic(model_type)
+        raise IdinspectError(f"--auto: the inferred adapter of {model_type!r} is not proven ({exc}); found {found}") from None
+    except Exception as exc:  # noqa: BLE001 - the model's own code failing on the proof's twin, in one line
+        ADAPTERS.remove_automatic(model_type)
+        raise IdinspectError(f"--auto: proving the inferred adapter of {model_type!r} failed ({type(exc).__name__}: "
+                             f"{one_line(exc)}); found {found}; an adapter must be written by hand") from None
+    except BaseException:
+        ADAPTERS.remove_automatic(model_type)
+        raise
+    proof = result["proof"]
+    ADAPTERS.add_automatic(cls, {
+        "proven_on_twin": True,
+        "reference_error": max(error, result["max_reference_error"]),
+        "jacobian_nullity": proof["jacobian_nullity"],
+        "structural_unidentified": proof["structural_unidentified"],
+        "found": found,
+    })
+    return cls
+
+
+def trace_twin(hf_config, model_class):
+    """The float64 twin the trace runs on (:data:`TRACE_SHAPE`, :data:`TRACE_LAYERS` layers), built by
+    ``model_class`` from ``hf_config``'s own settings; a one-line error where the config class refuses it."""
+    if not all(hasattr(hf_config, k) for k in ("num_attention_heads", "hidden_size", "num_hidden_layers")):
+        raise IdinspectError(f"--auto: {type(hf_config).__name__} has no num_attention_heads / hidden_size / "
+                             "num_hidden_layers of its own (a composite model with text_config / vision_config?); "
+                             "--auto reads single-tower models")
+    H, G, _, _ = sizes(hf_config)
+    shape = {**TRACE_SHAPE, "kv_heads": TRACE_SHAPE["kv_heads"] if G < H else TRACE_SHAPE["heads"]}
+    pad = getattr(hf_config, "pad_token_id", None)
+    settings = {**twin_settings_from(hf_config, shape), "num_hidden_layers": TRACE_LAYERS, "vocab_size": 32,
+                "bos_token_id": None, "eos_token_id": None,
+                "pad_token_id": pad if isinstance(pad, int) and 0 <= pad < 32 else None}
+    types = list(getattr(hf_config, "layer_types", None) or [])
+    if types:    # both kinds where the model has both, so the trace tells which layers a window applies to
+        kinds = list(dict.fromkeys(types))
+        settings["layer_types"] = (kinds * TRACE_LAYERS)[:TRACE_LAYERS]
+    if getattr(hf_config, "sliding_window", None):
+        settings["sliding_window"] = TRACE_WINDOW    # shorter than the trace's sequences: a window shows
+    try:
+        config = type(hf_config)(**settings)
+    except Exception as exc:  # noqa: BLE001 - whatever a config class's validation raises, in one line
+        raise IdinspectError(f"--auto: transformers' {type(hf_config).__name__} refuses the trace twin {shape} "
+                             f"({one_line(exc)}); an adapter must be written by hand") from None
+    config._experts_implementation = "eager"
+    hf = None
+    for implementation in ("sdpa", "eager"):
+        config._attn_implementation = implementation
+        try:
+            hf = model_class._from_config(config)
+            break
+        except ValueError:
+            continue
+    if hf is None:
+        raise IdinspectError(f"--auto: {model_class.__name__} cannot be built from its config with sdpa or eager "
+                             "attention; an adapter must be written by hand")
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Casting complex values to real")
+        hf = hf.to(torch.float64).eval()
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for p in hf.parameters():
+            p.copy_(0.5 * torch.randn(p.shape, generator=g, dtype=torch.float64))
+    return hf
+
+
+def folder_model_class(folder: Path, trust_remote_code: bool) -> tuple[object, type]:
+    """(transformers config, model class) of a checkpoint folder: AutoModel's base model, else the
+    class config.json names in ``architectures``; remote code only with ``trust_remote_code``."""
+    import transformers
+    from transformers import AutoConfig, AutoModel
+
+    from ..sources.hf_logging import quiet_transformers
+
+    try:
+        with quiet_transformers():
+            config = AutoConfig.from_pretrained(str(folder), trust_remote_code=trust_remote_code)
+    except ValueError as exc:
+        if "trust_remote_code" in str(exc):
+            raise IdinspectError(f"{folder}/config.json: this model's configuration is custom code in the repository "
+                                 "(auto_map); idinspect never runs it unless you pass --trust-remote-code (it then "
+                                 "runs as transformers would run it)") from None
+        raise IdinspectError(f"{folder}/config.json: transformers cannot read it ({one_line(exc)})") from None
+    except (OSError, TypeError, KeyError, AttributeError) as exc:
+        raise IdinspectError(f"{folder}/config.json: transformers cannot read it ({one_line(exc)})") from None
+    if type(config) in AutoModel._model_mapping:
+        return config, AutoModel._model_mapping[type(config)]
+    auto_map = getattr(config, "auto_map", None) or {}
+    if trust_remote_code and "AutoModel" in auto_map:
+        from transformers.dynamic_module_utils import get_class_from_dynamic_module
+
+        return config, get_class_from_dynamic_module(auto_map["AutoModel"], str(folder))
+    archs = getattr(config, "architectures", None) or []
+    cls = getattr(transformers, archs[0], None) if archs else None
+    if not isinstance(cls, type):
+        raise IdinspectError(f"{folder}/config.json: transformers has no model class for model_type "
+                             f"{config.model_type!r}; --auto needs one to trace")
+    return config, cls
+
+
+def resolver(trust_remote_code: bool):
+    """The function the registry calls for a model type it does not know (``--auto``)."""
+    def resolve(model_type: str, folder: Path) -> None:
+        config, cls = folder_model_class(folder, trust_remote_code)
+        infer_adapter(model_type, config, cls, trust_remote_code)
+    return resolve
+
+
+def infer_for_module(model) -> None:
+    """Infer and register the adapter of a live model's type from its own class (a config registered
+    with ``AutoConfig.register`` works: no remote code is looked up)."""
+    infer_adapter(model.config.model_type, model.config, type(model))
+
+
+__all__ = ["TRACE_SHAPE", "folder_model_class", "infer_adapter", "infer_for_module", "resolver", "trace_twin"]

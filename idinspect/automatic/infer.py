@@ -1,0 +1,257 @@
+"""From a traced twin to a :class:`~adapters.inferred.FoundLayout`: the roles' modules and fused
+layout (:mod:`.trace`), then the settings that are not visible in one module (positional scheme,
+score scale, causality, q/k norm), chosen as the one combination whose canonical form reproduces the
+live module's output on both of the twin's layers to :data:`~idinspect.testing.REFERENCE_RTOL`."""
+
+from __future__ import annotations
+
+import itertools
+
+import torch
+
+from ..adapters.inferred import FoundLayout, FoundNorm, inferred_adapter
+from ..adapters.layout import Projection, fused_rows
+from ..errors import IdinspectError
+from .trace import Trace, affine_kind, find_roles, trace
+
+
+def sizes(cfg) -> tuple[int, int, int, int]:
+    """(H, G, d_k, d) of a transformers config, under transformers' standard names."""
+    H, d = int(cfg.num_attention_heads), int(cfg.hidden_size)
+    G = int(getattr(cfg, "num_key_value_heads", None) or H)
+    hd = int(getattr(cfg, "head_dim", None) or d // H)
+    return H, G, hd, d
+
+
+def kv_heads_mode(roles: dict[str, list[str]], cfg) -> str:
+    """"config" where the traced key width is G d_k by the config, "one" where it is d_k though the
+    config names no grouping (multi-query attention switched on by a family flag)."""
+    _, G, hd, _ = sizes(cfg)
+    k_units = sum(u.count("k") for u in roles.values())
+    return "one" if k_units == hd and G != 1 else "config"
+
+
+def projections(t: Trace, roles: dict[str, list[str]], o_path: str, cfg, kv: str = "config") -> tuple[Projection, ...]:
+    """The block's stored projections: one per module, its roles and (fused) row layout matched
+    against :func:`fused_rows`; a one-line refusal naming what was found where nothing matches."""
+    H, G, hd, _ = sizes(cfg)
+    G = 1 if kv == "one" else G
+    counts = {"q": H, "k": G, "v": G}
+    found = {p: _runs(u) for p, u in roles.items()}
+    out, seen = [], {}
+    for path, units in roles.items():
+        if "-" in units:
+            raise IdinspectError(f"--auto: {path} feeds attention but {units.count('-')} of its {len(units)} outputs "
+                                 f"reach nothing (found {found}); an adapter must be written by hand")
+        order = "".join(dict.fromkeys(units))
+        for r in order:
+            seen[r] = seen.get(r, 0) + units.count(r)
+        a = t.affine[path]
+        if len(order) == 1:
+            out.append(Projection(path, order, a.bias, a.conv1d))
+            continue
+        rows = {r: [i for i, u in enumerate(units) if u == r] for r in order}
+        for layout in ("blocks", "per_head", "grouped"):
+            try:
+                expect = fused_rows(layout, order, counts, hd)
+            except (ValueError, KeyError):
+                continue
+            if all(sorted(expect[r].tolist()) == rows[r] for r in order):
+                out.append(Projection(path, order, a.bias, a.conv1d, layout))
+                break
+        else:
+            raise IdinspectError(f"--auto: {path} fuses {order} in a row order idinspect does not know ({found[path]}); "
+                                 "an adapter must be written by hand")
+    want = {"q": H * hd, "k": G * hd, "v": G * hd}
+    if seen != want:
+        raise IdinspectError(f"--auto: the projections hold {seen} query/key/value outputs, the config's sizes "
+                             f"(H={H}, G={G}, d_k={hd}) imply {want}; found {found}")
+    a = t.affine[o_path]
+    return (*out, Projection(o_path, "o", a.bias, a.conv1d))
+
+
+def _runs(units: list[str]) -> str:
+    """'q 0:16, k 16:24, ...': a module's unit roles as runs."""
+    out, start = [], 0
+    for i in range(1, len(units) + 1):
+        if i == len(units) or units[i] != units[start]:
+            out.append(f"{units[start]} {start}:{i}")
+            start = i
+    return ", ".join(out)
+
+
+def common_parent(paths: list[str]) -> str:
+    """The deepest module path containing every path (a module's own path if there is one)."""
+    parts = [p.split(".") for p in paths]
+    common = []
+    for names in zip(*parts):
+        if len(set(names)) != 1:
+            break
+        common.append(names[0])
+    if len(paths) == 1 or common == parts[0] or common == parts[-1]:
+        common = common[:-1]     # one fused module: its parent is the attention module
+    return ".".join(common)
+
+
+def model_tensors(hf, t: Trace, read: set[str]) -> dict[str, str]:
+    """Every other tensor of the twin as ``pattern -> component`` (layer numbers as ``{n}``)."""
+    prefix = getattr(hf, "base_model_prefix", "")
+    container = t.layer_container
+    out = {}
+    for key in hf.state_dict():
+        name = key[len(prefix) + 1:] if prefix and key.startswith(prefix + ".") else key
+        module_path = key.rsplit(".", 1)[0]
+        parts = name.split(".")
+        n_parts = len(container.split("."))
+        in_layer = name.startswith(container + ".") and parts[n_parts].isdigit()
+        if in_layer and ".".join(parts[n_parts + 1:]) in read:
+            continue
+        pattern = ".".join([container, "{n}", *parts[n_parts + 1:]]) if in_layer else name
+        module = hf.get_submodule(module_path) if module_path != key else hf
+        out[pattern] = _component(module, module_path, in_layer)
+    return out
+
+
+def _component(module: torch.nn.Module, path: str, in_layer: bool) -> str:
+    if isinstance(module, torch.nn.Embedding):
+        return "position" if "position" in path else "embedding"
+    if "norm" in type(module).__name__.lower() or "norm" in path.rsplit(".", 1)[-1].lower():
+        return "norm"
+    if path.rsplit(".", 1)[-1] in ("lm_head", "score", "classifier"):
+        return "head"
+    return "mlp" if in_layer else "projection"
+
+
+def qk_norms(hf, inputs: dict, t: Trace, attention: str, proj: tuple[Projection, ...], cfg) -> list[FoundNorm | None]:
+    """The candidate q/k norms: parametrised modules inside the attention module whose input is the
+    query (key) projection's output, per head or whole; [None] where there are none."""
+    _, _, hd, _ = sizes(cfg)
+    by_role = {r: p for p in proj for r in p.roles}
+    if by_role["q"].roles != "q" or by_role["k"].roles != "k":
+        return [None]
+    module = hf.get_submodule(f"{t.layer_path}.{attention}") if attention else hf.get_submodule(t.layer_path)
+    seen: dict[str, torch.Tensor] = {}
+    handles = []
+    for path, m in module.named_modules():
+        if path and affine_kind(m) is None and list(m.parameters(recurse=False)):
+            def keep(mod, args, out, path=path) -> None:
+                seen.setdefault(path, args[0].detach().clone())
+
+            handles.append(m.register_forward_hook(keep))
+    try:
+        with torch.no_grad():
+            hf(**inputs, use_cache=False)
+    finally:
+        for h in handles:
+            h.remove()
+    found = {}
+    for role in "qk":
+        target = t.outputs[by_role[role].module]
+        for path, x in seen.items():
+            if x.numel() == target.numel() and torch.equal(x.reshape(target.shape), target):
+                found[role] = (path, "head" if x.shape[-1] == hd else "projection", module.get_submodule(path))
+    if set(found) != {"q", "k"}:
+        return [None]
+    (qp, scope, qm), (kp, _, _) = found["q"], found["k"]
+    eps = next((float(getattr(qm, a)) for a in ("variance_epsilon", "eps", "epsilon") if hasattr(qm, a)), 1e-6)
+    pre = f"{attention}." if attention else ""
+    return [FoundNorm(kind, scope, eps, pre + qp, pre + kp, offset)
+            for kind, offset in itertools.product(("rms", "layer"), (0.0, 1.0))]
+
+
+def extra_parameters(hf, t: Trace, attention: str, proj: tuple[Projection, ...], norm: FoundNorm | None) -> list[str]:
+    """Parameters of the attention module that no projection or q/k norm holds."""
+    module = hf.get_submodule(f"{t.layer_path}.{attention}") if attention else hf.get_submodule(t.layer_path)
+    pre = f"{attention}." if attention else ""
+    placed = {p.module for p in proj} | ({norm.q_module, norm.k_module} if norm else set())
+    return [pre + n for n, _ in module.named_parameters() if not any((pre + n).startswith(m + ".") for m in placed)]
+
+
+def candidates(hf, inputs: dict, model_type: str) -> tuple[list[FoundLayout], dict]:
+    """Every layout consistent with the trace of ``hf`` (float64 twin), best guess first, and what the
+    trace found (for refusals)."""
+    cfg = hf.config
+    t = trace(hf, inputs)
+    o_path, roles = find_roles(hf, inputs, t)
+    kv = kv_heads_mode(roles, cfg)
+    proj = projections(t, roles, o_path, cfg, kv)
+    attention = common_parent([p.module for p in proj if p.roles != "o"])
+    output = _output_module(hf, inputs, t, attention, o_path)
+    norms = qk_norms(hf, inputs, t, attention, proj, cfg)
+    extra = extra_parameters(hf, t, attention, proj, norms[0])
+    found = {"layers": t.layer_container, "attention": attention or "(the layer)", "output": o_path,
+             "projections": {p.module: p.roles + (f" ({p.layout})" if len(p.roles) > 1 else "") for p in proj},
+             "qk_norm": norms[0].q_module if norms[0] else None}
+    if extra:
+        raise IdinspectError(f"--auto: the attention module {attention or t.layer_path} has parameters no projection "
+                             f"holds ({', '.join(extra)}); found {found}; an adapter must be written by hand")
+    read = {f"{p.module}.weight" for p in proj} | {f"{p.module}.bias" for p in proj if p.bias}
+    if norms[0] is not None:
+        read |= {f"{norms[0].q_module}.weight", f"{norms[0].k_module}.weight"}
+    tensors = model_tensors(hf, t, read)
+    module = hf.get_submodule(f"{t.layer_path}.{attention}" if attention else t.layer_path)
+    _, _, hd, _ = sizes(cfg)
+    scales = list(dict.fromkeys(s for s in (getattr(module, "scaling", None), hd ** -0.5, 1.0)
+                                if isinstance(s, (int, float))))
+    rope = bool(getattr(cfg, "rope_parameters", None) or getattr(cfg, "rope_theta", None))
+    partial = "partial_rotary_factor" in (getattr(cfg, "rope_parameters", None) or {})
+    positionals = ([(p, q) for p in ("half", "interleaved") for q in ((False, True) if partial else (False,))]
+                   if rope else []) + [("none", False)]
+    windows = ("layer_types", "all", "none") if getattr(cfg, "sliding_window", None) else ("none",)
+    layouts = [FoundLayout(model_type, t.layer_container, attention, output, proj, pos, part, float(scale), causal,
+                           norm, tensors, window, kv)
+               for (pos, part), causal, scale, norm, window
+               in itertools.product(positionals, (True, False), scales, norms, windows)]
+    return layouts, found
+
+
+def _output_module(hf, inputs: dict, t: Trace, attention: str, o_path: str) -> str | None:
+    """None where the attention module's output is W_O's output, else W_O's path (BERT's
+    ``attention.output.dense`` outside ``attention.self``; BLOOM's ``dense`` before a residual add)."""
+    module = hf.get_submodule(f"{t.layer_path}.{attention}" if attention else t.layer_path)
+    seen = {}
+    def keep(mod, args, out) -> None:
+        seen.setdefault("y", out[0] if isinstance(out, tuple) else out)
+
+    handle = module.register_forward_hook(keep)
+    try:
+        with torch.no_grad():
+            hf(**inputs, use_cache=False)
+    finally:
+        handle.remove()
+    y, o = seen["y"], t.outputs[o_path]
+    return None if y.shape == o.shape and torch.equal(y, o) else o_path
+
+
+def settle(hf, layouts: list[FoundLayout], found: dict, tokens: int = 8):
+    """(adapter class, worst relative error) of the first layout whose canonical form reproduces every
+    block of ``hf``; a one-line refusal with the best attempt where none does."""
+    from ..layer.reference import reference_attention
+    from ..sources.checkpoint import StateDictReader
+    from ..testing import REFERENCE_RTOL, captured_blocks
+
+    best = (float("inf"), None)
+    reader = StateDictReader(hf.state_dict())
+    norms = tuple({type(m) for m in hf.modules() if "norm" in type(m).__name__.lower() and affine_kind(m) is None})
+    for layout in layouts:
+        cls = inferred_adapter(layout)
+        cls.norm_classes = norms
+        try:
+            adapter = cls(hf.config, reader)
+            worst = 0.0
+            for n, (x, y, x_kv) in enumerate(captured_blocks(hf, adapter, tokens, 0)):
+                out = reference_attention(adapter.read_layer(n), x, x_kv=x_kv)
+                worst = max(worst, float((out - y).abs().max() / y.abs().max().clamp_min(1e-300)))
+        except (IdinspectError, ValueError, RuntimeError, KeyError):
+            continue
+        if worst <= REFERENCE_RTOL:
+            return cls, worst
+        if worst < best[0]:
+            best = (worst, layout)
+    what = ("" if best[1] is None else f"; closest: positional {best[1].positional}, causal {best[1].causal}, "
+            f"scale {best[1].scale:.4g}, window {best[1].window}, relative error {best[0]:.1e}")
+    raise IdinspectError(f"--auto: no positional scheme, scale or causality idinspect models reproduces the attention "
+                         f"module (found {found}{what}); an adapter must be written by hand")
+
+
+__all__ = ["candidates", "common_parent", "projections", "settle", "sizes"]

@@ -1,0 +1,212 @@
+"""Which stored modules play W_Q, W_K, W_V and W_O, found by what they do in a live model, not by
+their names or shapes.
+
+On a tiny float64 twin (random weights) one forward pass is recorded, then the output of one module
+(or one output unit of it) is moved at a single position p = (sequence 0, token 0) and the forward
+pass repeated. Attention is the only place where positions exchange information, and its three
+inputs leave distinct marks on the input of the output projection, z = softmax(S) V:
+
+* a **value** unit at p moves z at other positions, and linearly (z is linear in V for fixed scores);
+* a **key** unit at p moves z at other positions too (every query scores key p), but not linearly
+  (through the softmax);
+* a **query** unit moves z at its own position only (query p sets row p of the scores alone); it is
+  moved at the last token, since under a causal mask the query at token 0 scores one key only.
+
+The output projection W_O is the first affine module (in call order) whose input moves at other
+positions when a value at p moves. A module whose units carry several roles is a fused projection;
+its rows per role are matched against the fused layouts idinspect knows
+(:func:`adapters.layout.fused_rows`). Anything that does not fit is refused, naming what was found.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ..errors import IdinspectError
+
+#: A move counts where it changes a value by more than this (relative to the values' scale), and a
+#: response is linear where doubling the move doubles it to within LINEAR_RTOL.
+MOVE_RTOL = 1e-9
+LINEAR_RTOL = 1e-8
+
+
+@dataclass(frozen=True)
+class Affine:
+    """An affine module of the traced layer: ``path`` relative to the layer, nn.Linear or Conv1D."""
+
+    path: str
+    conv1d: bool
+    bias: bool
+
+
+@dataclass
+class Trace:
+    """What one recorded forward pass of layer 0 showed."""
+
+    layer_container: str             # relative to the base model
+    layer_path: str                  # from the model's root
+    affine: dict[str, Affine]
+    order: list[str]                 # affine modules in call order
+    inputs: dict[str, torch.Tensor]
+    outputs: dict[str, torch.Tensor]
+
+
+def affine_kind(module: torch.nn.Module) -> str | None:
+    """"linear" (nn.Linear, y = x W^T + b), "conv1d" (transformers' Conv1D, y = x W + b) or None."""
+    if isinstance(module, torch.nn.Linear):
+        return "linear"
+    if type(module).__name__ == "Conv1D" and getattr(module, "weight", None) is not None and module.weight.dim() == 2:
+        return "conv1d"
+    return None
+
+
+def layer_list(hf) -> tuple[str, torch.nn.ModuleList]:
+    """(path from the root, module) of the model's list of layers: the ModuleList with one entry per
+    ``config.num_hidden_layers`` whose entries hold affine modules."""
+    n = int(hf.config.num_hidden_layers)
+    stacks = [(path, module) for path, module in hf.named_modules()
+              if isinstance(module, torch.nn.ModuleList) and len(module) > 0
+              and all(sum(affine_kind(m) is not None for m in child.modules()) >= 2 for child in module)]
+    stacks = [(p, m) for p, m in stacks if not any(p != q and p.startswith(q + ".") for q, _ in stacks)]
+    found = [(p, m) for p, m in stacks if len(m) == n]
+    if not found:
+        raise IdinspectError(f"--auto: no list of {n} layers with projections in {type(hf).__name__}; "
+                             "an adapter must be written by hand (docs/adding-a-family.md)")
+    if len(stacks) > 1:
+        raise IdinspectError(f"--auto: {type(hf).__name__} has {len(stacks)} stacks of layers "
+                             f"({', '.join(p for p, _ in stacks)}); --auto reads one-stack models, an adapter "
+                             "must be written by hand for the others (docs/adding-a-family.md)")
+    return found[0]
+
+
+def record(hf, inputs: dict, layer_path: str, move: tuple[str, torch.Tensor] | None = None
+           ) -> tuple[dict, dict, list[str]]:
+    """One forward pass: every affine module of the layer's (input, output) and the call order;
+    ``move = (path, delta)`` adds ``delta`` (shaped like that module's output) to its output."""
+    layer = hf.get_submodule(layer_path)
+    ins: dict[str, torch.Tensor] = {}
+    outs: dict[str, torch.Tensor] = {}
+    order: list[str] = []
+    handles = []
+    for path, module in layer.named_modules():
+        if affine_kind(module) is None:
+            continue
+
+        def hook(mod, args, output, path=path):
+            if path not in ins:
+                order.append(path)
+                ins[path] = args[0].detach().clone()
+            if move is not None and move[0] == path:
+                output = output + move[1]
+            if path not in outs:
+                outs[path] = output.detach().clone()
+            return output
+
+        handles.append(module.register_forward_hook(hook))
+    try:
+        with torch.no_grad():
+            hf(**inputs, use_cache=False)
+    finally:
+        for h in handles:
+            h.remove()
+    return ins, outs, order
+
+
+def trace(hf, inputs: dict) -> Trace:
+    """Record layer 0 of ``hf`` once (see :func:`record`)."""
+    container, _ = layer_list(hf)
+    layer_path = f"{container}.0"
+    layer = hf.get_submodule(layer_path)
+    affine = {path: Affine(path, affine_kind(m) == "conv1d", getattr(m, "bias", None) is not None)
+              for path, m in layer.named_modules() if affine_kind(m) is not None}
+    ins, outs, order = record(hf, inputs, layer_path)
+    prefix = getattr(hf, "base_model_prefix", "")
+    relative = container[len(prefix) + 1:] if prefix and container.startswith(prefix + ".") else container
+    return Trace(relative, layer_path, affine, order, ins, outs)
+
+
+def _moved(a: torch.Tensor, b: torch.Tensor, scale: float) -> torch.Tensor:
+    """Positions [B, T] where b differs from a by more than MOVE_RTOL * scale."""
+    diff = (a - b).abs().reshape(a.shape[0], a.shape[1], -1).amax(-1)
+    return diff > MOVE_RTOL * scale
+
+
+def _unit_move(out: torch.Tensor, unit: int | None, amount: float, generator: torch.Generator,
+               token: int = 0) -> torch.Tensor:
+    """A move of ``out`` [B, T, n] at position (0, token): one unit by ``amount``, or (unit None) every
+    unit by a N(0, amount^2) vector."""
+    delta = torch.zeros_like(out)
+    if unit is None:
+        delta[0, token] = amount * torch.randn(out.shape[-1], generator=generator, dtype=out.dtype)
+    else:
+        delta[0, token, unit] = amount
+    return delta
+
+
+def find_roles(hf, inputs: dict, t: Trace) -> tuple[str, dict[str, list[str]]]:
+    """(W_O's module, {module: role of each output unit}) for the attention of layer 0, roles "q",
+    "k", "v" (see the module docstring); raises naming what was found where the marks do not fit."""
+    g = torch.Generator().manual_seed(7)
+    mixers = []
+    for path in t.order:
+        out = t.outputs[path]
+        if out.dim() != 3:
+            continue
+        ins, _, _ = record(hf, inputs, t.layer_path, (path, _unit_move(out, None, 1.0, g)))
+        later = [p for p in t.order if p != path and t.order.index(p) > t.order.index(path)]
+        if any(_moved(t.inputs[p], ins[p], _scale(t.inputs[p]))[0, 1:].any() for p in later):
+            mixers.append(path)
+            break     # the first module whose move reaches other positions feeds attention
+    if not mixers:
+        raise IdinspectError("--auto: no projection of layer 0 moves information between positions: no attention "
+                             "found; an adapter must be written by hand (docs/adding-a-family.md)")
+    first = mixers[0]
+    o_path = _output_projection(hf, inputs, t, first, g)
+    before = t.order[:t.order.index(o_path)]
+    source = t.inputs[first]
+    candidates = [p for p in before if t.inputs[p].shape == source.shape and torch.equal(t.inputs[p], source)]
+    roles: dict[str, list[str]] = {}
+    z0 = t.inputs[o_path]
+    scale = _scale(z0)
+    for path in candidates:
+        out = t.outputs[path]
+        if out.dim() != 3:
+            continue
+        units = []
+        for unit in range(out.shape[-1]):
+            a = record(hf, inputs, t.layer_path, (path, _unit_move(out, unit, 1.0, g)))[0][o_path]
+            moved = _moved(z0, a, scale)
+            if moved[0, 1:].any() or moved[1:].any():
+                b = record(hf, inputs, t.layer_path, (path, _unit_move(out, unit, 2.0, g)))[0][o_path]
+                linear = float((b - z0 - 2 * (a - z0)).abs().max()) <= LINEAR_RTOL * float((a - z0).abs().max())
+                units.append("v" if linear else "k")
+            else:    # a query at token 0 of a causal model scores one key: its move shows at the last token
+                last = out.shape[1] - 1
+                c = record(hf, inputs, t.layer_path, (path, _unit_move(out, unit, 1.0, g, last)))[0][o_path]
+                units.append("q" if _moved(z0, c, scale)[0, last] else "-")
+        if set(units) != {"-"}:
+            roles[path] = units
+    return o_path, roles
+
+
+def _output_projection(hf, inputs: dict, t: Trace, mixer: str, g: torch.Generator) -> str:
+    """The first affine module after ``mixer`` (in call order) whose input moves at other positions
+    when ``mixer``'s output moves at (0, 0): W_O, reading z = softmax(S) V (keys and values both reach
+    it first; the projections read the layer's input, which the move does not change)."""
+    out = t.outputs[mixer]
+    ins, _, _ = record(hf, inputs, t.layer_path, (mixer, _unit_move(out, None, 1.0, g)))
+    for path in t.order[t.order.index(mixer) + 1:]:
+        z0 = t.inputs[path]
+        if _moved(z0, ins[path], _scale(z0))[0, 1:].any():
+            return path
+    raise IdinspectError(f"--auto: {mixer} feeds attention but no later projection of the layer reads its "
+                         "result; an adapter must be written by hand (docs/adding-a-family.md)")
+
+
+def _scale(x: torch.Tensor) -> float:
+    return max(float(x.abs().max()), 1e-300)
+
+
+__all__ = ["Affine", "Trace", "affine_kind", "find_roles", "layer_list", "record", "trace"]
