@@ -169,25 +169,28 @@ def supported_model_types() -> list[str]:
     return sorted(ADAPTERS)
 
 
-def family_states() -> list[dict]:
+def family_states(automatic: Mapping[str, dict] | None = None) -> list[dict]:
     """One row per model type transformers ships (its ``CONFIG_MAPPING_NAMES``) or an adapter claims:
     ``{"model_type", "state", "family", "module", "distribution", "reason"}`` with state "supported" (an
-    adapter counts it: ``family``, ``module`` and ``distribution`` name it: "idinspect", or a plugin's), "refused" (``reason`` says why) or "unknown" (no adapter,
-    no reason). Sorted by model type."""
+    adapter counts it: ``family``, ``module`` and ``distribution`` name it: "idinspect", or a plugin's),
+    "automatic" (in ``automatic``: ``--auto`` infers and proves its adapter; ``evidence`` holds the proof),
+    "refused" (``reason`` says why) or "unknown" (no adapter, no reason). Sorted by model type."""
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
 
+    automatic = automatic or {}
     rows = []
     for model_type in sorted(set(CONFIG_MAPPING_NAMES) | set(ADAPTERS) | set(ADAPTERS.refused)):
-        if model_type in ADAPTERS:
+        row = {"model_type": model_type, "state": "unknown", "family": None, "module": None, "distribution": None,
+               "reason": None}
+        if model_type in ADAPTERS and model_type not in ADAPTERS.automatic:
             who = ADAPTERS.provider(model_type)
-            rows.append({"model_type": model_type, "state": "supported", "family": who["name"],
-                         "module": who["module"], "distribution": who["distribution"], "reason": None})
+            row.update(state="supported", family=who["name"], module=who["module"], distribution=who["distribution"])
+        elif model_type in automatic:
+            row.update(state="automatic", family="automatic", module="idinspect.adapters.inferred",
+                       distribution="idinspect", evidence=automatic[model_type])
         elif model_type in ADAPTERS.refused:
-            rows.append({"model_type": model_type, "state": "refused", "family": None, "module": None,
-                         "distribution": None, "reason": ADAPTERS.refused[model_type]})
-        else:
-            rows.append({"model_type": model_type, "state": "unknown", "family": None, "module": None,
-                         "distribution": None, "reason": None})
+            row.update(state="refused", reason=ADAPTERS.refused[model_type])
+        rows.append(row)
     return rows
 
 

@@ -141,6 +141,9 @@ def twin_settings_from(hf_config, shape: dict) -> dict:
     layer_types = getattr(hf_config, "layer_types", None)
     if layer_types:
         kw["layer_types"] = list(layer_types[:1])
+    patch, image = kw.get("patch_size"), kw.get("image_size")
+    if isinstance(patch, int) and isinstance(image, int) and image > 3 * patch:
+        kw["image_size"] = 3 * patch           # 9 patches: a vision twin's sequences as short as a text twin's
     pad = getattr(hf_config, "pad_token_id", None)
     if isinstance(pad, int) and 0 <= pad < 32:     # a family that derives positions from padding (RoBERTa)
         kw["pad_token_id"] = pad

@@ -18,12 +18,16 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import resource
 import time
 from pathlib import Path
 
 import torch
 
 RESULTS = Path(__file__).parent / "results"
+#: Each unclaimed type's default config gets this long and the process this much address space.
+PER_TYPE_SECONDS = 60
+MEMORY_CAP = 6 * 2**30
 
 
 @contextlib.contextmanager
@@ -44,7 +48,7 @@ def _totals(model) -> dict:
 
     r = idinspect.inspect(model)
     totals = {k: v for k, v in r["totals"].items() if k != "stacks"}   # stack names are a hand-written adapter's words
-    return {"totals": totals, "layers": [(x.get("parameters"), x.get("unidentified")) for x in r["layers"]]}
+    return {"totals": totals, "layers": [{k: v for k, v in x.items() if k != "stack"} for x in r["layers"]]}
 
 
 def supported() -> list[dict]:
@@ -73,39 +77,61 @@ def supported() -> list[dict]:
     return rows
 
 
+def _try_one(model_type: str) -> dict:
+    """:func:`idinspect.automatic.probe` in a worker, as a sweep row."""
+    from idinspect.automatic import probe
+
+    row = probe(model_type)
+    row["outcome"] = row.pop("state")
+    return row
+
+
+def _worker(conn) -> None:
+    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_CAP, MEMORY_CAP))   # a default-sized tower fails, not the machine
+    torch.set_num_threads(1)
+    while True:
+        model_type = conn.recv()
+        if model_type is None:
+            return
+        conn.send(_try_one(model_type))
+
+
 def unclaimed(limit: int | None = None) -> list[dict]:
+    """Every model type AutoModel maps that no adapter claims (or one refused by hand), each in a worker
+    process that is replaced when a type runs past PER_TYPE_SECONDS or fails hard."""
+    import multiprocessing as mp
+
     from idinspect.adapters import ADAPTERS
-    from transformers import AutoModel
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
-    from idinspect.automatic import infer_adapter
-    from idinspect.errors import IdinspectError
-
     types = [t for t in sorted(CONFIG_MAPPING.keys()) if t not in ADAPTERS or t in ADAPTERS.refused]
-    rows = []
+    ctx = mp.get_context("spawn")
+    rows, proc, conn = [], None, None
     for model_type in types[:limit]:
+        if proc is None:
+            conn, child = ctx.Pipe()
+            proc = ctx.Process(target=_worker, args=(child,), daemon=True)
+            proc.start()
         start = time.perf_counter()
-        row = {"model_type": model_type}
-        try:
-            config = CONFIG_MAPPING[model_type]()
-            cls = AutoModel._model_mapping.get(type(config))
-            if cls is None:
-                raise IdinspectError("AutoModel maps no base model for it")
-            if not hasattr(config, "num_attention_heads") or not hasattr(config, "num_hidden_layers"):
-                raise IdinspectError("its config has no num_attention_heads / num_hidden_layers at the top "
-                                     "(a composite or non-attention model)")
-            infer_adapter(model_type, config, cls)
-            row["outcome"] = "automatic"
-            row["evidence"] = ADAPTERS._evidence(model_type)
-        except IdinspectError as exc:
-            row["outcome"], row["reason"] = "refused", str(exc)
-        except Exception as exc:  # noqa: BLE001 - a model class that does not build: recorded, not fatal
-            row["outcome"], row["reason"] = "refused", f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
-        finally:
-            ADAPTERS.remove_automatic(model_type)
+        conn.send(model_type)
+        if conn.poll(PER_TYPE_SECONDS):
+            try:
+                row = conn.recv()
+            except EOFError:
+                row = {"model_type": model_type, "outcome": "refused", "reason": "the worker died (memory cap?)"}
+                proc = None
+        else:
+            row = {"model_type": model_type, "outcome": "refused", "reason": f"over {PER_TYPE_SECONDS} s"}
+            proc.kill()
+            proc = None
+        if proc is not None and not proc.is_alive():
+            proc = None
         row["seconds"] = round(time.perf_counter() - start, 2)
         print(f"{model_type:32s} {row['outcome']:10s} {row['seconds']:6.2f} s  {row.get('reason', '')[:160]}", flush=True)
         rows.append(row)
+    if proc is not None:
+        conn.send(None)
+        proc.join(10)
     return rows
 
 

@@ -477,8 +477,7 @@ def _from_module(model) -> Model:
 
         infer_for_module(model)
     if config.model_type not in supported_model_types():
-        raise IdinspectError(f"{type(model).__name__}: model_type {config.model_type!r} is not supported; "
-                             f"supported: {', '.join(supported_model_types())}")
+        ADAPTERS.refuse(config.model_type, type(model).__name__)
     reader = StateDictReader(model.state_dict())
     name = getattr(config, "_name_or_path", "") or type(model).__name__
     config = copy.deepcopy(config)  # as save_pretrained would write it, without touching the model's own

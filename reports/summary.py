@@ -235,8 +235,13 @@ def proof_near_text(proof: dict) -> str | None:
 
 
 def plugin_text(model: dict) -> str | None:
-    """"adapter NAME from DIST VERSION (MODULE)" where a plugin package read the model, else None."""
+    """"adapter NAME from DIST VERSION (MODULE)" where a plugin package read the model, "automatic,
+    proven on a twin (...)" where --auto inferred it, else None."""
     adapter = model.get("adapter") or {}
+    auto = adapter.get("automatic")
+    if auto:
+        return (f"automatic, proven on a twin (Jacobian nullity {auto.get('jacobian_nullity')} = count "
+                f"{auto.get('structural_unidentified')}; reference error {auto.get('reference_error', 0):.1e})")
     if adapter.get("distribution") in (None, "idinspect") and adapter.get("module", "idinspect.").startswith("idinspect."):
         return None
     return (f"{adapter.get('name', '?')} from the plugin {adapter.get('distribution') or '?'} "

@@ -133,7 +133,7 @@ def test_malformed_config(text, match, tiny_dir, tmp_path):
 def test_unknown_model_type_lists_the_supported(model_type, tiny_dir, tmp_path):
     d = copy_of(tiny_dir, tmp_path)
     edit_config(d, model_type=model_type)
-    fails(str(d), match=rf"config.json: model_type '{model_type}' is not supported; "
+    fails(str(d), match=rf"config.json: model_type '{model_type}' is not supported \(try --auto: .*\); "
                         r"supported: " + re.escape(SUPPORTED) + "$")
 
 

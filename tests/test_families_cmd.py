@@ -36,9 +36,22 @@ def test_the_command_prints_the_rows_and_their_counts():
     mamba = next(line for line in lines if line.split()[0] == "mamba")
     assert mamba.split()[1] == "refused" and "no attention layers" in mamba
     counts = {s: sum(r["state"] == s for r in rows) for s in ("supported", "refused", "unknown")}
-    assert text.stderr.strip() == f"{counts['supported']} supported, {counts['refused']} refused, {counts['unknown']} unknown"
+    assert text.stderr.strip() == (f"{counts['supported']} supported, 0 automatic, {counts['refused']} refused, "
+                                   f"{counts['unknown']} unknown")
 
     js = run_cli("families", "--format", "json", "--state", "refused")
     assert js.code == 0 and js.stderr == ""
     doc = json.loads(js.stdout)
     assert doc["schema_version"] == 1 and doc["families"] == [r for r in rows if r["state"] == "refused"]
+
+
+def test_probe_marks_a_plain_variant_automatic_and_refuses_what_is_not_modelled():
+    """arcee: a Llama-like decoder transformers ships with no adapter here; mamba: no attention at all."""
+    from idinspect.automatic import probe
+
+    arcee = probe("arcee")
+    assert arcee["state"] == "automatic", arcee
+    assert arcee["evidence"]["jacobian_nullity"] == arcee["evidence"]["structural_unidentified"]
+    assert "arcee" not in ADAPTERS                     # a probe registers nothing
+    mamba = probe("mamba")
+    assert mamba["state"] == "refused" and mamba["reason"].startswith("--auto:")

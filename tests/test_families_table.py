@@ -39,3 +39,37 @@ def test_each_row_names_the_module_that_reads_its_types():
 def test_every_refused_type_is_named_in_the_page():
     text = PAGE.read_text(encoding="utf-8")
     assert [t for t in sorted(ADAPTERS.refused) if f"`{t}`" not in text] == []
+
+
+def _generated_part() -> tuple[str, list[str]]:
+    from idinspect.commands.families_cmd import BEGIN, END
+
+    text = PAGE.read_text(encoding="utf-8")
+    part = text[text.index(BEGIN):text.index(END) + len(END)]
+    auto = re.search(r"^Automatic \(`--auto`.*?\n\n(.*?)\.$", part, re.S | re.M)
+    return part, re.findall(r"`([^`]+)`", auto.group(1)) if auto else []
+
+
+def test_the_generated_part_is_what_idinspect_families_prints():
+    """The page's generated tables are `idinspect families --auto --format markdown` for the installed
+    transformers: supported, refused and unknown states from the registry now, automatic as the page
+    recorded it (proven below). Regenerate the part with that command when this fails."""
+    from idinspect.adapters import family_states
+    from idinspect.commands.families_cmd import markdown
+
+    part, automatic = _generated_part()
+    assert markdown(family_states({t: {} for t in automatic}), auto=True) == part
+
+
+def test_types_the_page_calls_automatic_are_proven():
+    """Two of the page's automatic types (a different pair each day) go through --auto's proof."""
+    import datetime
+
+    from idinspect.automatic import probe
+
+    _, automatic = _generated_part()
+    assert automatic, "the page lists no automatic type"
+    day = datetime.date.today().toordinal()
+    for model_type in {automatic[day % len(automatic)], automatic[(day * 7 + 3) % len(automatic)]}:
+        row = probe(model_type)
+        assert row["state"] == "automatic", row

@@ -223,12 +223,12 @@ def test_non_models_are_refused(thing):
         idinspect.load(thing)
 
 
-def test_live_model_of_an_unsupported_type_lists_the_supported():
+def test_live_model_of_a_refused_type_says_why():
     hf = tf.MambaForCausalLM(tf.MambaConfig(hidden_size=16, num_hidden_layers=1, vocab_size=64, state_size=4))
-    from idinspect.adapters import supported_model_types
+    from idinspect.adapters import ADAPTERS
 
-    supported = re.escape(", ".join(supported_model_types()))
-    with pytest.raises(idinspect.IdinspectError, match=f"'mamba' is not supported; supported: {supported}$"):
+    reason = re.escape(ADAPTERS.refused["mamba"])
+    with pytest.raises(idinspect.IdinspectError, match=f"^MambaForCausalLM: model_type 'mamba' is refused: {reason}$"):
         idinspect.load(hf)
 
 

@@ -90,6 +90,9 @@ def infer_adapter(model_type: str, hf_config, model_class, trust_remote_code: bo
 def trace_twin(hf_config, model_class):
     """The float64 twin the trace runs on (:data:`TRACE_SHAPE`, :data:`TRACE_LAYERS` layers), built by
     ``model_class`` from ``hf_config``'s own settings; a one-line error where the config class refuses it."""
+    if getattr(hf_config, "sub_configs", None):
+        raise IdinspectError(f"--auto: {type(hf_config).__name__} holds other models' configs "
+                             f"({', '.join(sorted(hf_config.sub_configs))}); --auto reads single-tower models")
     if not all(hasattr(hf_config, k) for k in ("num_attention_heads", "hidden_size", "num_hidden_layers")):
         raise IdinspectError(f"--auto: {type(hf_config).__name__} has no num_attention_heads / hidden_size / "
                              "num_hidden_layers of its own (a composite model with text_config / vision_config?); "
@@ -175,10 +178,35 @@ def resolver(trust_remote_code: bool):
     return resolve
 
 
+def probe(model_type: str) -> dict:
+    """What ``--auto`` makes of ``model_type`` on transformers' default config for it (the base model
+    AutoModel maps): ``{"model_type", "state": "automatic" | "refused", "evidence" | "reason"}``. Nothing
+    stays registered."""
+    from transformers import AutoModel
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    row: dict = {"model_type": model_type}
+    try:
+        config = CONFIG_MAPPING[model_type]()
+        cls = AutoModel._model_mapping.get(type(config), None)
+        if cls is None:
+            raise IdinspectError(f"--auto: transformers' AutoModel maps no base model for {model_type!r}")
+        infer_adapter(model_type, config, cls)
+        row["state"], row["evidence"] = "automatic", ADAPTERS._evidence(model_type)
+    except IdinspectError as exc:
+        row["state"], row["reason"] = "refused", str(exc)
+    except Exception as exc:  # noqa: BLE001 - a model class that does not build on its defaults, in one line
+        row["state"], row["reason"] = "refused", f"--auto: {type(exc).__name__}: {one_line(exc)}"
+    finally:
+        ADAPTERS.remove_automatic(model_type)
+    return row
+
+
 def infer_for_module(model) -> None:
     """Infer and register the adapter of a live model's type from its own class (a config registered
     with ``AutoConfig.register`` works: no remote code is looked up)."""
     infer_adapter(model.config.model_type, model.config, type(model))
 
 
-__all__ = ["TRACE_SHAPE", "folder_model_class", "infer_adapter", "infer_for_module", "resolver", "trace_twin"]
+__all__ = ["TRACE_SHAPE", "folder_model_class", "infer_adapter", "infer_for_module", "probe", "resolver",
+           "trace_twin"]

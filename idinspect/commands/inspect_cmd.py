@@ -49,10 +49,18 @@ def report_options(f):
               help="Also fit the heavy-tailed spectra of the gauge-invariant circuits W_QK, W_OV per head and "
                    "per layer (alpha, stable rank, spectral norm, Marchenko-Pastur spikes, correlation traps); "
                    "about 20x the time of the rest at Llama-3.2-1B's shape.")
+@click.option("--auto", is_flag=True,
+              help="For a model type no adapter claims: infer the attention layout from the transformers module "
+                   "itself (traced on a tiny twin) and prove it (reference to 1e-10, twin Jacobian nullity = count) "
+                   "before counting; refused by name where the proof fails.")
+@click.option("--trust-remote-code", "trust_remote_code", is_flag=True,
+              help="With --auto: let transformers run the repository's own configuration and modelling code "
+                   "(auto_map), as transformers would; never otherwise.")
 @report_options
 @debug_option
 def inspect_command(model: str, revision: str | None, token: str | None, cache_dir: str | None, offline: bool,
-                    download: bool, fmt: str, device: str, prove: bool, whole_model: bool, heavy_tails: bool, json_path: str | None, html_path: str | None, heads: bool,
+                    download: bool, fmt: str, device: str, prove: bool, whole_model: bool, heavy_tails: bool,
+                    auto: bool, trust_remote_code: bool, json_path: str | None, html_path: str | None, heads: bool,
                     layers: str, progress: str, quiet: bool, timestamp: bool) -> None:
     """Report a model's attention structure and parameter identification."""
     from ..sources.local_source import check_local_source
@@ -71,7 +79,7 @@ def inspect_command(model: str, revision: str | None, token: str | None, cache_d
     with ProgressReporter("never" if quiet or fmt == "json" else progress) as bars:
         with bars.stage(f"opening {model}"):
             opened = load(model, revision=revision, token=token, cache_dir=cache_dir, local_files_only=offline,
-                          whole_files=download)
+                          whole_files=download, auto=auto, trust_remote_code=trust_remote_code)
         with opened:
             bars.track_model(opened)
             result = inspect(opened, device=device, prove=prove, whole_model=whole_model, heavy_tails=heavy_tails,
