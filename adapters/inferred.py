@@ -52,6 +52,7 @@ class FoundLayout:
     qk_norm: FoundNorm | None = None
     model_tensors: dict[str, str] = field(default_factory=dict)
     window: str = "none"                        # one of WINDOW_CHOICES
+    softcap: str | None = None                  # the config key of the scores' soft cap c (s -> c tanh(s / c))
     kv_heads: str = "config"                    # "config": num_key_value_heads (else H); "one": multi-query
 
 
@@ -72,6 +73,9 @@ class InferredAdapter(Adapter):
         if self.found.kv_heads == "one":
             return 1
         return int(self.optional("num_key_value_heads") or self.n_heads)
+
+    def logit_softcap(self, site: Site) -> float | None:
+        return float(self.setting(self.found.softcap)) if self.found.softcap else None
 
     def sliding_window(self, site: Site) -> int | None:
         window = self.optional("sliding_window")

@@ -21,16 +21,16 @@ from pathlib import Path
 
 import pytest
 import torch
+from idinspect.adapters import ADAPTERS
 
 import idinspect
-from idinspect.adapters import ADAPTERS
 from idinspect.errors import IdinspectError
 from tests.tiny import build
 
 #: Hand-written families the automatic adapter must match: plain, GQA/MQA, biases, fused rows (Conv1D
 #: and Linear), partial RoPE, q/k norms per head, sliding windows, encoders, a vision tower.
-AGREEING = ["llama-gqa", "llama-mqa", "llama-bias", "qwen3-bias-window", "mistral", "phi3-partial-mqa",
-            "gpt2", "gpt-bigcode-mha", "gpt-neox", "stablelm", "bert", "vit", "olmo2", "starcoder2-no-bias-sliding"]
+AGREEING = ["llama-mqa", "qwen3-bias-window", "phi3-partial-mqa", "gpt2", "gpt-neox", "bert", "vit", "olmo2",
+            "gemma2-softcap"]
 
 
 @contextlib.contextmanager
@@ -86,6 +86,7 @@ def test_a_wrong_inference_is_caught_before_anything_is_counted():
     """Every candidate that misreads the module (no RoPE on a RoPE model, the wrong scale, no causal
     mask) fails the reproduction: settle refuses with the closest attempt."""
     from idinspect.adapters.example_inputs import example_inputs
+
     from idinspect.automatic import trace_twin
     from idinspect.automatic.infer import candidates, settle
 
@@ -111,8 +112,8 @@ def test_a_live_model_of_a_registered_config_class():
         config_class = ToyConfig
 
     AutoConfig.register("idinspect-toy-llama", ToyConfig, exist_ok=True)
-    cfg = dict(hidden_size=32, num_attention_heads=4, num_key_value_heads=2, intermediate_size=32,
-               num_hidden_layers=2, vocab_size=64, attention_bias=True)
+    cfg = {"hidden_size": 32, "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 32,
+           "num_hidden_layers": 2, "vocab_size": 64, "attention_bias": True}
     toy = ToyModel(ToyConfig(**cfg)).to(torch.float64)
     twin = LlamaForCausalLM(LlamaConfig(**cfg)).to(torch.float64)
     twin.load_state_dict(toy.state_dict())
@@ -174,7 +175,7 @@ def _cli(*args, env_home):
     env = {"HF_HOME": str(env_home), "HF_MODULES_CACHE": str(env_home / "modules"), "HF_HUB_OFFLINE": "1",
            "PATH": "/usr/bin:/bin"}
     return subprocess.run([sys.executable, "-m", "idinspect", *args], capture_output=True, text=True, env=env,
-                          timeout=600)
+                          timeout=600, check=False)
 
 
 def test_remote_code_runs_only_with_trust_remote_code(remote_code_checkpoint, tmp_path):
@@ -184,10 +185,11 @@ def test_remote_code_runs_only_with_trust_remote_code(remote_code_checkpoint, tm
     assert untrusted.returncode == 2
     assert "--trust-remote-code" in untrusted.stderr and "Traceback" not in untrusted.stderr
     assert not (tmp_path / "modules").exists() or not any((tmp_path / "modules").rglob("modeling_toy.py"))
-    trusted = _cli(str(remote_code_checkpoint), "--auto", "--trust-remote-code", "--format", "json",
-                   env_home=tmp_path)
+    out = tmp_path / "report.json"
+    trusted = _cli(str(remote_code_checkpoint), "--auto", "--trust-remote-code", "--json", str(out), env_home=tmp_path)
     assert trusted.returncode == 0, trusted.stderr
-    report = json.loads(trusted.stdout)
+    assert "automatic, proven on a twin" in trusted.stdout       # the terminal report marks the counts
+    report = json.loads(out.read_text())
     adapter = report["model"]["adapter"]
     assert adapter["name"] == "automatic" and adapter["automatic"]["proven_on_twin"] is True
     assert adapter["automatic"]["jacobian_nullity"] == adapter["automatic"]["structural_unidentified"]
@@ -208,9 +210,3 @@ def test_remote_code_runs_only_with_trust_remote_code(remote_code_checkpoint, tm
 def test_trust_remote_code_needs_auto(remote_code_checkpoint, tmp_path):
     run = _cli(str(remote_code_checkpoint), "--trust-remote-code", env_home=tmp_path)
     assert run.returncode == 2 and "--auto" in run.stderr
-
-
-def test_the_text_report_marks_automatic_counts(remote_code_checkpoint, tmp_path):
-    run = _cli(str(remote_code_checkpoint), "--auto", "--trust-remote-code", env_home=tmp_path)
-    assert run.returncode == 0, run.stderr
-    assert "automatic, proven on a twin" in run.stdout

@@ -46,7 +46,7 @@ def _generated_part() -> tuple[str, list[str]]:
 
     text = PAGE.read_text(encoding="utf-8")
     part = text[text.index(BEGIN):text.index(END) + len(END)]
-    auto = re.search(r"^Automatic \(`--auto`.*?\n\n(.*?)\.$", part, re.S | re.M)
+    auto = re.search(r"^Automatic \(`--auto`.*?\n\n(.*?)\.$", part, re.DOTALL | re.MULTILINE)
     return part, re.findall(r"`([^`]+)`", auto.group(1)) if auto else []
 
 
@@ -55,6 +55,7 @@ def test_the_generated_part_is_what_idinspect_families_prints():
     transformers: supported, refused and unknown states from the registry now, automatic as the page
     recorded it (proven below). Regenerate the part with that command when this fails."""
     from idinspect.adapters import family_states
+
     from idinspect.commands.families_cmd import markdown
 
     part, automatic = _generated_part()

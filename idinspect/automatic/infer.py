@@ -15,6 +15,10 @@ from ..errors import IdinspectError
 from .trace import Trace, affine_kind, find_roles, trace
 
 
+#: Config keys that may hold a soft cap on the attention scores (tried, not trusted: the reproduction decides).
+SOFTCAP_KEYS = ("attn_logit_softcapping", "attention_logit_softcapping", "logit_softcap")
+
+
 def sizes(cfg) -> tuple[int, int, int, int]:
     """(H, G, d_k, d) of a transformers config, under transformers' standard names."""
     H, d = int(cfg.num_attention_heads), int(cfg.hidden_size)
@@ -148,7 +152,7 @@ def qk_norms(hf, inputs: dict, t: Trace, attention: str, proj: tuple[Projection,
     for role in "qk":
         target = t.outputs[by_role[role].module]
         for path, x in seen.items():
-            if x.numel() == target.numel() and torch.equal(x.reshape(target.shape), target):
+            if x.numel() == target.numel() and any(torch.equal(v.reshape(target.shape), target) for v in _layouts(x)):
                 found[role] = (path, "head" if x.shape[-1] == hd else "projection", module.get_submodule(path))
     if set(found) != {"q", "k"}:
         return [None]
@@ -157,6 +161,11 @@ def qk_norms(hf, inputs: dict, t: Trace, attention: str, proj: tuple[Projection,
     pre = f"{attention}." if attention else ""
     return [FoundNorm(kind, scope, eps, pre + qp, pre + kp, offset)
             for kind, offset in itertools.product(("rms", "layer"), (0.0, 1.0))]
+
+
+def _layouts(x: torch.Tensor) -> list[torch.Tensor]:
+    """``x`` as [B, T, ...] : itself, and [B, H, T, d_k] heads-first transposed back (Gemma 3's norms)."""
+    return [x, x.transpose(1, 2)] if x.dim() == 4 else [x]
 
 
 def extra_parameters(hf, t: Trace, attention: str, proj: tuple[Projection, ...], norm: FoundNorm | None) -> list[str]:
@@ -198,10 +207,11 @@ def candidates(hf, inputs: dict, model_type: str) -> tuple[list[FoundLayout], di
     positionals = ([(p, q) for p in ("half", "interleaved") for q in ((False, True) if partial else (False,))]
                    if rope else []) + [("none", False)]
     windows = ("layer_types", "all", "none") if getattr(cfg, "sliding_window", None) else ("none",)
+    caps = [None] + [k for k in SOFTCAP_KEYS if getattr(cfg, k, None)]
     layouts = [FoundLayout(model_type, t.layer_container, attention, output, proj, pos, part, float(scale), causal,
-                           norm, tensors, window, kv)
-               for (pos, part), causal, scale, norm, window
-               in itertools.product(positionals, (True, False), scales, norms, windows)]
+                           norm, tensors, window=window, kv_heads=kv, softcap=cap)
+               for (pos, part), causal, scale, norm, window, cap
+               in itertools.product(positionals, (True, False), scales, norms, windows, caps)]
     return layouts, found
 
 

@@ -78,8 +78,8 @@ def markdown(rows: list[dict], auto: bool) -> str:
     out += [f"| `{m}` | {', '.join(f'`{t}`' for t in types)} |" for m, types in sorted(by_module.items())]
     auto_rows = [r for r in rows if r["state"] == "automatic"]
     if auto_rows:
-        out += ["", "Automatic (`--auto`: the layout inferred from the transformers module, proven on a twin of "
-                "transformers' default config):", "",
+        out += ["", ("Automatic (`--auto`: the layout inferred from the transformers module, proven on a twin of "
+                     "transformers' default config):"), "",
                 ", ".join(f"`{r['model_type']}`" for r in auto_rows) + "."]
     by_hand = [r for r in rows if r["state"] == "refused" and not str(r["reason"]).startswith("--auto")]
     out += ["", "| refused by hand | why |", "| --- | --- |"]
