@@ -14,7 +14,6 @@ from ..adapters.layout import Projection, fused_rows
 from ..errors import IdinspectError
 from .trace import Trace, affine_kind, find_roles, trace
 
-
 #: Config keys that may hold a soft cap on the attention scores (tried, not trusted: the reproduction decides).
 SOFTCAP_KEYS = ("attn_logit_softcapping", "attention_logit_softcapping", "logit_softcap")
 
