@@ -130,10 +130,15 @@ _NOT_COPIED = ("num_hidden_layers", "vocab_size", "architectures", "_name_or_pat
                "head_dim", "id2label", "label2id", "tie_word_embeddings")
 
 
-def twin_settings_from(hf_config, shape: dict) -> dict:
+def twin_settings_from(hf_config, shape: dict, layers: int = 1) -> dict:
     """``hf_config``'s settings with ``shape``'s sizes (heads, kv_heads, head_dim, hidden_size), a
-    small MLP and the first layer's type: the config of a twin built by the model's own class."""
+    small MLP and ``layers`` layers: every per-layer list (one entry per layer: layer types, NoPE flags,
+    limits) cut to its first ``layers`` entries. The config of a twin built by the model's own class."""
+    n = int(getattr(hf_config, "num_hidden_layers", 0) or 0)
     kw = {k: v for k, v in hf_config.to_dict().items() if k not in _NOT_COPIED}
+    for k, v in list(kw.items()):
+        if n > 1 and isinstance(v, list) and len(v) == n:
+            kw[k] = (v * layers)[:layers] if layers > n else v[:layers]
     kw.update({"hidden_size": shape["hidden_size"], "num_attention_heads": shape["heads"], "intermediate_size": 16})
     if not isinstance(getattr(type(hf_config), "head_dim", None), property):
         kw["head_dim"] = shape["head_dim"]
@@ -144,7 +149,7 @@ def twin_settings_from(hf_config, shape: dict) -> dict:
         kw["rope_parameters"] = {**rope, "partial_rotary_factor": 2 / shape["head_dim"]}   # one rotated plane
     layer_types = getattr(hf_config, "layer_types", None)
     if layer_types:
-        kw["layer_types"] = list(layer_types[:1])
+        kw["layer_types"] = list(layer_types[:layers])
     patch, image = kw.get("patch_size"), kw.get("image_size")
     if isinstance(patch, int) and isinstance(image, int) and image > 3 * patch:
         kw["image_size"] = 3 * patch           # 9 patches: a vision twin's sequences as short as a text twin's

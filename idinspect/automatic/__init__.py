@@ -100,7 +100,7 @@ def trace_twin(hf_config, model_class):
     H, G, _, _ = sizes(hf_config)
     shape = {**TRACE_SHAPE, "kv_heads": TRACE_SHAPE["kv_heads"] if G < H else TRACE_SHAPE["heads"]}
     pad = getattr(hf_config, "pad_token_id", None)
-    settings = {**twin_settings_from(hf_config, shape), "num_hidden_layers": TRACE_LAYERS, "vocab_size": 32,
+    settings = {**twin_settings_from(hf_config, shape, TRACE_LAYERS), "num_hidden_layers": TRACE_LAYERS, "vocab_size": 32,
                 "bos_token_id": None, "eos_token_id": None,
                 "pad_token_id": pad if isinstance(pad, int) and 0 <= pad < 32 else None}
     types = list(getattr(hf_config, "layer_types", None) or [])
