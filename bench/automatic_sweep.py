@@ -139,7 +139,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--part", choices=["supported", "unclaimed", "both"], default="both")
     parser.add_argument("--limit", type=int, default=None)
+    parser.add_argument("--markdown", metavar="RESULTS_JSON",
+                        help="print docs/families.md's generated part from a sweep's results (the same text as "
+                             "`idinspect families --auto --format markdown`, without probing again)")
     args = parser.parse_args()
+    if args.markdown:
+        from idinspect.adapters import family_states
+
+        from idinspect.commands.families_cmd import markdown
+
+        rows = json.loads(Path(args.markdown).read_text())["unclaimed"]
+        print(markdown(family_states({r["model_type"]: r["evidence"] for r in rows if r["outcome"] == "automatic"}),
+                       auto=True))
+        return
     torch.set_num_threads(1)
     out: dict = {"when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     import transformers

@@ -18,7 +18,7 @@ from __future__ import annotations
 _PUBLIC = {
     "AttentionLayer": ".layer.attention_layer", "Positional": ".layer.attention_layer",
     "RotarySpec": ".layer.attention_layer", "IdinspectError": ".errors", "inspect": ".analysis.inspection",
-    "analyze": ".analysis", "Model": ".model", "load": ".model",
+    "analyze": ".analysis", "Model": ".model", "load": ".automatic.loading",
     "reference_attention": ".layer.reference", "canonicalize": ".gauge", "invariant_errors": ".gauge",
     "is_gauge_fixed": ".gauge", "export": ".exporting.pipeline", "verify": ".equivalence.verify",
 }

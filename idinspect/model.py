@@ -224,8 +224,7 @@ class Model:
 
 def load(source, *, revision: str | None = None, token: str | None = None,
          allow_patterns: list[str] | None = None, cache_dir: str | Path | None = None,
-         local_files_only: bool = False, whole_files: bool = False, auto: bool = False,
-         trust_remote_code: bool = False) -> Model:
+         local_files_only: bool = False, whole_files: bool = False) -> Model:
     """Open ``source``: a directory, ``org/name[@revision]`` on the hub, or a ``PreTrainedModel``.
 
     Anything that looks like a path (starts with ``.``, ``/`` or ``~``, exists, ends with ``/`` or a
@@ -236,22 +235,7 @@ def load(source, *, revision: str | None = None, token: str | None = None,
     files through ``huggingface_hub.snapshot_download`` (export and verify do). ``cache_dir`` and
     ``local_files_only`` (offline) apply to both. Nothing is instantiated: headers are checked
     against the config on open, tensors are read lazily, one layer at a time.
-
-    ``auto``: a model type no adapter claims gets one inferred from its transformers module and proven
-    on a twin first (:mod:`idinspect.automatic`); ``trust_remote_code`` lets that run a repository's
-    own modelling code, as transformers would (never otherwise).
     """
-    if trust_remote_code and not auto:
-        raise IdinspectError("--trust-remote-code applies with --auto only (idinspect runs no model code otherwise)")
-    if auto:
-        from .automatic import resolver
-
-        previous, ADAPTERS.resolver = ADAPTERS.resolver, resolver(trust_remote_code)
-        try:
-            return load(source, revision=revision, token=token, allow_patterns=allow_patterns, cache_dir=cache_dir,
-                        local_files_only=local_files_only, whole_files=whole_files)
-        finally:
-            ADAPTERS.resolver = previous
     if not isinstance(source, (str, Path)):
         if revision is not None:
             raise IdinspectError("revision applies to hub ids only, not to a model in memory")
@@ -472,10 +456,6 @@ def _from_module(model) -> Model:
     if config is None or not hasattr(model, "state_dict") or not hasattr(config, "model_type"):
         raise IdinspectError(f"cannot inspect a {type(model).__name__}: pass a directory, a hub id or a "
                              "transformers PreTrainedModel")
-    if config.model_type not in supported_model_types() and ADAPTERS.resolver is not None:
-        from .automatic import infer_for_module
-
-        infer_for_module(model)
     if config.model_type not in supported_model_types():
         ADAPTERS.refuse(config.model_type, type(model).__name__)
     reader = StateDictReader(model.state_dict())

@@ -72,7 +72,7 @@ def inspect_command(model: str, revision: str | None, token: str | None, cache_d
     from ..analysis.inspection import inspect
     from ..progress import ProgressReporter, silence_library_progress
     from ..reports.emit import emit
-    from ..model import load
+    from ..automatic.loading import load
     from ..reports.json_report import timestamp_now
 
     silence_library_progress()
