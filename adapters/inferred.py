@@ -11,6 +11,7 @@ used for counting.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -34,6 +35,7 @@ class FoundNorm:
     q_module: str
     k_module: str
     gain_offset: float = 0.0
+    bias: bool = False             # a LayerNorm's bias after the gain (Phi's, Persimmon's q/k LayerNorms)
 
 
 @dataclass(frozen=True)
@@ -115,8 +117,15 @@ class InferredAdapter(Adapter):
         norm = self.found.qk_norm
         if norm is None:
             return None
-        return self.read_qk_norm(site, norm.kind, norm.scope, norm.eps, (norm.q_module, norm.k_module),
-                                 gain_offset=norm.gain_offset)
+        found = self.read_qk_norm(site, norm.kind, norm.scope, norm.eps, (norm.q_module, norm.k_module),
+                                  gain_offset=norm.gain_offset)
+        if not norm.bias:
+            return found
+        biases, names = {}, dict(found.tensor_names)
+        for role, module in (("q", norm.q_module), ("k", norm.k_module)):
+            key = self.key(site, f"{module}.bias")
+            biases[f"{role}_bias"], names[f"{role}_bias"] = self._load(key, tuple(self.reader.shape(key))), key
+        return dataclasses.replace(found, tensor_names=names, **biases)
 
     def twin_settings(self, hf_config, shape: dict) -> dict:
         """The model's own settings with the twin's sizes: nothing the trace did not see changes."""

@@ -158,7 +158,8 @@ def qk_norms(hf, inputs: dict, t: Trace, attention: str, proj: tuple[Projection,
     (qp, scope, qm), (kp, _, _) = found["q"], found["k"]
     eps = next((float(getattr(qm, a)) for a in ("variance_epsilon", "eps", "epsilon") if hasattr(qm, a)), 1e-6)
     pre = f"{attention}." if attention else ""
-    return [FoundNorm(kind, scope, eps, pre + qp, pre + kp, offset)
+    bias = getattr(qm, "bias", None) is not None
+    return [FoundNorm(kind, scope, eps, pre + qp, pre + kp, offset, bias)
             for kind, offset in itertools.product(("rms", "layer"), (0.0, 1.0))]
 
 
@@ -195,7 +196,7 @@ def candidates(hf, inputs: dict, model_type: str) -> tuple[list[FoundLayout], di
                              f"holds ({', '.join(extra)}); found {found}; an adapter must be written by hand")
     read = {f"{p.module}.weight" for p in proj} | {f"{p.module}.bias" for p in proj if p.bias}
     if norms[0] is not None:
-        read |= {f"{norms[0].q_module}.weight", f"{norms[0].k_module}.weight"}
+        read |= {f"{norms[0].q_module}.{w}" for w in ("weight", "bias")} | {f"{norms[0].k_module}.{w}" for w in ("weight", "bias")}
     tensors = model_tensors(hf, t, read)
     module = hf.get_submodule(f"{t.layer_path}.{attention}" if attention else t.layer_path)
     _, _, hd, _ = sizes(cfg)
