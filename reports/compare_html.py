@@ -45,7 +45,7 @@ def similarity_chart(layers: list[dict], chart_id: str = "chart-similarity") -> 
                f'<text class="lbl" x="{left + 16}" y="18">1 - mean similarity</text>'
                f'<circle class="c-min" cx="{left + 186}" cy="14" r="4"/>'
                f'<text class="lbl" x="{left + 194}" y="18">1 - least similar head</text>')
-    for k in range(int(round(span)) + 1):
+    for k in range(round(span) + 1):
         v = lo * 10.0 ** k
         yy = y(v)
         out.append(f'<line class="grid" x1="{left}" y1="{yy:.1f}" x2="{left + plot_w}" y2="{yy:.1f}"/>'
@@ -90,7 +90,7 @@ def render_compare_html(r: dict) -> str:
              f'<th>unit roundoff</th><th>layers</th><th>gains folded</th></tr></thead><tbody>{rows}</tbody></table>')
     layer_rows = "".join(
         f"<tr><td>{L['index']}</td><td>{L['heads'][0]}/{L['heads'][1]}</td><td>{L['similarity']:.6f}</td>"
-        f"<td>{L['min_similarity']:.6f}</td><td>{L['nearest_in_layer']}</td><td>{L['tolerance_ratio']:.3g}</td></tr>"
+        f"<td>{L['min_similarity']:.6f}</td><td>{L['nearest_in_layer']}</td><td>{_ratio(L)}</td></tr>"
         for L in r["layers"])
     layers = ""
     if r["layers"]:
@@ -126,3 +126,10 @@ def render_compare_html(r: dict) -> str:
 
 def _mc(t: dict) -> str:
     return "skipped (bound below its resolution)" if t["p_monte_carlo"] is None else f"{t['p_monte_carlo']:.3g}"
+
+
+def _ratio(L: dict) -> str:
+    """The layer's tolerance ratio, or the A layer it was aligned to (depth changes: no ratio)."""
+    if L.get("tolerance_ratio") is None:
+        return f"from A layer {L['aligned_a']}" if "aligned_a" in L else "-"
+    return f"{L['tolerance_ratio']:.3g}"

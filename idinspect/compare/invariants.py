@@ -104,6 +104,8 @@ class ModelInvariants:
     mlp: list | None = None
     mlp_note: str | None = None
     mlp_dtypes: list[str] = field(default_factory=list)
+    #: A compact fingerprint's values kept per head and form (the largest singular values; no planes); None: all.
+    compact_values: int | None = None
 
 
 #: Largest relative rounding of a folded offset gain's head (else the layer's gain is not folded: strict, never loose).
