@@ -36,19 +36,9 @@ import numpy as np
 import torch
 
 from ..errors import IdinspectError
-from .fingerprint_check import (
-    array_shapes,
-    canonical_digest,
-    cap_radius,
-    check_declared_sizes,
-    check_figures,
-    check_integrity,
-    check_schema,
-    compact_values,
-    decode,
-    read_document,
-    unit_roundoff_of,
-)
+from .fingerprint_check import (array_shapes, canonical_digest, cap_radius, check_declared_sizes, check_figures,
+                                check_integrity, check_schema, compact_values, decode, read_document,
+                                unit_roundoff_of)
 from .invariants import LayerInvariants, ModelInvariants
 
 FORMAT = "idinspect-fingerprint"
