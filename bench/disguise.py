@@ -172,6 +172,45 @@ def summary(rows: list[dict]) -> dict:
     return out
 
 
+def markdown(result: dict) -> str:
+    """The docs' tables of a result file: attacks x models, idinspect's verdict (error/tolerance) and the
+    published scores (a cross marks a pair the method no longer calls related)."""
+    rows = result["rows"]
+    models = list(dict.fromkeys(r["model"] for r in rows))
+    attacks = list(dict.fromkeys(r["attack"] for r in rows))
+    cell = {(r["model"], r["attack"]): r for r in rows}
+    out = []
+    head = "| attack | " + " | ".join(models) + " |\n|" + " --- |" * (len(models) + 1)
+    short = {"same-function": "SF", "same-lineage": "SL", "unrelated": "U"}
+    out += [("idinspect verdict (SF same-function, SL same-lineage, U unrelated) and largest error / tolerance; "
+            "relative output error of the float64 disguise / of the stored checkpoint:"), "", head]
+    for a in attacks:
+        cells = []
+        for m in models:
+            r = cell.get((m, a))
+            if r is None or not r["applies"]:
+                cells.append("n/a")
+                continue
+            i = r["idinspect"]
+            ratio = "-" if i["worst_ratio"] is None else f"{i['worst_ratio']:.2g}"
+            err = "" if "relative_error_float64" not in r else \
+                f"; {r['relative_error_float64']:.0e} / {r['relative_error_stored']:.0e}"
+            cells.append(f"{short[i['verdict']]} {ratio}{err}")
+        out.append(f"| {a} | " + " | ".join(cells) + " |")
+    out += ["", "PCS / HuRef / phi_MATCH (cosine, cosine, p-value; x: not detected at 0.5, 0.5, p < 1e-6):", "", head]
+    for a in attacks:
+        cells = []
+        for m in models:
+            r = cell.get((m, a))
+            if r is None or not r["applies"]:
+                cells.append("n/a")
+                continue
+            cells.append(" / ".join(f"{_fmt(r['methods'][k]['score'])}{'' if r['methods'][k]['detected'] else ' x'}"
+                                    for k in METHODS))
+        out.append(f"| {a} | " + " | ".join(cells) + " |")
+    return "\n".join(out) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.disguise", description=__doc__.split("\n\n")[0])
     p.add_argument("--part", choices=["disguise", "controls", "all"], default="disguise")
@@ -179,7 +218,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--attacks", default=",".join(ATTACKS))
     p.add_argument("--work", default="/tmp/h36-work")
     p.add_argument("--no-save", action="store_true", help="print only, write no result file")
+    p.add_argument("--markdown", metavar="RESULT.json", help="print the docs' tables of a result file and exit")
     args = p.parse_args(argv)
+    if args.markdown:
+        print(markdown(json.loads(Path(args.markdown).read_text())), end="")
+        return 0
     torch.set_num_threads(2)
     work = Path(args.work)
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())

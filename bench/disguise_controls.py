@@ -67,6 +67,15 @@ def _result(r) -> dict:
             "similarity": r.similarity}
 
 
+def _compact(inv, k: int = 8):
+    """The invariants as a compact fingerprint keeps them (fingerprint --compact: the k largest singular values
+    of W_QK and W_OV per head, no RoPE planes), built here so that this file runs with any compare module."""
+    import dataclasses
+
+    layers = [dataclasses.replace(L, qk=L.qk[:, :k], ov=L.ov[:, :k], planes=None, radius_planes=None) for L in inv.layers]
+    return dataclasses.replace(inv, layers=layers)
+
+
 def run_controls(work: Path, seeds: int = SEEDS, steps: int = STEPS, finetunes: int = FINETUNES,
                  ft_steps: int = FT_STEPS) -> dict:
     from idinspect.compare import compare_invariants, invariants_of
@@ -91,8 +100,10 @@ def run_controls(work: Path, seeds: int = SEEDS, steps: int = STEPS, finetunes: 
     for s in range(finetunes):
         ft, loss = train(copy.deepcopy(models[s]), ft_steps, 3e-4, corpus_seed=7, batch_seed=200 + s)
         ft.save_pretrained(root / f"ft{s}")
-        r = _result(compare_invariants(inv[s], invariants_of(str(root / f"ft{s}")), alpha=ALPHA))
-        finetune.append({"seed": s, "loss": loss, **r})
+        ft_inv = invariants_of(str(root / f"ft{s}"))
+        r = _result(compare_invariants(inv[s], ft_inv, alpha=ALPHA))
+        rc = _result(compare_invariants(_compact(inv[s]), _compact(ft_inv), alpha=ALPHA))
+        finetune.append({"seed": s, "loss": loss, **r, "compact": rc})
         print(f"[controls] fine-tune {s}: {r['verdict']} p {r['p_value']:.3g}", file=sys.stderr, flush=True)
     fp = lambda rows: sum(r["verdict"] != "unrelated" for r in rows)
     summary = {
@@ -104,6 +115,11 @@ def run_controls(work: Path, seeds: int = SEEDS, steps: int = STEPS, finetunes: 
         "finetunes": len(finetune), "finetune_steps": ft_steps,
         "finetunes_same_lineage": sum(r["verdict"] in ("same-lineage", "same-function") for r in finetune),
         "finetune_p_values": [r["p_value"] for r in finetune],
+        "finetune_compact_verdicts_same": sum(r["compact"]["verdict"] == r["verdict"] for r in finetune),
+        "finetune_compact_p_values": [r["compact"]["p_value"] for r in finetune],
+        "disjoint_compact_false_positives": sum(
+            compare_invariants(_compact(inv[i]), _compact(inv[i + 1]), alpha=ALPHA).verdict != "unrelated"
+            for i in range(0, seeds - 1, 2)),
         "seconds": round(time.perf_counter() - t0, 1),
     }
     return {"summary": summary, "disjoint": disjoint, "finetune": finetune,
