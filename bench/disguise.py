@@ -79,19 +79,31 @@ def methods_scores(wa: dict, wb: dict, meta) -> dict:
     return out
 
 
-def idinspect_verdict(A: Path, B: Path) -> dict:
+def idinspect_verdict(A: Path, B: Path, compact: bool = False) -> dict:
+    """``compare A B --whole-model``; ``compact``: also A's compact fingerprint (written and read back) against B."""
     from idinspect.compare import compare
 
     t = time.perf_counter()
     r = compare(str(A), str(B), whole_model=True)
     worst = (r.same_function.get("worst") or {})
-    return {"verdict": r.verdict, "p_value": None if r.lineage is None else r.lineage.p_value,
-            "worst_ratio": worst.get("ratio"), "decided_by": r.same_function.get("decided_by"),
-            "mlp": (r.same_function.get("mlp") or {}).get("compared"),
-            "similarity": r.similarity, "seconds": round(time.perf_counter() - t, 2)}
+    out = {"verdict": r.verdict, "p_value": None if r.lineage is None else r.lineage.p_value,
+           "worst_ratio": worst.get("ratio"), "decided_by": r.same_function.get("decided_by"),
+           "mlp": (r.same_function.get("mlp") or {}).get("compared"),
+           "similarity": r.similarity, "seconds": round(time.perf_counter() - t, 2)}
+    if compact:
+        from idinspect.compare import compare_invariants, read_fingerprint
+        from idinspect.compare.fingerprint import COMPACT_VALUES, fingerprint_json
+
+        fp = Path(B).parent / "A.compact.json"
+        if not fp.exists():
+            fp.write_text(fingerprint_json(r.a, compact=COMPACT_VALUES))
+        rc = compare_invariants(read_fingerprint(fp), r.b)
+        out["compact"] = {"verdict": rc.verdict, "p_value": None if rc.lineage is None else rc.lineage.p_value,
+                          "worst_ratio": (rc.same_function.get("worst") or {}).get("ratio"), "bytes": fp.stat().st_size}
+    return out
 
 
-def run_model(name: str, work: Path, attacks: list[str]) -> list[dict]:
+def run_model(name: str, work: Path, attacks: list[str], compact: bool = False, methods: bool = True) -> list[dict]:
     A, C, cap = prepare(name, work)
     wa, meta = dm.load(A, vocab_cap=cap)
     V = meta.config.get("vocab_size") or 1000
@@ -103,7 +115,7 @@ def run_model(name: str, work: Path, attacks: list[str]) -> list[dict]:
          f"{meta.dtype}, norm {meta.norm}{' post' if meta.post_ln else ''}, rope {meta.rope}, gated {meta.gated}")
     wc, _ = dm.load(C, vocab_cap=cap)
     rows.append({"model": name, "attack": "control: independent model", "applies": True,
-                 "idinspect": idinspect_verdict(A, C), "methods": methods_scores(wa, wc, meta)})
+                 "idinspect": idinspect_verdict(A, C, compact), "methods": methods_scores(wa, wc, meta) if methods else {}})
     del wc
     _log(_row(rows[-1]))
     for attack in attacks:
@@ -130,7 +142,8 @@ def run_model(name: str, work: Path, attacks: list[str]) -> list[dict]:
                "stored_dtype": str(dtype).replace("torch.", ""), "output": "hidden" if meta.family == "bert" else "logits",
                "max_abs_error_float64": err64, "relative_error_float64": err64 / scale,
                "max_abs_error_stored": err_stored, "relative_error_stored": err_stored / scale,
-               "idinspect": idinspect_verdict(A, B), "methods": methods_scores(wa, wb, meta)}
+               "idinspect": idinspect_verdict(A, B, compact),
+               "methods": methods_scores(wa, wb, meta) if methods else {}}
         del wb, ys
         rows.append(row)
         _log(_row(row))
@@ -152,7 +165,9 @@ def _row(r: dict) -> str:
         return f"| {r['model']} | {r['attack']} | n/a: {r['why_not']} | | | | | |"
     i, m = r["idinspect"], r["methods"]
     err = "-" if "relative_error_float64" not in r else f"{r['relative_error_float64']:.1e} / {r['relative_error_stored']:.1e}"
-    marks = " | ".join(f"{_fmt(m[k]['score'])}{'' if m[k]['detected'] else ' ✗'}" for k in METHODS)
+    marks = " | ".join(f"{_fmt(m[k]['score'])}{'' if m[k]['detected'] else ' ✗'}" if k in m else "-" for k in METHODS)
+    if "compact" in i:
+        marks += f" | compact {i['compact']['verdict']} {_fmt(i['compact']['p_value'])}"
     return f"| {r['model']} | {r['attack']} | {err} | {i['verdict']} | {_fmt(i['p_value'])} | {_fmt(i['worst_ratio'])} | {marks} |"
 
 
@@ -167,8 +182,14 @@ def summary(rows: list[dict]) -> dict:
            "idinspect_verdict_changes": sum(r["idinspect"]["verdict"] != "same-function" for r in applied),
            "idinspect_controls_not_unrelated": sum(r["idinspect"]["verdict"] != "unrelated" for r in controls)}
     for k in METHODS:
-        out[f"{k}_missed"] = sum(not r["methods"][k]["detected"] for r in applied)
-        out[f"{k}_controls_flagged"] = sum(r["methods"][k]["detected"] for r in controls)
+        if all(k in r["methods"] for r in applied + controls):
+            out[f"{k}_missed"] = sum(not r["methods"][k]["detected"] for r in applied)
+            out[f"{k}_controls_flagged"] = sum(r["methods"][k]["detected"] for r in controls)
+    compact = [r for r in applied + controls if "compact" in r["idinspect"]]
+    if compact:
+        out["compact_verdicts_differing_from_full"] = sum(r["idinspect"]["compact"]["verdict"] != r["idinspect"]["verdict"]
+                                                          for r in compact)
+        out["compact_compared"] = len(compact)
     return out
 
 
@@ -219,6 +240,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--work", default="/tmp/h36-work")
     p.add_argument("--no-save", action="store_true", help="print only, write no result file")
     p.add_argument("--markdown", metavar="RESULT.json", help="print the docs' tables of a result file and exit")
+    p.add_argument("--compact", action="store_true", help="also compare A's compact fingerprint with each B")
+    p.add_argument("--no-methods", action="store_true", help="idinspect only (no published scores)")
     args = p.parse_args(argv)
     if args.markdown:
         print(markdown(json.loads(Path(args.markdown).read_text())), end="")
@@ -230,7 +253,7 @@ def main(argv: list[str] | None = None) -> int:
         rows, t0 = [], time.perf_counter()
         print(HEADER)
         for name in args.models.split(","):
-            for r in run_model(name, work, args.attacks.split(",")):
+            for r in run_model(name, work, args.attacks.split(","), args.compact, not args.no_methods):
                 rows.append(r)
                 print(_row(r), flush=True)
         s = summary(rows)
@@ -239,7 +262,7 @@ def main(argv: list[str] | None = None) -> int:
             out = {"kind": "disguise", "stamp": stamp, "torch": torch.__version__, "seconds": time.perf_counter() - t0,
                    "summary": s, "rows": rows}
             RESULTS.mkdir(exist_ok=True)
-            (RESULTS / f"{stamp}-disguise.json").write_text(json.dumps(out, indent=1) + "\n")
+            (RESULTS / f"{stamp}-disguise{'-compact' if args.compact else ''}.json").write_text(json.dumps(out, indent=1) + "\n")
     if args.part in ("controls", "all"):
         from .disguise_controls import run_controls
 

@@ -57,8 +57,9 @@ def fingerprint_dict(inv: ModelInvariants, revision: str | None = None, compact:
     digest; radii above the format's range are recorded at its upper end (:func:`.fingerprint_check.cap_radius`).
 
     ``compact``: keep only each head's ``compact`` largest singular values of W_QK and W_OV and no
-    RoPE planes (the radii are those of the full form: each bounds every value of its head), for a
-    fingerprint of a few tens of kB; recorded as ``"compact": {"values": compact}``."""
+    RoPE planes (the radii are those of the full form: each bounds every value of its head) and the RoPE
+    frequencies to 8 significant digits (structures agree to 1e-6), for a fingerprint of a few tens of kB;
+    recorded as ``"compact": {"values": compact}``."""
     from .. import __version__
 
     u = unit_roundoff_of(inv.dtype)
@@ -68,8 +69,11 @@ def fingerprint_dict(inv: ModelInvariants, revision: str | None = None, compact:
         planes, radius_planes = L.planes, L.radius_planes
         if compact is not None:
             qk, ov, planes, radius_planes = qk[:, :compact], ov[:, :compact], None, None
+        structure = L.structure
+        if compact is not None and structure.get("inv_freq"):     # 8 significant digits (compare: rtol 1e-6)
+            structure = {**structure, "inv_freq": [float(f"{x:.8g}") for x in structure["inv_freq"]]}
         layers.append({
-            "index": L.index, "structure": L.structure,
+            "index": L.index, "structure": structure,
             "qk": _enc(qk), "ov": _enc(ov), "planes": None if planes is None else _enc(planes),
             "radius_qk": _enc(cap_radius(L.radius_qk, qk, u, L.qk.shape[1]), up=True),
             "radius_ov": _enc(cap_radius(L.radius_ov, ov, u, L.ov.shape[1]), up=True),
