@@ -16,8 +16,9 @@ from .options import MODEL_FORMS, debug_option, hub_options
 @click.argument("db")
 @click.option("--alpha", type=click.FloatRange(0.0, 1.0, min_open=True), default=1e-6, show_default=True,
               help="Significance level of the lineage test.")
-@click.option("--permutations", type=click.IntRange(0), default=1_000, show_default=True,
-              help="Monte Carlo re-pairings of the lineage test (seeded).")
+@click.option("--permutations", type=click.IntRange(0), default=0, show_default=True,
+              help="Monte Carlo re-pairings of the lineage test (seeded); they refine moderate p-values only and "
+                   "never change a verdict (their p-value cannot go below 1/(K+1)), so a scan runs none by default.")
 @click.option("--top", type=click.IntRange(1), default=20, show_default=True, help="Rows shown in the text output.")
 @hub_options
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)

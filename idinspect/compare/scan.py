@@ -5,15 +5,16 @@ document per line; blank lines skipped). Every entry is checked as a fingerprint
 (:mod:`.fingerprint_check`: schema, integrity, declared sizes, figures); a bad entry is an error
 naming it (its file, or ``DB line N``). Full and compact fingerprints mix freely.
 
-Each entry E is compared with the model M as ``compare E M`` would, with one shortcut that keeps
-hundreds of entries within seconds: the per-layer matching and the same-function bound run only
-where the same function is still possible. A necessary condition is checked first, per layer: the
-same structure and head counts, and the per-head largest singular values of W_QK sorted, within
-max r_E + max r_M (+ the stored values' relative rounding) of each other. (If a bijection pi pairs
-every head within r_i + r'_pi(i), the sorted lists differ entrywise by at most max r + max r': sorting
-moves no value by more than the largest per-value change.) Where it fails, the verdict is decided by
-the lineage test alone (the same statistic, bound and Monte Carlo p-value as ``compare``), and the
-reported similarity is the mean nearest-head similarity instead of the matched one.
+Each entry E is compared with the model M as ``compare E M`` would, with two shortcuts that keep
+hundreds of entries within seconds. The per-layer matching and the same-function bound run only
+where the same function is still possible, checked first by a necessary condition: per layer the
+same structure and head counts, and every head of E has some head of M (and every head of M some
+head of E) whose W_QK and W_OV values all lie within their summed radii (+ the stored values'
+relative rounding), as a perfect matching within tolerance needs. Where it fails, the lineage test
+alone decides (the same statistic and tail bound as ``compare``), and the similarity reported is
+the mean nearest-head similarity instead of the matched one. And no Monte Carlo re-pairings by
+default (:data:`SCAN_PERMUTATIONS`): their p-value cannot go below 1 / (K + 1), far above any usable
+alpha, so they never change a verdict.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from .comparison import ALPHA, _structure_notes, compare_invariants, truncated
 from .fingerprint import fingerprint_from_document, read_fingerprint
 from .fingerprint_check import MAX_FILE_BYTES, parse_document
 from .invariants import ModelInvariants, head_vectors
-from .lineage import PERMUTATIONS, lineage_test
+from .lineage import lineage_test
 from .matching import distance_matrix
 
 #: Most entries read from one database.
@@ -76,13 +77,18 @@ def could_be_same_function(a: ModelInvariants, b: ModelInvariants) -> bool:
     if len(a.layers) != len(b.layers) or _structure_notes(a, b):
         return False
     for A, B in zip(a.layers, b.layers):
-        if A.n_heads != B.n_heads or A.qk.shape[1] != B.qk.shape[1]:
+        if A.n_heads != B.n_heads or A.head_shape() != B.head_shape():
             return False
         if not bool(A.finite.all() and B.finite.all()):
             return True                       # leave the non-finite heads to compare's own reasoning
-        top_a, top_b = A.qk[:, 0].sort().values, B.qk[:, 0].sort().values
-        tol = (A.radius_qk.max() + B.radius_qk.max() + a.value_rtol * top_a.abs() + b.value_rtol * top_b.abs())
-        if bool(((top_a - top_b).abs() > tol).any()):
+        feasible = torch.ones(A.n_heads, B.n_heads, dtype=torch.bool)
+        for kind in ("qk", "ov"):
+            xa, xb = getattr(A, kind), getattr(B, kind)
+            ra, rb = getattr(A, f"radius_{kind}"), getattr(B, f"radius_{kind}")
+            tol = (ra[:, None, None] + rb[None, :, None] + a.value_rtol * xa.abs()[:, None, :]
+                   + b.value_rtol * xb.abs()[None, :, :])
+            feasible &= ((xa[:, None, :] - xb[None, :, :]).abs() <= tol).all(dim=-1)
+        if not bool(feasible.any(dim=1).all() and feasible.any(dim=0).all()):
             return False
     return True
 
@@ -100,10 +106,15 @@ def _lineage_only(a: ModelInvariants, b: ModelInvariants, alpha: float, permutat
     t = lineage_test(D, layer_a, layer_b, permutations=permutations, seed=seed)
     return {"verdict": "same-lineage" if t.p_value < alpha else "unrelated", "p_value": t.p_value,
             "similarity": 1.0 - float(D.min(dim=1).values.mean()), "statistic": t.statistic, "heads": t.heads,
-            "compared": "lineage test (same function ruled out by the sorted largest values)"}
+            "compared": "lineage test (same function ruled out per head)"}
 
 
-def scan(model: ModelInvariants, db: str | Path, *, alpha: float = ALPHA, permutations: int = PERMUTATIONS,
+#: Monte Carlo re-pairings in a scan: none by default. Its p-value cannot go below 1 / (K + 1), far above
+#: any usable alpha, so it never changes a verdict; the tail bound decides, and its p-value is reported.
+SCAN_PERMUTATIONS = 0
+
+
+def scan(model: ModelInvariants, db: str | Path, *, alpha: float = ALPHA, permutations: int = SCAN_PERMUTATIONS,
          seed: int = 0) -> list[dict]:
     """One row per entry of ``db`` (entry, source, verdict, p_value, similarity, ...), best first: by
     verdict (same-function, same-lineage, unrelated), then p-value, then similarity (descending)."""
