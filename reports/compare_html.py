@@ -104,7 +104,15 @@ def render_compare_html(r: dict) -> str:
     if w:
         evidence.append(f"<p>Largest |s_A - s_B| = {w['error']:.3g} against tolerance {w['tolerance']:.3g} at layer "
                         f"{w['layer']}, heads {w['head_a']}/{w['head_b']}, {esc(w['kind'])}.</p>")
-    if t is not None:
+    al = r.get("alignment")
+    if t is not None and al:
+        evidence.append(f"<p>Depth change: B's layers come from A's layers {esc(str(al['b_from_a']))} (A layers unused "
+                        f"{esc(str(al['a_layers_unused']))}, repeated {esc(str(al['a_layers_repeated']))}). Lineage: "
+                        f"{t['statistic']} of {t['heads']} heads of B have their nearest head of A in the A layer their "
+                        f"layer is aligned to (at most {t['null_mean']:.0f} by chance in the mean); p-value "
+                        f"{t['p_value']:.3g} = Chatterjee bound {t['chatterjee_bound']:.3g} times the {esc(al['maps'])} "
+                        "alignments.</p>")
+    elif t is not None:
         evidence.append(f"<p>Lineage: {t['statistic']} of {t['heads']} heads of B are the nearest counterpart of a head "
                         f"of A in the same layer; under random re-pairing the mean is {t['null_mean']:.2f}. p-value "
                         f"{t['p_value']:.3g} = min(1, 2 min(Chatterjee bound {t['chatterjee_bound']:.3g}, Monte Carlo "

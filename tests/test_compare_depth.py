@@ -10,6 +10,7 @@ import dataclasses
 import pytest
 import torch
 import transformers as tf
+from idinspect.reports.compare_html import render_compare_html
 from idinspect.reports.compare_text import render_compare_text
 
 from idinspect.compare import compare, compare_invariants, invariants_of
@@ -58,6 +59,10 @@ def test_pruned_layers_are_aligned(models):
     assert all(L["votes"] == 16 and L["similarity"] > 0.999999 for L in r.layers)
     text = render_compare_text(r.to_dict())
     assert "B's layers come from A's layers [0, 1, 2, 4, 5, 6, 8, 9, 10, 11]" in text
+    html = render_compare_html(r.to_dict())
+    assert "come from A&#x27;s layers [0, 1, 2, 4, 5, 6, 8, 9, 10, 11]" in html or \
+        "come from A's layers [0, 1, 2, 4, 5, 6, 8, 9, 10, 11]" in html
+    assert "from A layer 4" in html                          # B layer 3's row names its source
 
 
 def test_upscaled_layers_are_aligned(models):
