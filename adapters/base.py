@@ -71,6 +71,8 @@ class Adapter(LiveModel):
     #: post-norm families name (the embeddings' norm relative to the prefix, the previous layer's
     #: output norm relative to that layer) in ``post_norm``. Empty: nothing is folded.
     pre_norm: ClassVar[tuple[str, ...]] = ()
+    #: The norm computes its gain as this offset plus the stored w (Gemma: 1 + w); 0: the stored tensor is the gain.
+    norm_gain_offset: ClassVar[float] = 0.0
     #: A pre-norm family's first layer without a norm of its own: the norm feeding it (prefix-relative).
     first_block_norm: ClassVar[str | None] = None
     post_norm: ClassVar[tuple[str, str] | None] = None

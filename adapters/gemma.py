@@ -10,7 +10,7 @@ hd = config.head_dim (256 in the released models, not d / H).
 Gemma: score scale head_dim^-1/2. Gemma 2: scale query_pre_attn_scalar^-1/2, scores soft-capped
 (s -> c tanh(s / c), c = attn_logit_softcapping) before the mask, and a window on the layers whose
 layer_types entry is "sliding_attention". Both norm with (1 + w) gains: the stored w is not the
-gain, so comparisons fold no norm gain for these families (``pre_norm`` empty).
+gain, so comparisons fold 1 + w (``norm_gain_offset`` 1; idinspect/compare/gains.py).
 """
 
 from __future__ import annotations
@@ -25,8 +25,9 @@ class GemmaAdapter(QKVODecoderAdapter):
     model_types = ("gemma", "gemma2")
     model_tensors = {**QKVODecoderAdapter.model_tensors,
                      "layers.{n}.(pre_feedforward_layernorm|post_feedforward_layernorm).weight": "norm"}
-    #: Gemma's RMSNorm multiplies by (1 + w): folding the stored w as a gain would be wrong.
-    pre_norm = ()
+    #: Gemma's RMSNorm multiplies by (1 + w): the gain folded is 1 + w, not the stored w.
+    pre_norm = ("input_layernorm.weight",)
+    norm_gain_offset = 1.0
 
     def __init__(self, config, reader):
         super().__init__(config, reader)

@@ -39,6 +39,8 @@ class Gemma3TextAdapter(QKVODecoderAdapter):
     model_types = ("gemma3_text",)
     model_tensors = {**QKVODecoderAdapter.model_tensors,
                      "layers.{n}.(pre_feedforward_layernorm|post_feedforward_layernorm).weight": "norm"}
+    #: input_layernorm multiplies by (1 + w): comparisons fold 1 + w (idinspect/compare/gains.py).
+    norm_gain_offset = 1.0
 
     @cached_property
     def resolved(self):

@@ -127,6 +127,15 @@ RULES: tuple[Rule, ...] = (
         help="Raise max-unidentified-ratio if the architecture is intended, or remove redundant "
              "parameters (biases, heads).",
         activation="--max-unidentified-ratio X / max-unidentified-ratio = X"),
+    Rule(
+        id="base-model-unrelated", name="DeclaredBaseUnrelated", severity="error",
+        short="The model card's base_model is unrelated to the weights",
+        full="The model card (README.md) declares a base_model, but comparing the weights with that base "
+             "(gauge invariants of every attention head, idinspect compare) finds them unrelated: the "
+             "lineage test does not reject independence at the configured alpha.",
+        help="Correct the card's base_model, or check where the weights came from with "
+             "`idinspect compare BASE MODEL` (its per-layer similarity and p-value).",
+        activation="--check-base-model"),
 )
 
 RULES_BY_ID: dict[str, Rule] = {rule.id: rule for rule in RULES}

@@ -45,7 +45,7 @@ def similarity_chart(layers: list[dict], chart_id: str = "chart-similarity") -> 
                f'<text class="lbl" x="{left + 16}" y="18">1 - mean similarity</text>'
                f'<circle class="c-min" cx="{left + 186}" cy="14" r="4"/>'
                f'<text class="lbl" x="{left + 194}" y="18">1 - least similar head</text>')
-    for k in range(int(round(span)) + 1):
+    for k in range(round(span) + 1):
         v = lo * 10.0 ** k
         yy = y(v)
         out.append(f'<line class="grid" x1="{left}" y1="{yy:.1f}" x2="{left + plot_w}" y2="{yy:.1f}"/>'
@@ -90,7 +90,7 @@ def render_compare_html(r: dict) -> str:
              f'<th>unit roundoff</th><th>layers</th><th>gains folded</th></tr></thead><tbody>{rows}</tbody></table>')
     layer_rows = "".join(
         f"<tr><td>{L['index']}</td><td>{L['heads'][0]}/{L['heads'][1]}</td><td>{L['similarity']:.6f}</td>"
-        f"<td>{L['min_similarity']:.6f}</td><td>{L['nearest_in_layer']}</td><td>{L['tolerance_ratio']:.3g}</td></tr>"
+        f"<td>{L['min_similarity']:.6f}</td><td>{L['nearest_in_layer']}</td><td>{_ratio(L)}</td></tr>"
         for L in r["layers"])
     layers = ""
     if r["layers"]:
@@ -104,7 +104,15 @@ def render_compare_html(r: dict) -> str:
     if w:
         evidence.append(f"<p>Largest |s_A - s_B| = {w['error']:.3g} against tolerance {w['tolerance']:.3g} at layer "
                         f"{w['layer']}, heads {w['head_a']}/{w['head_b']}, {esc(w['kind'])}.</p>")
-    if t is not None:
+    al = r.get("alignment")
+    if t is not None and al:
+        evidence.append(f"<p>Depth change: B's layers come from A's layers {esc(str(al['b_from_a']))} (A layers unused "
+                        f"{esc(str(al['a_layers_unused']))}, repeated {esc(str(al['a_layers_repeated']))}). Lineage: "
+                        f"{t['statistic']} of {t['heads']} heads of B have their nearest head of A in the A layer their "
+                        f"layer is aligned to (at most {t['null_mean']:.0f} by chance in the mean); p-value "
+                        f"{t['p_value']:.3g} = Chatterjee bound {t['chatterjee_bound']:.3g} times the {esc(al['maps'])} "
+                        "alignments.</p>")
+    elif t is not None:
         evidence.append(f"<p>Lineage: {t['statistic']} of {t['heads']} heads of B are the nearest counterpart of a head "
                         f"of A in the same layer; under random re-pairing the mean is {t['null_mean']:.2f}. p-value "
                         f"{t['p_value']:.3g} = min(1, 2 min(Chatterjee bound {t['chatterjee_bound']:.3g}, Monte Carlo "
@@ -126,3 +134,10 @@ def render_compare_html(r: dict) -> str:
 
 def _mc(t: dict) -> str:
     return "skipped (bound below its resolution)" if t["p_monte_carlo"] is None else f"{t['p_monte_carlo']:.3g}"
+
+
+def _ratio(L: dict) -> str:
+    """The layer's tolerance ratio, or the A layer it was aligned to (depth changes: no ratio)."""
+    if L.get("tolerance_ratio") is None:
+        return f"from A layer {L['aligned_a']}" if "aligned_a" in L else "-"
+    return f"{L['tolerance_ratio']:.3g}"

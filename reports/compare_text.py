@@ -13,7 +13,17 @@ def render_compare_text(r: dict) -> str:
                      f"{side['unit_roundoff']:.1e}; {side['layers']} layers; {gains})")
     for note in r["structure_notes"]:
         lines.append(f"  structure: {note}")
-    if r["layers"]:
+    if r.get("alignment"):
+        al = r["alignment"]
+        lines.append("  B layer  <- A layer  heads A/B  votes  runner-up (votes)  similarity  min head")
+        for L in r["layers"]:
+            ha, hb = L["heads"]
+            runner = "-" if L["runner_up"] is None else f"{L['runner_up'][0]} ({L['runner_up'][1]})"
+            lines.append(f"  {L['index']:>7}  <- {L['aligned_a']:>7}  {ha:>4}/{hb:<4}  {L['votes']:>2}/{hb:<3}"
+                         f"  {runner:>17}  {L['similarity']:>10.6f}  {L['min_similarity']:>8.6f}")
+        lines.append(f"  alignment: B's layers come from A's layers {al['b_from_a']}; A layers unused "
+                     f"{al['a_layers_unused'] or 'none'}, repeated {al['a_layers_repeated'] or 'none'}")
+    elif r["layers"]:
         lines.append("  layer  heads    similarity  min head  nearest in layer  max |dS|/tolerance")
         for L in r["layers"]:
             ha, hb = L["heads"]
@@ -41,7 +51,12 @@ def render_compare_text(r: dict) -> str:
         decided = f"; decided by {sf['decided_by']}" if sf.get("decided_by") else ""
         lines.append(f"  same function: {'yes' if sf['holds'] else 'no'}{why}{decided}")
     t = r["lineage"]
-    if t is not None:
+    if t is not None and r.get("alignment"):
+        lines.append(f"  lineage: {t['statistic']} of {t['heads']} heads of B have their nearest head of A in the A layer "
+                     f"their layer is aligned to (at most {t['null_mean']:.0f} by chance in the mean); p = "
+                     f"{t['p_value']:.3g} (Chatterjee bound {t['chatterjee_bound']:.3g} times the "
+                     f"{r['alignment']['maps']} alignments); alpha {r['alpha']:.0e}")
+    elif t is not None:
         lines.append(f"  lineage: {t['statistic']} of {t['heads']} heads have their nearest counterpart in the same "
                      f"layer (chance: {t['null_mean']:.2f}); p = {t['p_value']:.3g} (Chatterjee bound "
                      f"{t['chatterjee_bound']:.3g}, Monte Carlo {_mc(t)} over {t['permutations']} "

@@ -12,9 +12,9 @@ import torch
 import transformers as tf
 
 #: 8 layers x 8 heads: enough heads (64) for the lineage test to resolve p < 1e-6.
-SMALL = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=8, num_attention_heads=8,
-             num_key_value_heads=8, head_dim=4, vocab_size=96, max_position_embeddings=64,
-             tie_word_embeddings=False)
+SMALL = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 8, "num_attention_heads": 8,
+             "num_key_value_heads": 8, "head_dim": 4, "vocab_size": 96, "max_position_embeddings": 64,
+             "tie_word_embeddings": False}
 
 
 def small_llama(seed: int, dtype: torch.dtype = torch.float32, **overrides):
@@ -25,12 +25,16 @@ def small_llama(seed: int, dtype: torch.dtype = torch.float32, **overrides):
     return tf.LlamaForCausalLM(config).to(dtype)
 
 
-def train(model, steps: int, lr: float, seed: int, batch: int = 4, length: int = 8):
+def train(model, steps: int, lr: float, seed: int, batch: int = 4, length: int = 8, corpus_seed: int | None = None):
     """``steps`` Adam steps of next-token prediction on seeded random tokens (a fixed, learnable map:
-    token t is followed by (a t + b) mod V); returns the model in eval mode."""
+    token t is followed by (a t + b) mod V; the map drawn from ``corpus_seed`` where given, else from
+    ``seed``, which always draws the batches); returns the model in eval mode."""
     gen = torch.Generator().manual_seed(seed)
     V = model.config.vocab_size
     a, b = int(torch.randint(1, V, (1,), generator=gen)), int(torch.randint(0, V, (1,), generator=gen))
+    if corpus_seed is not None:
+        corpus = torch.Generator().manual_seed(corpus_seed)
+        a, b = int(torch.randint(1, V, (1,), generator=corpus)), int(torch.randint(0, V, (1,), generator=corpus))
     opt = torch.optim.Adam(model.parameters(), lr=lr)
     model.train()
     for _ in range(steps):

@@ -182,8 +182,10 @@ class Auditor:
     """Audits sources one by one under ``policy``; ``baseline`` suppresses known findings."""
 
     def __init__(self, policy: Policy, *, baseline: Baseline | None = None, token: str | None = None,
-                 cache_dir: str | Path | None = None, offline: bool = False, cwd: Path | None = None):
+                 cache_dir: str | Path | None = None, offline: bool = False, cwd: Path | None = None,
+                 check_base_model: bool = False):
         self.policy = policy
+        self.check_base_model = check_base_model
         self.baseline = baseline
         self.load_options = {"token": token, "cache_dir": cache_dir, "local_files_only": offline}
         self.cwd = Path(cwd or Path.cwd())
@@ -251,6 +253,10 @@ class Auditor:
             raw += checks.identification_ratio(report, policy.max_unidentified_ratio)
         if policy.require_gauge_fixed and policy.level("not-gauge-fixed") != "off":
             raw += checks.gauge_fixed(model, policy.gauge_rtol)
+        if self.check_base_model and policy.level("base-model-unrelated") != "off":
+            from .lineage import base_model_findings
+
+            raw += base_model_findings(model, prov.path, self.load_options, self.cwd)
         self._add(result, raw, prov.path, model.reader)
         return result
 
@@ -295,9 +301,11 @@ class Auditor:
 
 def run_audit(sources: list[str], policy: Policy, *, baseline: Baseline | None = None, exit_zero: bool = False,
               writing_baseline: bool = False, token: str | None = None, cache_dir: str | Path | None = None,
-              offline: bool = False, cwd: Path | None = None) -> AuditResult:
-    """Audit every source (an unreadable one is recorded as an error and the rest still run)."""
-    auditor = Auditor(policy, baseline=baseline, token=token, cache_dir=cache_dir, offline=offline, cwd=cwd)
+              offline: bool = False, cwd: Path | None = None, check_base_model: bool = False) -> AuditResult:
+    """Audit every source (an unreadable one is recorded as an error and the rest still run);
+    ``check_base_model``: compare each with the base_model its model card declares (:mod:`.lineage`)."""
+    auditor = Auditor(policy, baseline=baseline, token=token, cache_dir=cache_dir, offline=offline, cwd=cwd,
+                      check_base_model=check_base_model)
     models = []
     for source in sources:
         log.info("auditing %s", source)

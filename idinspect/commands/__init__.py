@@ -20,6 +20,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "survey": ("survey_cmd", "survey_command"),
     "compare": ("compare_cmd", "compare_command"),
     "fingerprint": ("fingerprint_cmd", "fingerprint_command"),
+    "scan": ("scan_cmd", "scan_command"),
     "families": ("families_cmd", "families_command"),
 }
 

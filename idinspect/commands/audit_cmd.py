@@ -141,6 +141,9 @@ def _debug_logging() -> None:
 @click.option("--write-baseline", type=click.Path(dir_okay=False), default=None,
               help="Record the current findings in FILE and exit 0 (2 on errors, and then nothing is written).")
 @click.option("--all", "show_all", is_flag=True, help="text: list every finding (default: the first 50 per model).")
+@click.option("--check-base-model", "check_base_model", is_flag=True,
+              help="Compare each model with the base_model its model card (README.md) declares: a finding "
+                   "base-model-unrelated when the weights are unrelated to it (lineage p-value).")
 @hub_options
 @debug_option
 @click.pass_context
@@ -148,7 +151,8 @@ def audit_command(ctx: click.Context, models: tuple[str, ...], fail_on: str | No
                   output: str | None, config: str | None, no_config: bool, severity: tuple[str, ...],
                   disable: tuple[str, ...], require_gauge_fixed: bool | None, gauge_rtol: float | None,
                   max_unidentified_ratio: float | None, baseline: str | None, write_baseline: str | None,
-                  show_all: bool, token: str | None, cache_dir: str | None, offline: bool) -> None:
+                  show_all: bool, token: str | None, cache_dir: str | None, offline: bool,
+                  check_base_model: bool = False) -> None:
     """Audit models against rules and a policy; exit 0 pass, 1 findings, 2 error.
 
     MODEL is anything `idinspect inspect` accepts: a checkpoint directory (or its config.json /
@@ -175,7 +179,8 @@ def audit_command(ctx: click.Context, models: tuple[str, ...], fail_on: str | No
             _emit(result, fmt, output, show_all, err)
         ctx.exit(2)
     result = run_audit(_targets(models), policy, baseline=base, exit_zero=exit_zero,
-                       writing_baseline=write_baseline is not None, token=token, cache_dir=cache_dir, offline=offline)
+                       writing_baseline=write_baseline is not None, token=token, cache_dir=cache_dir, offline=offline,
+                       check_base_model=check_base_model)
     for m in result.models:
         if m.error is not None:
             where = "" if m.source in m.error else f"{escape(m.source)}: "

@@ -41,6 +41,8 @@ class CompareResult:
     lineage: LineageTest | None
     layers: list[dict] = field(default_factory=list)
     similarity: float | None = None
+    #: Depth changes (:mod:`.alignment`): which A layer each B layer comes from; None at equal depth.
+    alignment: dict | None = None
 
     def satisfies(self, expect: str) -> bool:
         """Whether the verdict is at least as strong as ``expect`` (for the exit status)."""
@@ -56,7 +58,7 @@ class CompareResult:
             "structurally_different": self.lineage is None, "structure_notes": self.structure_notes,
             "similarity": self.similarity, "same_function": self.same_function,
             "lineage": None if self.lineage is None else self.lineage.to_dict(),
-            "layers": self.layers,
+            "layers": self.layers, "alignment": self.alignment,
         })
 
 
@@ -89,8 +91,28 @@ def compare_invariants(a: ModelInvariants, b: ModelInvariants, *, alpha: float =
         return _compare(a, b, alpha, permutations, seed)
 
 
+def truncated(m: ModelInvariants, k: int) -> ModelInvariants:
+    """``m`` as a compact fingerprint holds it: each head's k largest singular values of W_QK and W_OV, no
+    RoPE planes (the radii bound every value, so they stay as they are)."""
+    import dataclasses
+
+    layers = [dataclasses.replace(L, qk=L.qk[:, :k], ov=L.ov[:, :k], planes=None, radius_planes=None) for L in m.layers]
+    return dataclasses.replace(m, layers=layers, compact_values=k)
+
+
 def _compare(a: ModelInvariants, b: ModelInvariants, alpha: float, permutations: int, seed: int) -> CompareResult:
+    compact = min([k for k in (a.compact_values, b.compact_values) if k is not None], default=None)
+    if compact is not None:             # compare what both hold: the k largest values of qk and ov per head
+        a, b = truncated(a, compact), truncated(b, compact)
     notes = _structure_notes(a, b)
+    from . import alignment
+
+    if alignment.applies(a, b):           # layers dropped or repeated: align them instead of pairing by index
+        layers, record, test, similarity = alignment.align_layers(a, b)
+        sf = {"holds": False, "reason": "; ".join(notes), "compact_values": compact}
+        _mlp_evidence(a, b, sf, False)
+        verdict = "same-lineage" if test.p_value < alpha else "unrelated"
+        return CompareResult(a, b, verdict, alpha, notes, sf, test, layers, similarity, record)
     shared = min(len(a.layers), len(b.layers))
     comparable = [l for l in range(shared) if a.layers[l].head_shape()[:2] == b.layers[l].head_shape()[:2]]
     if not comparable:
@@ -126,7 +148,7 @@ def _compare(a: ModelInvariants, b: ModelInvariants, alpha: float, permutations:
 
     structural_ok = not notes and len(comparable) == len(a.layers) == len(b.layers) and all_matched
     holds = bool(structural_ok and worst is not None and worst["ratio"] <= 1.0)
-    sf = {"holds": holds, "worst": worst,
+    sf = {"holds": holds, "worst": worst, "compact_values": compact,
           "bound": "|s_A - s_B| <= r_A + r_B per singular value, r = eps_Q ||Q||_F ||K||_2 + eps_K ||Q||_2 ||K||_F "
                    "+ (eps_Q eps_K + 1e-9) ||Q||_F ||K||_F, eps = unit roundoff of the stored dtype (u_g + u_W + u_g u_W "
                    "with a folded gain)"}

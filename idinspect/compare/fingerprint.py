@@ -37,7 +37,8 @@ import torch
 
 from ..errors import IdinspectError
 from .fingerprint_check import (array_shapes, canonical_digest, cap_radius, check_declared_sizes, check_figures,
-                                check_integrity, check_schema, decode, read_document, unit_roundoff_of)
+                                check_integrity, check_schema, compact_values, decode, read_document,
+                                unit_roundoff_of)
 from .invariants import LayerInvariants, ModelInvariants
 
 FORMAT = "idinspect-fingerprint"
@@ -47,25 +48,43 @@ ENCODING = "base64 float32 little-endian, row-major"
 FLOAT32_RTOL = 2.0 ** -24
 
 
-def fingerprint_dict(inv: ModelInvariants, revision: str | None = None) -> dict:
+#: Values kept per head and form by ``fingerprint --compact`` (512 heads of a Llama-3.2-1B shape: ~48 kB).
+COMPACT_VALUES = 8
+
+
+def fingerprint_dict(inv: ModelInvariants, revision: str | None = None, compact: int | None = None) -> dict:
     """The fingerprint of computed invariants (deterministic: no timestamp), with its ``integrity``
-    digest; radii above the format's range are recorded at its upper end (:func:`.fingerprint_check.cap_radius`)."""
+    digest; radii above the format's range are recorded at its upper end (:func:`.fingerprint_check.cap_radius`).
+
+    ``compact``: keep only each head's ``compact`` largest singular values of W_QK and W_OV and no
+    RoPE planes (the radii are those of the full form: each bounds every value of its head) and the RoPE
+    frequencies to 8 significant digits (structures agree to 1e-6), for a fingerprint of a few tens of kB;
+    recorded as ``"compact": {"values": compact}``."""
     from .. import __version__
 
     u = unit_roundoff_of(inv.dtype)
     layers = []
     for L in inv.layers:
-        cap = lambda r, values: _enc(cap_radius(r, values, u), up=True)  # noqa: E731
+        qk, ov = L.qk, L.ov
+        planes, radius_planes = L.planes, L.radius_planes
+        if compact is not None:
+            qk, ov, planes, radius_planes = qk[:, :compact], ov[:, :compact], None, None
+        structure = L.structure
+        if compact is not None and structure.get("inv_freq"):     # 8 significant digits (compare: rtol 1e-6)
+            structure = {**structure, "inv_freq": [float(f"{x:.8g}") for x in structure["inv_freq"]]}
         layers.append({
-            "index": L.index, "structure": L.structure,
-            "qk": _enc(L.qk), "ov": _enc(L.ov), "planes": None if L.planes is None else _enc(L.planes),
-            "radius_qk": cap(L.radius_qk, L.qk), "radius_ov": cap(L.radius_ov, L.ov),
-            "radius_planes": None if L.radius_planes is None else cap(L.radius_planes, L.planes),
+            "index": L.index, "structure": structure,
+            "qk": _enc(qk), "ov": _enc(ov), "planes": None if planes is None else _enc(planes),
+            "radius_qk": _enc(cap_radius(L.radius_qk, qk, u, L.qk.shape[1]), up=True),
+            "radius_ov": _enc(cap_radius(L.radius_ov, ov, u, L.ov.shape[1]), up=True),
+            "radius_planes": None if radius_planes is None else _enc(cap_radius(radius_planes, planes, u), up=True),
             "nonfinite_heads": [int(h) for h in (~L.finite).nonzero().flatten().tolist()],
         })
     fp = {"format": FORMAT, "version": VERSION, "tool": f"idinspect {__version__}", "source": inv.source,
           "revision": revision, "model": inv.model, "dtype": inv.dtype, "unit_roundoff": inv.unit_roundoff,
           "gains_folded": inv.gains_folded, "encoding": ENCODING, "layers": layers}
+    if compact is not None:
+        fp["compact"] = {"values": int(compact)}
     if inv.mlp is not None:
         from .fingerprint_mlp import mlp_section
 
@@ -87,14 +106,19 @@ DIGEST_KEYS = ("format", "version", "dtype", "unit_roundoff", "gains_folded", "e
 def fingerprint_digest(fp: dict) -> str:
     """``sha256:<64 hex>`` over the canonical JSON of ``fp``'s :data:`DIGEST_KEYS` (see the module doc)."""
     content = {key: fp.get(key) for key in DIGEST_KEYS}
-    if fp.get("mlp") is not None:
-        content["mlp"] = fp["mlp"]
+    for key in ("mlp", "compact"):
+        if fp.get(key) is not None:
+            content[key] = fp[key]
     text = json.dumps(content, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
     return "sha256:" + hashlib.sha256(text.encode("ascii")).hexdigest()
 
 
-def fingerprint_json(inv: ModelInvariants, revision: str | None = None) -> str:
-    return json.dumps(fingerprint_dict(inv, revision), indent=1) + "\n"
+def fingerprint_json(inv: ModelInvariants, revision: str | None = None, compact: int | None = None) -> str:
+    """The file's text: indented, or on one line without spaces for a compact fingerprint."""
+    fp = fingerprint_dict(inv, revision, compact)
+    if compact is not None:
+        return json.dumps(fp, separators=(",", ":")) + "\n"
+    return json.dumps(fp, indent=1) + "\n"
 
 
 def is_fingerprint_file(source) -> bool:
@@ -109,7 +133,12 @@ def read_fingerprint(path: str | Path) -> ModelInvariants:
     """Parse and check a fingerprint file (:mod:`.fingerprint_check`); IdinspectError naming the
     file and the problem if it is not one, is damaged, or claims figures its dtype cannot hold."""
     p = Path(path).expanduser()
-    data = read_document(p)
+    return fingerprint_from_document(p, read_document(p))
+
+
+def fingerprint_from_document(p, data) -> ModelInvariants:
+    """The checked invariants of a parsed fingerprint document (``p`` names it in errors: its file, or
+    a database entry such as ``DB.jsonl line 7``)."""
     integrity = check_integrity(p, data) if isinstance(data, dict) else "absent"
     check_schema(p, data, VERSION)
     check_declared_sizes(p, data)
@@ -117,11 +146,12 @@ def read_fingerprint(path: str | Path) -> ModelInvariants:
         raise IdinspectError(f"{p}: unit_roundoff {data['unit_roundoff']!r} is not that of its dtype {data['dtype']} "
                              f"({unit_roundoff_of(data['dtype'])!r}); a fingerprint cannot claim another precision; "
                              "write it again with 'idinspect fingerprint MODEL -o FILE'")
-    layers = [_layer(p, entry, data["dtype"]) for entry in data["layers"]]
+    values = compact_values(data)
+    layers = [_layer(p, entry, data["dtype"], values) for entry in data["layers"]]
     inv = ModelInvariants(source=str(data.get("source") or p), model=dict(data.get("model") or {}),
                           dtype=data["dtype"], unit_roundoff=unit_roundoff_of(data["dtype"]),
                           gains_folded=data["gains_folded"], layers=layers, value_rtol=FLOAT32_RTOL,
-                          origin=f"fingerprint {p.name}", integrity=integrity)
+                          origin=f"fingerprint {getattr(p, 'name', p)}", integrity=integrity, compact_values=values)
     if data.get("mlp") is not None:
         from .fingerprint_mlp import read_mlp_section
 
@@ -129,16 +159,17 @@ def read_fingerprint(path: str | Path) -> ModelInvariants:
     return inv
 
 
-def _layer(path: Path, entry: dict, dtype: str) -> LayerInvariants:
+def _layer(path: Path, entry: dict, dtype: str, values: int | None = None) -> LayerInvariants:
     """One layer's arrays, decoded at their declared shapes (sizes checked already) and checked."""
     s = entry["structure"]
     index = int(entry["index"])
     arrays = {key: decode(path, f"layer {index} {key}", entry[key], shape)
-              for key, shape in array_shapes(s, entry).items()}
+              for key, shape in array_shapes(s, entry, values).items()}
     finite = torch.ones(int(s["heads"]), dtype=torch.bool)
     for h in entry.get("nonfinite_heads") or []:
         finite[int(h)] = False
-    check_figures(path, index, arrays, finite, dtype)
+    check_figures(path, index, arrays, finite, dtype,
+                  None if values is None else {"qk": int(s["d_k"]), "ov": int(s["d_v"])})
     structure = {k: (int(v) if k in _INTEGER_KEYS and v is not None else v) for k, v in s.items()}
     return LayerInvariants(index=index, qk=arrays["qk"], ov=arrays["ov"], planes=arrays.get("planes"),
                            radius_qk=arrays["radius_qk"], radius_ov=arrays["radius_ov"],

@@ -77,6 +77,12 @@ def read_document(path: Path) -> dict:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise IdinspectError(f"{path}: not UTF-8 text (byte {exc.start}); not a fingerprint ({FIX})") from None
+    return parse_document(path, text)
+
+
+def parse_document(path, text: str) -> Any:
+    """The parsed JSON of one fingerprint's text (``path`` names it in errors: a file, or a JSONL line),
+    refused before parsing when nested deeper than :data:`MAX_DEPTH`; no NaN/Infinity literals."""
     depth = _bracket_depth(text)
     if depth > MAX_DEPTH:
         raise IdinspectError(f"{path}: JSON nested {depth} deep, more than a fingerprint ever is ({MAX_DEPTH}); "
@@ -173,17 +179,29 @@ def check_declared_sizes(path: Path, data: dict) -> None:
     if total > MAX_HEADS:
         raise IdinspectError(f"{path}: declares {total} heads, more than {MAX_HEADS} heads in all; compare would need "
                              f"{total}^2 x 8 bytes per distance matrix; {FIX}")
+    values = compact_values(data)
     for i, entry in enumerate(data["layers"]):
-        for key, shape in array_shapes(entry["structure"], entry).items():
+        if values is not None and entry.get("planes") is not None:
+            raise IdinspectError(f"{path}: layers[{i}] holds RoPE planes, which a compact fingerprint leaves out; {FIX}")
+        for key, shape in array_shapes(entry["structure"], entry, values).items():
             need = 4 * math.ceil(4 * math.prod(shape) / 3)
             if len(entry[key]) != need:
                 raise IdinspectError(f"{path}: layers[{i}].{key} holds {len(entry[key])} base64 characters where the "
                                      f"declared shape {list(shape)} needs {need}; the file is damaged; {FIX}")
 
 
-def array_shapes(s: dict, entry: dict) -> dict[str, tuple[int, ...]]:
-    """Key -> shape of each array a layer entry holds, from its structure."""
+def compact_values(data: dict) -> int | None:
+    """A compact fingerprint's number of values kept per head and form (None: the full form)."""
+    compact = data.get("compact")
+    return None if compact is None else int(compact["values"])
+
+
+def array_shapes(s: dict, entry: dict, values: int | None = None) -> dict[str, tuple[int, ...]]:
+    """Key -> shape of each array a layer entry holds, from its structure (``values``: a compact
+    fingerprint's largest singular values kept per head, at most d_k / d_v)."""
     H, dk, dv = int(s["heads"]), int(s["d_k"]), int(s["d_v"])
+    if values is not None:
+        dk, dv = min(dk, values), min(dv, values)
     shapes = {"qk": (H, dk), "ov": (H, dv), "radius_qk": (H,), "radius_ov": (H,)}
     if entry.get("planes") is not None:
         P = int(s["rotary_dim"] or 0) // 2
@@ -204,25 +222,35 @@ def decode(path: Path, where: str, text: str, shape: tuple[int, ...]) -> torch.T
     return torch.from_numpy(a.astype(np.float64).reshape(shape))
 
 
-def radius_range(values: torch.Tensor, u: float, u_kind: float) -> tuple[torch.Tensor, torch.Tensor]:
+def radius_range(values: torch.Tensor, u: float, u_kind: float, full: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """(lower, upper) [...] of the rounding radius of heads (or planes) with singular values
-    ``values`` [..., k] stored in a dtype of unit roundoff ``u`` (module docstring, step 5)."""
+    ``values`` [..., k] stored in a dtype of unit roundoff ``u`` (module docstring, step 5).
+
+    ``full``: the number of singular values of which ``values`` are the largest k (a compact
+    fingerprint). The lower end holds as is (||s_top|| <= ||s||); for the upper end each of the
+    full - k values left out is at most the smallest kept one, so ||s||^2 <= ||s_top||^2 + (full - k) s_k^2."""
     norm = torch.linalg.vector_norm(values, dim=-1)
     k = values.shape[-1]
     e = 2 * u + u * u
-    return (u_kind + COMPUTE_RTOL) * norm, math.sqrt(k) * (2 * e + e * e + COMPUTE_RTOL) * norm
+    top = norm
+    if full is not None and full > k:
+        top = torch.sqrt(norm * norm + (full - k) * values[..., -1] ** 2)
+        k = full
+    return (u_kind + COMPUTE_RTOL) * norm, math.sqrt(k) * (2 * e + e * e + COMPUTE_RTOL) * top
 
 
-def cap_radius(radius: torch.Tensor, values: torch.Tensor, u: float) -> torch.Tensor:
+def cap_radius(radius: torch.Tensor, values: torch.Tensor, u: float, full: int | None = None) -> torch.Tensor:
     """The radius the writer records: at most the format's upper bound (see the module docstring),
     taken of the values as stored (float32), so that a fingerprint read back and written again
     is the same file."""
     stored = values.to(torch.float32).to(torch.float64)
-    return torch.minimum(radius.to(torch.float64), radius_range(stored, u, 0.0)[1])
+    return torch.minimum(radius.to(torch.float64), radius_range(stored, u, 0.0, full)[1])
 
 
-def check_figures(path: Path, index: int, arrays: dict[str, torch.Tensor], finite: torch.Tensor, dtype: str) -> None:
-    """Every figure of a finite head finite and >= 0, every radius within :func:`radius_range`."""
+def check_figures(path: Path, index: int, arrays: dict[str, torch.Tensor], finite: torch.Tensor, dtype: str,
+                  full: dict[str, int] | None = None) -> None:
+    """Every figure of a finite head finite and >= 0, every radius within :func:`radius_range`
+    (``full``: kind -> number of singular values of which a compact fingerprint keeps the largest)."""
     heads = finite.nonzero().flatten()
     for key, a in arrays.items():
         rows = a[heads].reshape(len(heads), math.prod(a.shape[1:]))
@@ -236,7 +264,7 @@ def check_figures(path: Path, index: int, arrays: dict[str, torch.Tensor], finit
     for kind, u_kind in (("qk", u), ("ov", 0.0), ("planes", u)):
         if kind not in arrays:
             continue
-        lower, upper = radius_range(arrays[kind], u, u_kind)
+        lower, upper = radius_range(arrays[kind], u, u_kind, (full or {}).get(kind))
         r = arrays[f"radius_{kind}"]
         live = finite.reshape(-1, *[1] * (r.dim() - 1))
         for mask, bound, what, why in (

@@ -37,10 +37,10 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..analysis.analyzer import layer_bytes_in_flight, for_analysis
+from ..analysis.analyzer import for_analysis, layer_bytes_in_flight
 from ..analysis.spectra import head_spectra
-from ..layer.buffers import Float64Buffers
 from ..layer.attention_layer import AttentionLayer
+from ..layer.buffers import Float64Buffers
 
 #: Relative accuracy of the float64 singular values themselves (see the module docstring).
 COMPUTE_RTOL = 1e-9
@@ -68,6 +68,8 @@ class LayerInvariants:
     radius_planes: torch.Tensor | None
     finite: torch.Tensor
     structure: dict = field(default_factory=dict)
+    #: Whether an input gain was folded in (not recorded in fingerprints).
+    gain_folded: bool = False
 
     @property
     def n_heads(self) -> int:
@@ -102,37 +104,83 @@ class ModelInvariants:
     mlp: list | None = None
     mlp_note: str | None = None
     mlp_dtypes: list[str] = field(default_factory=list)
+    #: A compact fingerprint's values kept per head and form (the largest singular values; no planes); None: all.
+    compact_values: int | None = None
+
+
+#: Largest relative rounding of a folded offset gain's head (else the layer's gain is not folded: strict, never loose).
+MAX_FOLDED_GAIN_ROUNDOFF = 2.0 ** -4
 
 
 def layer_invariants(layer: AttentionLayer, gain: torch.Tensor | None, *, device: torch.device | str = "cpu",
-                     scratch: Float64Buffers | None = None) -> LayerInvariants:
-    """The invariants of one canonical layer, with the input gain ``gain`` [d] (or None) folded in."""
+                     scratch: Float64Buffers | None = None, gain_rounding: torch.Tensor | None = None) -> LayerInvariants:
+    """The invariants of one canonical layer, with the input gain ``gain`` [d] (or None) folded in.
+
+    ``gain_rounding`` [d]: a bound on each gain entry's rounding |d g_j| where it is not relative to the
+    gain (an offset gain 1 + w: u |w_j|). Each folded head's eps is then
+    u_W + (1 + u_W) ||diag(|dg|) W^h||_F / ||diag(g) W^h||_F (per RoPE plane on its two columns), which
+    bounds ||d(diag(g) W^h)||_F / ||diag(g) W^h||_F as the scalar u_W + u_g + u_W u_g does for a stored gain."""
     L = for_analysis(layer, torch.device(device))
     u_w = {role: unit_roundoff(getattr(L, role).dtype) for role in ("W_Q", "W_K", "W_V", "W_O")}
-    eps = dict(u_w)
+    eps: dict = dict(u_w)
+    plane_eps: dict = {}
     g = None
     if gain is not None:
-        u_g = unit_roundoff(gain.dtype) if gain.is_floating_point() else 0.0
         g = gain.to(device=L.W_Q.device, dtype=torch.float64)    # folded inside the float64 Gram chunks
-        for role in ("W_Q", "W_K", "W_V"):
-            eps[role] = u_w[role] + u_g + u_w[role] * u_g
+        if gain_rounding is None:
+            u_g = unit_roundoff(gain.dtype) if gain.is_floating_point() else 0.0
+            for role in ("W_Q", "W_K", "W_V"):
+                eps[role] = u_w[role] + u_g + u_w[role] * u_g
+        else:
+            cols = L.positional.rotary.plane_columns() if L.positional.rotary is not None else None
+            dg = gain_rounding.to(device=g.device, dtype=torch.float64)
+            for role in ("W_Q", "W_K", "W_V"):
+                eps[role], plane_eps[role] = _offset_gain_eps(getattr(L, role), g, dg, u_w[role],
+                                                              cols if role != "W_V" else None)
+            if max(float(eps[r].max()) for r in ("W_Q", "W_K", "W_V")) > MAX_FOLDED_GAIN_ROUNDOFF:
+                g, eps, plane_eps = None, dict(u_w), {}
     s = head_spectra(L, scratch, input_gain=g)
     R = s.factors
     kv = torch.arange(L.n_heads, device=R["R_Q"].device) // L.group_size
-    radius_qk = _radius(R["R_Q"], R["R_K"][kv], eps["W_Q"], eps["W_K"])
-    radius_ov = _radius(R["R_V"][kv], R["R_O"], eps["W_V"], eps["W_O"])
+    by_head = {role: (e[kv] if role != "W_Q" and torch.is_tensor(e) else e) for role, e in eps.items()}
+    radius_qk = _radius(R["R_Q"], R["R_K"][kv], by_head["W_Q"], by_head["W_K"])
+    radius_ov = _radius(R["R_V"][kv], R["R_O"], by_head["W_V"], by_head["W_O"])
     radius_planes = None
     if s.qk_planes is not None:
         cols = torch.tensor(L.positional.rotary.plane_columns(), device=R["R_Q"].device)   # [P, 2]
         Qp = R["R_Q"][:, :, cols].permute(0, 2, 1, 3)                                      # [H, P, d_k, 2]
         Kp = R["R_K"][kv][:, :, cols].permute(0, 2, 1, 3)
-        radius_planes = _radius(Qp, Kp, eps["W_Q"], eps["W_K"])
+        if plane_eps:
+            radius_planes = _radius(Qp, Kp, plane_eps["W_Q"], plane_eps["W_K"][kv])
+        else:
+            radius_planes = _radius(Qp, Kp, eps["W_Q"], eps["W_K"])
     finite = (s.qk_ok & s.ov_ok).cpu()
     return LayerInvariants(index=layer.index, qk=s.qk.cpu(), ov=s.ov.cpu(),
                            planes=None if s.qk_planes is None else s.qk_planes.cpu(),
                            radius_qk=radius_qk.cpu(), radius_ov=radius_ov.cpu(),
                            radius_planes=None if radius_planes is None else radius_planes.cpu(),
-                           finite=finite, structure=layer_structure(layer))
+                           finite=finite, structure=layer_structure(layer), gain_folded=g is not None)
+
+
+def _offset_gain_eps(W: torch.Tensor, g: torch.Tensor, dg: torch.Tensor, u_w: float,
+                     cols: list | None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Per head [H'] (and per RoPE plane [H', P]) relative rounding of diag(g) W^h for W [H', d, k] stored
+    with unit roundoff u_w and a gain whose entries are rounded by at most dg [d] (absolute)."""
+    W64 = W.to(torch.float64)
+    n_g = (g[None, :, None] * W64).square().sum(1)              # [H', k] squared column norms of diag(g) W
+    n_d = (dg[None, :, None] * W64).square().sum(1)             # of diag(|dg|) W
+    del W64
+
+    def ratio(num: torch.Tensor, den: torch.Tensor) -> torch.Tensor:
+        return torch.where(den > 0, torch.sqrt(num / torch.where(den > 0, den, 1.0)),
+                           torch.where(num > 0, torch.full_like(num, float("inf")), torch.zeros_like(num)))
+
+    head = u_w + (1 + u_w) * ratio(n_d.sum(-1), n_g.sum(-1))
+    planes = None
+    if cols is not None:
+        c = torch.tensor(cols, device=W.device)                   # [P, 2]
+        planes = u_w + (1 + u_w) * ratio(n_d[:, c].sum(-1), n_g[:, c].sum(-1))
+    return head, planes
 
 
 def _radius(A: torch.Tensor, B: torch.Tensor, eps_a: float, eps_b: float) -> torch.Tensor:
@@ -178,7 +226,7 @@ def model_invariants(model, *, device: str | torch.device = "cpu", workers: int 
     """The invariants of every layer of an open :class:`idinspect.Model` (layers analysed in
     parallel as ``inspect`` does; results in layer order)."""
     from ..analysis.parallel import layer_workers, ordered_map
-    from .gains import attention_input_gain
+    from .gains import attention_input_gain_and_rounding
 
     model.require_per_head("compare/fingerprint")
     dev = torch.device(device)
@@ -188,11 +236,13 @@ def model_invariants(model, *, device: str | torch.device = "cpu", workers: int 
 
     def one(i: int, scratch: Float64Buffers) -> LayerInvariants:
         layer = model.layer(i)
-        gain = attention_input_gain(model, i)
+        found = attention_input_gain_and_rounding(model, i)
+        gain, dg = found if found is not None else (None, None)
         if gain is not None and gain.shape[0] != layer.d_model:     # e.g. ELECTRA's embedding-size norm
             gain = None
-        gains_found.append(gain is not None)
-        return layer_invariants(layer, gain, device=dev, scratch=scratch)
+        inv = layer_invariants(layer, gain, device=dev, scratch=scratch, gain_rounding=dg)
+        gains_found.append(inv.gain_folded)
+        return inv
 
     layers = []
     for i, inv in enumerate(ordered_map(one, n, k, Float64Buffers)):

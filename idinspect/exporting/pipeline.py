@@ -184,6 +184,7 @@ def _export(model: Model, out: Path, dtype_name: str, target: torch.dtype | None
             worst, where, degeneracies = layers.summary()
             for job in synced:
                 job.result()
+        _write_card(tmp, model, dtype_name, worst, where, degeneracies)
         values = _slot_values(worst, unique=not degeneracies)
         for fname, at in patches.items():
             patch_slots(tmp / fname, at, values)
@@ -205,6 +206,21 @@ def _export(model: Model, out: Path, dtype_name: str, target: torch.dtype | None
                         max_invariant_error=worst, worst_invariant=where, degeneracies=degeneracies,
                         gauge=gauge_name(model), revision_note=revision_note,
                         whole_model=fixed[1].fix.to_dict() if fixed else None)
+
+
+def _write_card(tmp: Path, model: Model, dtype_name: str, worst: float, where: str, degeneracies: list) -> None:
+    """README.md: the model card declaring the source as ``base_model``, with the export's figures (:mod:`.model_card`)."""
+    from .model_card import card_text
+
+    readme = tmp / "README.md"
+    if readme.is_symlink():                    # never write through a link the source shipped
+        readme.unlink()
+    existing = readme.read_text(encoding="utf-8", errors="replace") if readme.is_file() else None
+    figures = {"largest relative change of an invariant": f"{worst:.3g}", "where": where or "-",
+               "canonical form unique": "yes" if not degeneracies else f"no ({len(degeneracies)} degeneracies)",
+               "dtype": dtype_name, "gauge": f"{gauge_name(model)} (version {GAUGE_VERSION})",
+               "check": f"idinspect verify {model.provenance.source} THIS_FOLDER"}
+    readme.write_text(card_text(existing, str(model.provenance.source), figures), encoding="utf-8")
 
 
 def _whole_model_view(model: Model):
