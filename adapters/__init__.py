@@ -173,8 +173,8 @@ def family_states(automatic: Mapping[str, dict] | None = None) -> list[dict]:
     """One row per model type transformers ships (its ``CONFIG_MAPPING_NAMES``) or an adapter claims:
     ``{"model_type", "state", "family", "module", "distribution", "reason"}`` with state "supported" (an
     adapter counts it: ``family``, ``module`` and ``distribution`` name it: "idinspect", or a plugin's),
-    "automatic" (in ``automatic``: ``--auto`` infers and proves its adapter; ``evidence`` holds the proof),
-    "refused" (``reason`` says why) or "unknown" (no adapter, no reason). Sorted by model type."""
+    "automatic" (in ``automatic`` and not refused by hand: ``--auto`` infers and proves its adapter;
+    ``evidence`` holds the proof), "refused" (``reason`` says why) or "unknown" (no adapter, no reason). Sorted by model type."""
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
 
     automatic = automatic or {}
@@ -185,11 +185,11 @@ def family_states(automatic: Mapping[str, dict] | None = None) -> list[dict]:
         if model_type in ADAPTERS and model_type not in ADAPTERS.automatic:
             who = ADAPTERS.provider(model_type)
             row.update(state="supported", family=who["name"], module=who["module"], distribution=who["distribution"])
+        elif model_type in ADAPTERS.refused:     # a reason given by hand stands (a hybrid's default config may pass)
+            row.update(state="refused", reason=ADAPTERS.refused[model_type])
         elif model_type in automatic:
             row.update(state="automatic", family="automatic", module="idinspect.adapters.inferred",
                        distribution="idinspect", evidence=automatic[model_type])
-        elif model_type in ADAPTERS.refused:
-            row.update(state="refused", reason=ADAPTERS.refused[model_type])
         rows.append(row)
     return rows
 

@@ -14,8 +14,10 @@ PAGE = Path(__file__).resolve().parents[1] / "docs" / "families.md"
 
 def _rows() -> list[tuple[list[str], str]]:
     """(model types of the first column, the adapter module of the second) per table row."""
+    from idinspect.commands.families_cmd import BEGIN
+
     out = []
-    for line in PAGE.read_text(encoding="utf-8").splitlines():
+    for line in PAGE.read_text(encoding="utf-8").split(BEGIN)[0].splitlines():
         if not line.startswith("| `"):
             continue
         cells = [c.strip() for c in line.strip("|").split(" | ")]

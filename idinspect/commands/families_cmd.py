@@ -21,25 +21,25 @@ END = "<!-- end of generated part -->"
 @click.option("--state", "states", type=click.Choice(STATES), multiple=True,
               help="Only model types in this state (repeatable).")
 @click.option("--auto", is_flag=True,
-              help="Also try --auto on transformers' default config of every type no adapter claims (and those "
-                   "refused by hand): proven ones are 'automatic', the others 'refused' with what was found. "
+              help="Also try --auto on transformers' default config of every type no adapter claims and none "
+                   "refuses by hand: proven ones are 'automatic', the others 'refused' with what was found. "
                    "Runs each model class on a tiny twin: minutes.")
 def families_command(fmt: str, states: tuple[str, ...], auto: bool) -> None:
     """List every model type transformers ships: supported (by which adapter), automatic (--auto infers and
     proves its adapter), refused (why), or unknown (no adapter yet: see docs/adding-a-family.md)."""
-    from ..adapters import ADAPTERS, family_states
+    from ..adapters import family_states
 
     automatic, reasons = {}, {}
     if auto:
         from ..automatic import probe
 
-        unclaimed = [r["model_type"] for r in family_states() if r["state"] in ("unknown", "refused")]
+        unclaimed = [r["model_type"] for r in family_states() if r["state"] == "unknown"]
         with click.progressbar(unclaimed, label="--auto", file=click.get_text_stream("stderr")) as bar:
             for model_type in bar:
                 row = probe(model_type)
                 if row["state"] == "automatic":
                     automatic[model_type] = row["evidence"]
-                elif model_type not in ADAPTERS.refused:
+                else:
                     reasons[model_type] = row["reason"]
     rows = family_states(automatic)
     for r in rows:
