@@ -223,15 +223,19 @@ def test_verify_streams_a_model_whose_float64_copy_does_not_fit(tiny_dir, tmp_pa
 
 
 def test_in_memory_when_the_float64_copy_fits_half_the_available_memory(monkeypatch):
-    """The stated rule (docs/verify.md): in memory when the float64 copy fits in MEMORY_FRACTION of the
-    available memory, however large; streamed when only the stored model fits; --memory picks a route."""
+    """The stated rule (docs/verify.md): in memory when the copy in the compute dtype (float64; float32
+    for bf16/fp16 checkpoints) fits in MEMORY_FRACTION of the available memory, however large; streamed
+    when only the stored model fits; --memory picks a route."""
     from idinspect.equivalence import functional as fn
 
     monkeypatch.setattr(fn, "available_memory", lambda: 2**34)             # 16 GiB available
     fits, too_big = 2**33, 2**33 + 1                                         # float64 copies
-    assert fn.plan_loading(fits, stored_bytes=fits // 4, largest_f64_bytes=2**20) == fn.LoadPlan(False, torch.float64)
-    assert fn.plan_loading(too_big, stored_bytes=too_big // 4, largest_f64_bytes=2**20).streamed
-    assert fn.plan_loading(2**36, stored_bytes=2**35, largest_f64_bytes=2**20).offload
+    assert fn.plan_loading(fits, stored_bytes=fits // 4, largest_bytes=2**20) == fn.LoadPlan(False, torch.float64)
+    assert fn.plan_loading(too_big, stored_bytes=too_big // 4, largest_bytes=2**20).streamed
+    assert fn.plan_loading(2**36, stored_bytes=2**35, largest_bytes=2**20).offload
+    assert fn.plan_loading(fits, stored_bytes=fits // 4, compute=torch.float32) == fn.LoadPlan(False, torch.float32)
+    assert [fn.compute_dtype(t) for t in (torch.bfloat16, torch.float16, torch.float32, torch.float64)] == [
+        torch.float32, torch.float32, torch.float64, torch.float64]
     assert fn.plan_loading(fits, stored_bytes=fits // 4, mode="stream").streamed
     assert fn.plan_loading(too_big, stored_bytes=too_big // 4, mode="memory") == fn.LoadPlan(False, torch.float64)
     assert fn.plan_loading(fits, stored_bytes=fits // 4, mode="offload").offload

@@ -61,9 +61,10 @@ class LoadPlan:
     def describe(self) -> str:
         if self.offload:
             return "offloaded (accelerate device_map='auto', float32 compute)"
+        kind = str(self.compute_dtype).removeprefix("torch.")
         if self.streamed:
-            return "streamed (stored dtype in memory, float64 module by module)"
-        return "in memory, float64"
+            return f"streamed (stored dtype in memory, {kind} module by module)"
+        return f"in memory, {kind}"
 
 
 def probe_ids(config, tokens: int, decode: int, seed: int, batch: int = 2) -> torch.Tensor:
@@ -94,24 +95,34 @@ def model_class(config):
     return transformers.AutoModel
 
 
-def plan_loading(parameter_bytes_f64: int, max_memory: int | None = None, stored_bytes: int | None = None,
-                 largest_f64_bytes: int = 0, mode: str = "auto") -> LoadPlan:
-    """``mode`` "auto": in memory when the float64 copy fits in ``max_memory`` (default:
-    :data:`MEMORY_FRACTION` of the available RAM); streamed when the stored model (``stored_bytes``)
-    plus its largest tensor in float64 fits (default: :data:`STREAM_FRACTION` of the available RAM;
+def compute_dtype(stored: torch.dtype) -> torch.dtype:
+    """What verify's functional check computes in for a checkpoint B stored in ``stored``: float32 for
+    bfloat16/float16 (judged against the rounding baseline, whose smallest tolerance is one rounding of
+    that dtype, 7.8e-3 / 9.8e-4 relative, while float32 arithmetic moves the outputs by ~1e-6: 1,000
+    to 100,000 times below; bf16/fp16 values are exact in float32), float64 for the others (judged by a
+    rounding bound that float64 arithmetic keeps tight)."""
+    return torch.float32 if stored in (torch.bfloat16, torch.float16) else torch.float64
+
+
+def plan_loading(parameter_bytes: int, max_memory: int | None = None, stored_bytes: int | None = None,
+                 largest_bytes: int = 0, mode: str = "auto", compute: torch.dtype = torch.float64) -> LoadPlan:
+    """``mode`` "auto": in memory when the model's copy in ``compute`` (``parameter_bytes``: float64 or
+    float32, :func:`compute_dtype`) fits in ``max_memory`` (default: :data:`MEMORY_FRACTION` of the
+    available RAM); streamed when the stored model (``stored_bytes``) plus its largest tensor in
+    ``compute`` (``largest_bytes``) fits (default: :data:`STREAM_FRACTION` of the available RAM;
     ``max_memory`` when given); else offloaded. "memory", "stream", "offload": that route."""
     if mode not in MEMORY_MODES:
         raise IdinspectError(f"--memory {mode!r}: choose one of {', '.join(MEMORY_MODES)}")
     budget = max_memory if max_memory is not None else int(MEMORY_FRACTION * available_memory())
-    in_memory = LoadPlan(offload=False, compute_dtype=torch.float64)
-    streamed = LoadPlan(offload=False, compute_dtype=torch.float64, streamed=True)
+    in_memory = LoadPlan(offload=False, compute_dtype=compute)
+    streamed = LoadPlan(offload=False, compute_dtype=compute, streamed=True)
     offloaded = LoadPlan(offload=True, compute_dtype=torch.float32, max_memory=max(budget, 1))
     if mode != "auto":
         return {"memory": in_memory, "stream": streamed, "offload": offloaded}[mode]
-    if parameter_bytes_f64 <= budget:
+    if parameter_bytes <= budget:
         return in_memory
     stream_budget = max_memory if max_memory is not None else int(STREAM_FRACTION * available_memory())
-    if stored_bytes is not None and stored_bytes + largest_f64_bytes <= stream_budget:
+    if stored_bytes is not None and stored_bytes + largest_bytes <= stream_budget:
         return streamed
     return offloaded
 
@@ -156,23 +167,28 @@ def private_compile_caches():
 
 
 def run_model(path: Path, ids: torch.Tensor, decode: int, plan: LoadPlan,
-              edit: Callable[[torch.nn.Module], None] | None = None) -> Outputs:
+              edit: Callable[[torch.nn.Module], None] | None = None, follow: torch.Tensor | None = None) -> Outputs:
     """Load ``path`` with stock transformers, optionally ``edit`` its weights, run the probe (torch's
-    compile caches in a folder of ours, :func:`private_compile_caches`)."""
-    return run_model_editions(path, ids, decode, plan, [edit])[0]
+    compile caches in a folder of ours, :func:`private_compile_caches`). ``follow``: a greedy
+    continuation [B, decode] of another model to check this one's against in one teacher-forced
+    pass (:func:`_probe`)."""
+    return run_model_editions(path, ids, decode, plan, [edit], follow=follow)[0]
 
 
 def run_model_editions(path: Path, ids: torch.Tensor, decode: int, plan: LoadPlan,
-                       edits: list[Callable[[torch.nn.Module], None] | None]) -> list[Outputs]:
+                       edits: list[Callable[[torch.nn.Module], None] | None],
+                       follow: torch.Tensor | None = None) -> list[Outputs]:
     """:func:`run_model` for several editions of one checkpoint, loaded once: the probe runs after each
     ``edit`` in turn (None: as loaded), each edit applied on top of the ones before (verify's rounding
-    baseline is A's weights rounded, run after A itself: one load instead of two)."""
+    baseline is A's weights rounded, run after A itself: one load instead of two). The first edition
+    decodes on its own (or follows ``follow``); every later one follows the first edition's continuation."""
     with private_compile_caches():
-        return _run_model(path, ids, decode, plan, edits)
+        return _run_model(path, ids, decode, plan, edits, follow)
 
 
 def _run_model(path: Path, ids: torch.Tensor, decode: int, plan: LoadPlan,
-               edits: list[Callable[[torch.nn.Module], None] | None]) -> list[Outputs]:
+               edits: list[Callable[[torch.nn.Module], None] | None],
+               follow: torch.Tensor | None = None) -> list[Outputs]:
     from transformers import AutoConfig
 
     config = AutoConfig.from_pretrained(str(path))
@@ -197,7 +213,8 @@ def _run_model(path: Path, ids: torch.Tensor, decode: int, plan: LoadPlan,
                 edit(model)
             hooks = widen_per_module(model, plan.compute_dtype) if plan.streamed else []
             with torch.no_grad():
-                results.append(_probe(model, config, ids, decode, plan.compute_dtype))
+                results.append(_probe(model, config, ids, decode, plan.compute_dtype,
+                                      follow if not results else results[0].decoded))
             for hook in hooks:
                 hook.remove()
         del model
@@ -208,11 +225,27 @@ def _run_model(path: Path, ids: torch.Tensor, decode: int, plan: LoadPlan,
             offload_dir.cleanup()
 
 
-def _probe(model, config, ids: torch.Tensor, decode: int, dtype: torch.dtype) -> Outputs:
+def _probe(model, config, ids: torch.Tensor, decode: int, dtype: torch.dtype,
+           follow: torch.Tensor | None = None) -> Outputs:
     """The outputs compared and, for a causal LM, the greedy continuation. A decoder-only model with a
     key/value cache runs the prompt once: that pass's logits are both the compared values and the first
-    decoding step (a second, cache-less pass over the prompt gave the same logits)."""
+    decoding step (a second, cache-less pass over the prompt gave the same logits).
+
+    ``follow`` (decoder-only models with a cache): another model's greedy continuation c [B, n] of the
+    same prompt, checked in one teacher-forced pass over prompt + c[:, :n-1] instead of n decoding
+    steps. This model's greedy continuation is c exactly when its argmax at positions T-1 .. T+n-2
+    reproduces c (by induction over the steps: each step sees the same prefix), so ``decoded`` is c
+    then; otherwise the model decodes on its own (its continuation differs, and the record shows it).
+    The compared values are that pass's logits on the prompt positions (the causal mask keeps the
+    continuation out of them)."""
     if is_causal_lm(config) and decode > 0 and _cached_path(model, ids, dtype):
+        if follow is not None and follow.shape == (ids.shape[0], decode):
+            seq = torch.cat([ids, follow[:, :-1]], dim=1)
+            logits = model(input_ids=seq, attention_mask=torch.ones_like(seq), use_cache=False).logits
+            T = ids.shape[1]
+            same = torch.equal(logits[:, T - 1:].argmax(dim=-1), follow)
+            decoded = follow.clone() if same else _greedy_cached(model, ids, decode)
+            return Outputs(logits[:, :T].to(torch.float64), decoded, "logits")
         first = model(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=True)
         return Outputs(first.logits.to(torch.float64), _greedy_cached(model, ids, decode, first), "logits")
     values, kind = _forward(model, ids, dtype)
@@ -379,6 +412,18 @@ def map_names(names: list[str], state_keys: list[str]) -> dict[str, str]:
         if len(hits) != 1:
             raise IdinspectError(f"cannot find checkpoint tensor {name} among the loaded model's parameters")
         out[name] = hits[0]
+    return out
+
+
+def loaded_names(names: list[str], state_keys: list[str]) -> list[str]:
+    """The loaded module's parameter names of those checkpoint tensors ``names`` that it holds (as
+    :func:`map_names`; a name without exactly one match, e.g. a buffer, is left out)."""
+    keys = set(state_keys)
+    out = []
+    for name in names:
+        hits = [name] if name in keys else [k for k in state_keys if k.endswith("." + name) or name.endswith("." + k)]
+        if len(hits) == 1:
+            out.append(hits[0])
     return out
 
 

@@ -46,8 +46,8 @@ from ..gauge.invariants import describe_largest, largest_over_layers, worst_entr
 from ..gauge.qk_gain_trade import cast_norm, trade, tradable
 from ..model import Model, load
 from . import functional as fn
-from .bounds import (CONDITION_FACTOR, INVARIANT_FLOOR, OutputBound, eps, factor_amplification, invariant_bound,
-                     largest_amplification, layer_amplification, output_bound)
+from .bounds import (CONDITION_FACTOR, INVARIANT_FLOOR, OutputBound, eps, factor_amplification, head_grams,
+                     invariant_bound, largest_amplification, layer_amplification, output_bound)
 from .config_keys import full_settings, split_differences
 from .undefined import refuse_overflow, undefined_outputs
 
@@ -305,12 +305,14 @@ def _invariant_check(A: Model, B: Model, dtype: torch.dtype, progress: Progress 
                 if bad:
                     return Check("invariants", False, detail=bad)
                 refuse_overflow(layer, role, t, side)
+        eps_a, eps_b = eps(la.W_Q.dtype), eps(lb.W_Q.dtype)
+        la, lb = la.to(torch.float64), lb.to(torch.float64)     # widened once: every step below reads these
+        grams_a = head_grams(la)          # A's per-head Grams: its amplifications and both alignments use them
         try:
-            errors = invariant_error_tensors(la, lb)
+            errors = invariant_error_tensors(la, lb, grams_a=grams_a)
         except ValueError as exc:
             return Check("invariants", False, detail=str(exc))
-        amp_a, amp_b = factor_amplification(la), factor_amplification(lb)
-        eps_a, eps_b = eps(la.W_Q.dtype), eps(lb.W_Q.dtype)
+        amp_a, amp_b = factor_amplification(la, grams_a), factor_amplification(lb)
         for side, amp in zip(amps, (amp_a, amp_b)):
             side.append(largest_amplification(amp))
         for kind, err in errors.items():
@@ -320,7 +322,7 @@ def _invariant_check(A: Model, B: Model, dtype: torch.dtype, progress: Progress 
                      else torch.zeros_like(err))
             judged[kind].append(_Judged(i, err, bound, amp_a[kind], amp_b[kind]))
         largest.append((i, max((worst_entry(kind, err) for kind, err in errors.items()), key=lambda e: e.error)))
-        for kind, e in invariant_errors(la, rounding_baseline(la, dtype)).items():
+        for kind, e in invariant_errors(la, rounding_baseline(la, dtype), grams_a=grams_a).items():
             base[kind] = max(base[kind], e.error)
     progress("invariants", A.num_layers, A.num_layers)
     present = [k for k in INVARIANTS if judged[k]]
@@ -365,20 +367,24 @@ def _functional_checks(A: Model, B: Model, dtype: torch.dtype, tokens: int, deco
     """The outputs of A and B within the rounding bound (float32/float64, :func:`~.bounds.output_bound`
     from the per-layer amplifications ``amps``) or against the rounding baseline (bf16/fp16)."""
     ids = fn.probe_ids(A.hf_config, tokens, decode, seed)
-    size = max(_parameter_bytes_f64(A), _parameter_bytes_f64(B))
+    compute = fn.compute_dtype(dtype)
+    width = compute.itemsize
+    size = max(_parameter_bytes_as(A, width), _parameter_bytes_as(B, width))
     stored = max(_parameter_bytes(A), _parameter_bytes(B))
-    largest = max(_largest_tensor_f64(A), _largest_tensor_f64(B))
-    plan = fn.plan_loading(size, max_memory, stored_bytes=stored, largest_f64_bytes=largest, mode=memory)
+    largest = max(_largest_tensor_as(A, width), _largest_tensor_as(B, width))
+    plan = fn.plan_loading(size, max_memory, stored_bytes=stored, largest_bytes=largest, mode=memory,
+                           compute=compute)
     how = plan.describe()
     with_baseline = dtype not in BOUNDED_DTYPES and not plan.offload
     runs = 3 if with_baseline else 2
     progress("functional", 0, runs)
-    # A, then A's rounding baseline on the same loaded model (bf16/fp16 only): one load of A for both
+    # A, then A's rounding baseline on the same loaded model (bf16/fp16 only): one load of A for both.
+    # A decodes greedily; the baseline and B check A's continuation in one teacher-forced pass each
     editions = [None, lambda m: _apply_baseline(m, A, dtype)] if with_baseline else [None]
     outs_a = fn.run_model_editions(A.provenance.path, ids, decode, plan, editions)
     out_a, base_out = outs_a[0], (outs_a[1] if with_baseline else None)
     progress("functional", runs - 1, runs)
-    out_b = fn.run_model(B.provenance.path, ids, decode, plan)
+    out_b = fn.run_model(B.provenance.path, ids, decode, plan, follow=out_a.decoded)
     progress("functional", runs, runs)
     undefined = undefined_outputs(out_a, out_b, ids)
     if undefined is not None:
@@ -414,13 +420,16 @@ def _is_gguf(model: Model) -> bool:
 
 
 def _apply_baseline(model, A: Model, dtype: torch.dtype) -> None:
+    """A's attention moved and rounded (:func:`rounding_baseline`), every other parameter rounded to
+    ``dtype``, but for those A stores in ``dtype`` already (rounding them is the identity)."""
     touched = set()
     params = [n for n, _ in model.named_parameters()]
     for i in range(A.num_layers):
         tensors = A.adapter.write_layer(rounding_baseline(A.layer(i), dtype), dtype=torch.float64)
         fn.apply_tensors(model, tensors)
         touched |= set(fn.map_names(list(tensors), params).values())
-    fn.round_parameters(model, dtype, skip=touched)
+    exact = {name for name in fn.loaded_names([k for k in A.reader.keys() if A.reader.dtype(k) == dtype], params)}
+    fn.round_parameters(model, dtype, skip=touched | exact)
 
 
 def _invariant_floor(dtype: torch.dtype, baseline: float) -> float:
@@ -443,8 +452,9 @@ def _numel(model: Model, key: str) -> int:
     return n
 
 
-def _parameter_bytes_f64(model: Model) -> int:
-    return sum(8 * _numel(model, k) for k in model.reader.keys())
+def _parameter_bytes_as(model: Model, itemsize: int) -> int:
+    """Bytes of every stored tensor widened to ``itemsize`` bytes an entry (the functional check's copy)."""
+    return sum(itemsize * _numel(model, k) for k in model.reader.keys())
 
 
 def _parameter_bytes(model: Model) -> int:
@@ -452,8 +462,8 @@ def _parameter_bytes(model: Model) -> int:
     return sum(_numel(model, k) * model.reader.dtype(k).itemsize for k in model.reader.keys())
 
 
-def _largest_tensor_f64(model: Model) -> int:
-    return max((8 * _numel(model, k) for k in model.reader.keys()), default=0)
+def _largest_tensor_as(model: Model, itemsize: int) -> int:
+    return max((itemsize * _numel(model, k) for k in model.reader.keys()), default=0)
 
 
 def _non_finite(name: str, t: torch.Tensor, side: str) -> str | None:
