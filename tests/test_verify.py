@@ -246,3 +246,56 @@ def test_memory_option_is_used_and_stated(tiny_dir, tmp_path):
     res = run_cli("verify", src, src, "--memory", "stream", "--format", "json")
     assert res.code == 0, res.stderr
     assert "streamed" in _checks(res.stdout)["functional"]["detail"]
+
+
+def test_teacher_forced_decode_is_the_models_own_greedy_decode(tmp_path):
+    """Verify's B and rounding baseline check A's greedy continuation in one teacher-forced pass
+    (``follow``): where the model's argmax reproduces it at every step, that is its own greedy
+    continuation (the same model: identical, logits as its cached prompt pass); where it does not (a
+    different model), the record holds the model's own continuation, as if it had decoded alone."""
+    from idinspect.equivalence import functional as fn
+    from tests import tiny
+
+    a = tiny.save(tiny.build("llama3-rope"), tmp_path / "a", dtype=torch.float32)
+    b = tiny.save(tiny.build("llama3-rope", seed=1), tmp_path / "b", dtype=torch.float32)
+    ids = fn.probe_ids(idinspect.load(a).hf_config, 8, 5, 0)
+    plan = fn.LoadPlan(offload=False, compute_dtype=torch.float64)
+    own_a, own_b = (fn.run_model(m, ids, 5, plan) for m in (a, b))
+    assert not torch.equal(own_a.decoded, own_b.decoded)          # the negative case really differs
+    forced_a, forced_b = (fn.run_model(m, ids, 5, plan, follow=own_a.decoded) for m in (a, b))
+    assert torch.equal(forced_a.decoded, own_a.decoded) and torch.equal(forced_b.decoded, own_b.decoded)
+    for forced, own in ((forced_a, own_a), (forced_b, own_b)):
+        assert forced.values.shape == own.values.shape
+        assert torch.allclose(forced.values, own.values, rtol=0, atol=1e-12 * float(own.values.abs().max()))
+
+
+def test_half_precision_functional_check_computes_in_float32_and_catches_tampering(tiny_dir, tmp_path):
+    """bf16/fp16 checkpoints: the functional check runs in float32 (exact for their weights); its error
+    is the float64 run's to within 1e-4 of the tolerance, far inside it, and a head's values scaled by
+    1.5 in the export fail it (teacher-forced decode and all)."""
+    from idinspect.equivalence import functional as fn
+
+    src = tiny_dir("qwen2", dtype=torch.bfloat16)
+    export_ok(src, tmp_path / "out")
+    result = idinspect.verify(src, tmp_path / "out")
+    functional = next(c for c in result.checks if c.name == "functional")
+    assert result.equivalent and "in memory, float32" in functional.detail
+    ids = fn.probe_ids(idinspect.load(src).hf_config, 16, 8, 0)
+    errors = {}
+    for compute in (torch.float32, torch.float64):
+        plan = fn.LoadPlan(offload=False, compute_dtype=compute)
+        out_a, out_b = (fn.run_model(m, ids, 8, plan) for m in (src, tmp_path / "out"))
+        errors[compute] = float((out_a.values - out_b.values).abs().max() / out_a.values.abs().max())
+    assert errors[torch.float32] == pytest.approx(functional.error, rel=1e-12)
+    assert abs(errors[torch.float32] - errors[torch.float64]) <= 1e-4 * functional.tolerance
+
+    model = idinspect.load(tmp_path / "out")
+    tensors = {k: model.reader.get(k).clone() for k in model.reader.keys()}
+    name = next(k for k in tensors if k.endswith("layers.0.self_attn.v_proj.weight"))
+    tensors[name] = (tensors[name].to(torch.float64) * 1.5).to(torch.bfloat16)
+    metadata = model.reader.metadata("model.safetensors")
+    model.close()
+    write_safetensors(tmp_path / "out" / "model.safetensors", tensors, metadata)
+    result = idinspect.verify(src, tmp_path / "out")
+    functional = next(c for c in result.checks if c.name == "functional")
+    assert not result.equivalent and functional.passed is False and functional.error > functional.tolerance

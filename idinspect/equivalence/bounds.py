@@ -94,12 +94,12 @@ def output_bound(amp_a: Sequence[float], amp_b: Sequence[float], stored_a: torch
                        str(compute).removeprefix("torch."))
 
 
-def head_grams(layer: AttentionLayer) -> tuple[torch.Tensor, torch.Tensor]:
+def head_grams(layer: AttentionLayer, dtype: torch.dtype = torch.float64) -> tuple[torch.Tensor, torch.Tensor]:
     """Per query head, Q~^T Q~ (Q~ = [W_Q; b_Q], bias row zero where absent) and W_O W_O^T [H, k, k],
-    in float64: what :func:`factor_amplification` reads, and the ``grams_a`` of
+    in ``dtype``: what :func:`factor_amplification` reads (float64), and the ``grams_a`` of
     :func:`~idinspect.gauge.invariants.invariant_error_tensors` (one pass over the layer's query and
     output factors for both)."""
-    L = layer.to(torch.float64)
+    L = layer.to(dtype)
     Q = augment(L.W_Q, L.b_Q if L.b_Q is not None else L.W_Q.new_zeros(L.n_heads, L.d_k))
     return Q.transpose(1, 2) @ Q, L.W_O @ L.W_O.transpose(1, 2)
 

@@ -40,6 +40,7 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
+from ..analysis.precision import comparison_precision
 from ..layer.attention_layer import AttentionLayer
 from ..gauge import INVARIANTS, InvariantError, invariant_error_tensors, invariant_errors
 from ..gauge.invariants import describe_largest, largest_over_layers, worst_entry
@@ -152,7 +153,7 @@ def _verify(A: Model, B: Model, functional: bool, tokens: int, decode: int, seed
             checks.append(Check("functional", None, detail=f"skipped: {' and '.join(gguf)} is a GGUF file, which stock "
                                 "transformers would dequantise and re-map on its own; the tensors and invariants decide"))
         elif functional:
-            if len(amps[0]) != A.num_layers:
+            if dtype in BOUNDED_DTYPES and len(amps[0]) != A.num_layers:
                 amps = (_amplifications(A), _amplifications(B))
             checks += _functional_checks(A, B, dtype, tokens, decode, seed, max_memory, amps, progress, memory)
         else:
@@ -227,10 +228,11 @@ def _tensor_check(A: Model, B: Model, progress: Progress = _no_progress) -> Chec
         progress("tensors", count, len(names))
         ta, tb = A.reader.get(name), B.reader.get(name)
         count += 1
-        bad = _non_finite(name, ta, "A") or _non_finite(name, tb, "B")
+        same = ta.dtype == tb.dtype and torch.equal(ta, tb)     # never with a NaN on either side
+        bad = _non_finite(name, ta, "A") or (not same and _non_finite(name, tb, "B"))   # equal: B's are A's
         if bad:
             return Check("tensors", False, detail=bad)
-        if ta.dtype == tb.dtype and torch.equal(ta, tb):
+        if same:
             continue
         if ta.dtype == tb.dtype or not (ta.is_floating_point() and tb.is_floating_point()):
             return Check("tensors", False, error=_rel(ta, tb), tolerance=0.0,
@@ -306,15 +308,20 @@ def _invariant_check(A: Model, B: Model, dtype: torch.dtype, progress: Progress 
                     return Check("invariants", False, detail=bad)
                 refuse_overflow(layer, role, t, side)
         eps_a, eps_b = eps(la.W_Q.dtype), eps(lb.W_Q.dtype)
-        la, lb = la.to(torch.float64), lb.to(torch.float64)     # widened once: every step below reads these
-        grams_a = head_grams(la)          # A's per-head Grams: its amplifications and both alignments use them
+        # float32 where both layers are bf16/fp16, as export's own check of such a layer; else float64
+        precision = comparison_precision(la.W_Q.dtype, lb.W_Q.dtype)
+        la, lb = la.to(precision), lb.to(precision)     # widened once: every step below reads these
+        grams_a = head_grams(la, precision)   # A's per-head Grams, shared by both alignments (and its amplification)
         try:
-            errors = invariant_error_tensors(la, lb, grams_a=grams_a)
+            errors = invariant_error_tensors(la, lb, grams_a=grams_a, precision=precision)
         except ValueError as exc:
             return Check("invariants", False, detail=str(exc))
-        amp_a, amp_b = factor_amplification(la, grams_a), factor_amplification(lb)
-        for side, amp in zip(amps, (amp_a, amp_b)):
-            side.append(largest_amplification(amp))
+        if dtype in BOUNDED_DTYPES:       # the amplifications set float32/float64 tolerances only
+            amp_a, amp_b = factor_amplification(la, grams_a), factor_amplification(lb)
+            for side, amp in zip(amps, (amp_a, amp_b)):
+                side.append(largest_amplification(amp))
+        else:
+            amp_a = amp_b = {kind: torch.ones_like(err) for kind, err in errors.items()}
         for kind, err in errors.items():
             # float32/float64: the flat floor is raised to the factors' rounding bound; bf16/fp16
             # are judged against the rounding baseline, which already moves and rounds these factors
@@ -322,7 +329,7 @@ def _invariant_check(A: Model, B: Model, dtype: torch.dtype, progress: Progress 
                      else torch.zeros_like(err))
             judged[kind].append(_Judged(i, err, bound, amp_a[kind], amp_b[kind]))
         largest.append((i, max((worst_entry(kind, err) for kind, err in errors.items()), key=lambda e: e.error)))
-        for kind, e in invariant_errors(la, rounding_baseline(la, dtype), grams_a=grams_a).items():
+        for kind, e in invariant_errors(la, rounding_baseline(la, dtype), grams_a=grams_a, precision=precision).items():
             base[kind] = max(base[kind], e.error)
     progress("invariants", A.num_layers, A.num_layers)
     present = [k for k in INVARIANTS if judged[k]]

@@ -99,6 +99,8 @@ def invariant_error_tensors(a: AttentionLayer, b: AttentionLayer, *, overwrite_a
                 pass
     elif precision != torch.float64:
         raise ValueError(f"precision must be torch.float64 or torch.float32, not {precision}")
+    if grams_a is not None and grams_a[0].dtype != torch.float64:     # float32 Grams: not for the float64 route
+        grams_a = None
     return _error_tensors(a, b, overwrite_a=overwrite_a, grams_a=grams_a, dtype=torch.float64, strict=False)
 
 
