@@ -290,7 +290,8 @@ def test_half_precision_functional_check_computes_in_float32_and_catches_tamperi
     assert abs(errors[torch.float32] - errors[torch.float64]) <= 1e-4 * functional.tolerance
 
     model = idinspect.load(tmp_path / "out")
-    tensors = {k: model.reader.get(k).clone() for k in model.reader.keys()}
+    names = model.reader.keys()
+    tensors = {k: model.reader.get(k).clone() for k in names}            # own memory: the file is rewritten
     name = next(k for k in tensors if k.endswith("layers.0.self_attn.v_proj.weight"))
     tensors[name] = (tensors[name].to(torch.float64) * 1.5).to(torch.bfloat16)
     metadata = model.reader.metadata("model.safetensors")

@@ -435,7 +435,8 @@ def _apply_baseline(model, A: Model, dtype: torch.dtype) -> None:
         tensors = A.adapter.write_layer(rounding_baseline(A.layer(i), dtype), dtype=torch.float64)
         fn.apply_tensors(model, tensors)
         touched |= set(fn.map_names(list(tensors), params).values())
-    exact = {name for name in fn.loaded_names([k for k in A.reader.keys() if A.reader.dtype(k) == dtype], params)}
+    stored = A.reader.keys()
+    exact = set(fn.loaded_names([k for k in stored if A.reader.dtype(k) == dtype], params))
     fn.round_parameters(model, dtype, skip=touched | exact)
 
 
