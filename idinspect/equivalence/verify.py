@@ -172,19 +172,24 @@ def stored_dtype(model: Model) -> torch.dtype:
     return model.reader.dtype(model.adapter.attention_keys(0)[0])
 
 
-def rounding_baseline(layer: AttentionLayer, dtype: torch.dtype) -> AttentionLayer:
-    """``layer`` moved by the exact scalar gauge c = 8/7 and rounded to ``dtype`` (back in float64).
-    Under a q/k norm a scalar on W_Q, W_K is no gauge: W_Q, b_Q, W_K, b_K are only rounded, and the
-    norm's gains (with their biases) take the gain trade by c on every orbit instead, then round."""
+def rounding_baseline(layer: AttentionLayer, dtype: torch.dtype, hold: torch.dtype = torch.float64) -> AttentionLayer:
+    """``layer`` moved by the exact scalar gauge c = 8/7 (in float64) and rounded to ``dtype``, held in
+    ``hold`` (float64 by default; float32 holds bf16/fp16 values exactly too). Under a q/k norm a scalar
+    on W_Q, W_K is no gauge: W_Q, b_Q, W_K, b_K are only rounded, and the norm's gains (with their
+    biases) take the gain trade by c on every orbit instead, then round."""
     c = BASELINE_SCALE
     L = layer.to(torch.float64)
     norm = getattr(L, "qk_norm", None)
     q = 1.0 if norm is not None else c
     factors = {"W_Q": q, "b_Q": q, "W_K": 1 / q, "b_K": 1 / q, "W_V": c, "b_V": c, "W_O": 1 / c, "b_O": 1.0}
-    moved = L.replace(**{r: (t * factors[r]).to(dtype).to(torch.float64) for r, t in L.tensors().items()})
+    moved = L.replace(**{r: (t * factors[r]).to(dtype).to(hold) for r, t in L.tensors().items()})
+    if L.sinks is not None:
+        moved = moved.replace(sinks=L.sinks.to(hold))
+    if norm is not None:
+        moved = moved.replace(qk_norm=norm.to(hold))
     if norm is not None and tradable(L):
         traded = trade(L, torch.full((1, L.d_k), c, dtype=torch.float64))
-        moved = moved.replace(qk_norm=cast_norm(traded, traded, dtype).to(torch.float64))
+        moved = moved.replace(qk_norm=cast_norm(traded, traded, dtype).to(hold))
     return moved
 
 
@@ -329,7 +334,8 @@ def _invariant_check(A: Model, B: Model, dtype: torch.dtype, progress: Progress 
                      else torch.zeros_like(err))
             judged[kind].append(_Judged(i, err, bound, amp_a[kind], amp_b[kind]))
         largest.append((i, max((worst_entry(kind, err) for kind, err in errors.items()), key=lambda e: e.error)))
-        for kind, e in invariant_errors(la, rounding_baseline(la, dtype), grams_a=grams_a, precision=precision).items():
+        for kind, e in invariant_errors(la, rounding_baseline(la, dtype, precision), grams_a=grams_a,
+                                         precision=precision).items():
             base[kind] = max(base[kind], e.error)
     progress("invariants", A.num_layers, A.num_layers)
     present = [k for k in INVARIANTS if judged[k]]
