@@ -174,39 +174,52 @@ def _structure_check(A: Model, B: Model) -> Check:
 
 
 def _tensor_check(A: Model, B: Model, progress: Progress = no_progress) -> Check:
-    """Every non-attention tensor: bit-exact in the same dtype, else within one rounding."""
+    """Every non-attention tensor: bit-exact in the same dtype, else within one rounding. Two tensors
+    at a time on a multi-core CPU (reading and comparing are memory-bound, one thread each leaves
+    bandwidth unused), results in order; the first that differs decides."""
+    from ..analysis.parallel import ordered_map, usable_cpus
+
     attention = {k for i in range(A.num_layers) for k in A.adapter.attention_keys(i)}
     skipped = buffers(A) | buffers(B)
     worst, where, count = 0.0, "", 0
     names = [n for n in A.reader.keys() if n not in attention and n not in skipped]
-    for name in names:
-        progress("tensors", count, len(names))
-        ta, tb = A.reader.get(name), B.reader.get(name)
+    progress("tensors", 0, len(names))
+    workers = min(2, usable_cpus())
+    for name, (failed, rel) in zip(names, ordered_map(lambda i, _: _compare_tensor(A, B, names[i]), len(names),
+                                                     workers, lambda: None)):
         count += 1
-        same = ta.dtype == tb.dtype and torch.equal(ta, tb)     # never with a NaN on either side
-        bad = non_finite(name, ta, "A") or (not same and non_finite(name, tb, "B"))   # equal: B's are A's
-        if bad:
-            return Check("tensors", False, detail=bad)
-        if same:
-            continue
-        if ta.dtype == tb.dtype or not (ta.is_floating_point() and tb.is_floating_point()):
-            return Check("tensors", False, error=_rel(ta, tb), tolerance=0.0,
-                         detail=f"{name} differs (same dtype: must be bit-exact)")
-        coarse = ta.dtype if torch.finfo(ta.dtype).eps > torch.finfo(tb.dtype).eps else tb.dtype
-        tol = torch.finfo(coarse).eps  # one rounding is at most eps / 2 relative, elementwise
-        diff = (ta.to(torch.float64) - tb.to(torch.float64)).abs()
-        bound = tol * ta.to(torch.float64).abs() + torch.finfo(coarse).tiny
-        if bool((diff > bound).any()):
-            return Check("tensors", False, error=_rel(ta, tb), tolerance=tol,
-                         detail=f"{name} differs beyond one {coarse} rounding")
-        if _rel(ta, tb) >= worst:
-            worst, where = _rel(ta, tb), name
-    progress("tensors", count, len(names))
+        if failed is not None:
+            return failed
+        if rel and rel >= worst:
+            worst, where = rel, name
+        progress("tensors", count, len(names))
     how = f" within rounding (largest {worst:.1e} at {where})" if worst else " bit for bit"
     detail = f"{count} non-attention tensors equal{how}"
     if skipped:
         detail += f"; {len(skipped)} buffers not compared (e.g. {sorted(skipped)[0]})"
     return Check("tensors", True, error=worst, detail=detail)
+
+
+def _compare_tensor(A: Model, B: Model, name: str) -> tuple[Check | None, float]:
+    """(a failed check or None, the relative difference: 0 where bit-exact) of tensor ``name``."""
+    ta, tb = A.reader.get(name), B.reader.get(name)
+    same = ta.dtype == tb.dtype and torch.equal(ta, tb)     # never with a NaN on either side
+    bad = non_finite(name, ta, "A") or (not same and non_finite(name, tb, "B"))   # equal: B's are A's
+    if bad:
+        return Check("tensors", False, detail=bad), 0.0
+    if same:
+        return None, 0.0
+    if ta.dtype == tb.dtype or not (ta.is_floating_point() and tb.is_floating_point()):
+        return Check("tensors", False, error=_rel(ta, tb), tolerance=0.0,
+                     detail=f"{name} differs (same dtype: must be bit-exact)"), 0.0
+    coarse = ta.dtype if torch.finfo(ta.dtype).eps > torch.finfo(tb.dtype).eps else tb.dtype
+    tol = torch.finfo(coarse).eps  # one rounding is at most eps / 2 relative, elementwise
+    diff = (ta.to(torch.float64) - tb.to(torch.float64)).abs()
+    bound = tol * ta.to(torch.float64).abs() + torch.finfo(coarse).tiny
+    if bool((diff > bound).any()):
+        return Check("tensors", False, error=_rel(ta, tb), tolerance=tol,
+                     detail=f"{name} differs beyond one {coarse} rounding"), 0.0
+    return None, _rel(ta, tb)
 
 
 def output_tolerance(a, b, compute: torch.dtype = torch.float64) -> OutputBound:
@@ -299,7 +312,8 @@ def _apply_baseline(model, A: Model, dtype: torch.dtype) -> None:
     touched = set()
     params = [n for n, _ in model.named_parameters()]
     for i in range(A.num_layers):
-        tensors = A.adapter.write_layer(rounding_baseline(A.layer(i), dtype), dtype=torch.float64)
+        # held in float32 (bf16/fp16 values are exact there): half the bytes of a float64 copy to move
+        tensors = A.adapter.write_layer(rounding_baseline(A.layer(i), dtype, torch.float32), dtype=torch.float32)
         fn.apply_tensors(model, tensors)
         touched |= set(fn.map_names(list(tensors), params).values())
     stored = A.reader.keys()
