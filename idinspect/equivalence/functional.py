@@ -166,6 +166,32 @@ def private_compile_caches():
         shutil.rmtree(folder, ignore_errors=True)
 
 
+def forward_threads() -> int:
+    """torch's thread count for the transformers runs: 1 where the machine is already oversubscribed
+    (1-minute load average above the usable CPUs), else torch's own. On a shared 2-core machine at
+    load 7, the 1B-shaped model's prompt pass took 2.7 s with one thread and 3.3-5.6 s with two, its
+    7 cached decoding steps 6.5 s against 9.7-12.3 s: each of a decoding step's many small kernels is
+    a parallel region that waits for a descheduled thread. An idle machine keeps both threads."""
+    from ..analysis.parallel import usable_cpus
+
+    try:
+        load = os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return torch.get_num_threads()
+    return 1 if load > usable_cpus() else torch.get_num_threads()
+
+
+@contextlib.contextmanager
+def kernel_threads(n: int):
+    """torch's intra-op thread count set to ``n`` for the block, then restored."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
 def run_model(path: Path, ids: torch.Tensor, decode: int, plan: LoadPlan,
               edit: Callable[[torch.nn.Module], None] | None = None, follow: torch.Tensor | None = None) -> Outputs:
     """Load ``path`` with stock transformers, optionally ``edit`` its weights, run the probe (torch's
@@ -182,7 +208,7 @@ def run_model_editions(path: Path, ids: torch.Tensor, decode: int, plan: LoadPla
     ``edit`` in turn (None: as loaded), each edit applied on top of the ones before (verify's rounding
     baseline is A's weights rounded, run after A itself: one load instead of two). The first edition
     decodes on its own (or follows ``follow``); every later one follows the first edition's continuation."""
-    with private_compile_caches():
+    with private_compile_caches(), kernel_threads(forward_threads()):
         return _run_model(path, ids, decode, plan, edits, follow)
 
 
