@@ -2,17 +2,20 @@
 
 Seeded random token ids go through each model in turn (one in memory at a time); the outputs
 compared are the logits, or the last hidden states for models without a head. Causal LMs also
-decode greedily for a fixed number of tokens. Models are loaded in float64 so that the
-comparison sees the weights, not the arithmetic (transformers still computes some norms in
-float32: about 1e-7 of noise on Llama-family models). A model whose float64 copy does not fit
-in memory is *streamed*: loaded in its stored dtype, each module's own parameters widened to
-float64 for the duration of its forward only (:func:`widen_per_module`), so the arithmetic is the
-same float64 as in memory while the peak is one model in its stored dtype plus the largest
-module in float64. Only when even the stored model does not fit is it loaded with accelerate's
-big-model loading (``device_map="auto"`` with disk offload) in float32, which is exact for
-bf16/fp16/fp32 weights.
+decode greedily for a fixed number of tokens: A decodes step by step through its key/value cache,
+and every later run (A's rounding baseline, B) checks A's continuation in one teacher-forced pass
+(:func:`_probe`), which decides "identical greedy continuation" exactly. Models are computed in
+:func:`compute_dtype`: float64 for float32/float64 checkpoints, so that the comparison sees the
+weights, not the arithmetic (transformers still computes some norms in float32: about 1e-7 of noise
+on Llama-family models); float32 for bf16/fp16 ones, whose values it holds exactly and whose
+tolerance (at least one rounding of their dtype) lies 1,000 to 100,000 times above float32's
+arithmetic. A model whose copy in that dtype does not fit in memory is *streamed*: loaded in its
+stored dtype, each module's own parameters widened for the duration of its forward only
+(:func:`widen_per_module`), so the arithmetic is the same as in memory while the peak is one model in
+its stored dtype plus the largest module widened. Only when even the stored model does not fit is it
+loaded with accelerate's big-model loading (``device_map="auto"`` with disk offload) in float32,
+which is exact for bf16/fp16/fp32 weights.
 """
-
 from __future__ import annotations
 
 import contextlib
@@ -29,9 +32,10 @@ import torch
 from ..errors import IdinspectError
 from ..sources.hf_logging import quiet_transformers
 
-#: Part of the available memory a float64 copy of a model may take before it is streamed instead.
+#: Part of the available memory a model's copy in the compute dtype (float64, or float32 for bf16/fp16
+#: checkpoints: :func:`compute_dtype`) may take before it is streamed instead.
 MEMORY_FRACTION = 0.5
-#: ``verify --memory``: auto (in memory when the float64 copy fits MEMORY_FRACTION of the available
+#: ``verify --memory``: auto (in memory when the compute-dtype copy fits MEMORY_FRACTION of the available
 #: memory, else streamed, else offloaded), or one of the three routes by name.
 MEMORY_MODES = ("auto", "memory", "stream", "offload")
 #: Part of the available memory the stored model plus its largest module in float64 may take when

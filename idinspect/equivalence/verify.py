@@ -10,10 +10,13 @@ Checks, each with a dtype-dependent tolerance that is reported:
   layers have them; under a q/k norm W_Q, W_K themselves and, in place of the raw norm gains, the
   products of query and key gains on each trade orbit, which the gain trade leaves alone, so a
   gain-balanced export verifies against its original and a changed gain does not) through thin-QR cores;
-  cheap at any size (:func:`~idinspect.gauge.invariant_errors`);
-- ``functional``: both loaded by stock transformers on seeded random token ids: largest absolute
-  and relative difference of the logits (last hidden states for encoders);
-- ``decode``: causal LMs only, identical greedy continuations.
+  cheap at any size (:func:`~idinspect.gauge.invariant_errors`; in float32 where both checkpoints are
+  bf16/fp16, as export's own check);
+- ``functional``: both loaded by stock transformers on seeded random token ids (computed in float64,
+  or float32 for bf16/fp16 checkpoints: :func:`~.functional.compute_dtype`): largest absolute and
+  relative difference of the logits (last hidden states for encoders);
+- ``decode``: causal LMs only, identical greedy continuations (A decodes; B and the rounding baseline
+  check A's continuation in one teacher-forced pass each, which decides the same question exactly).
 
 Multi-head latent attention (DeepSeek-V2/V3) has no per-head invariants: ``invariants`` is skipped
 and the function-level checks decide; float32/float64 checkpoints only, with the functional check on
@@ -76,8 +79,9 @@ def verify(a, b, *, functional: bool = True, tokens: int = 16, decode: int = 8, 
            strict_config: bool = False, memory: str = "auto") -> VerifyResult:
     """Compare checkpoints ``a`` (reference) and ``b``; see the module docstring for the checks.
 
-    ``max_memory`` (bytes) bounds what a float64 model copy may take before the functional check
-    streams the model (stored dtype, float64 module by module; default: half the available memory),
+    ``max_memory`` (bytes) bounds what a model's copy in the compute dtype (float64; float32 for bf16/fp16
+    checkpoints) may take before the functional check streams the model (stored dtype, widened module
+    by module; default: half the available memory),
     and what the streamed model may take before accelerate's disk offload; ``memory`` ("auto",
     "memory", "stream", "offload") picks the route instead of that rule. ``progress(stage,
     done, total)`` is told how far each stage is: "open" (the two models), "tensors" (non-attention
