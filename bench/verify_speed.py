@@ -73,6 +73,7 @@ def one_run(a: Path, b: Path, no_functional: bool) -> dict:
         v["ratio"] = v["wall_s"] / floor
         v["pass"] = v["ratio"] <= 1.0
     return {"inspect_a_s": inspect[0].wall_s, "inspect_b_s": inspect[1].wall_s,
+            "inspect_cpu_s": [r.user_s + r.sys_s for r in inspect],
             "inspect_peak_rss_bytes": [r.max_rss_bytes for r in inspect], "target_s": floor,
             "load_1min": inspect[0].load_1min, **runs}
 

@@ -54,7 +54,7 @@ class Outputs:
 
 @dataclass(frozen=True)
 class LoadPlan:
-    """How to load: in memory in float64; ``streamed`` (stored dtype, float64 module by module);
+    """How to load: in memory in ``compute_dtype``; ``streamed`` (stored dtype, ``compute_dtype`` module by module);
     or offloaded in float32 within ``max_memory`` bytes."""
 
     offload: bool
