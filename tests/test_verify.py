@@ -300,3 +300,19 @@ def test_half_precision_functional_check_computes_in_float32_and_catches_tamperi
     result = idinspect.verify(src, tmp_path / "out")
     functional = next(c for c in result.checks if c.name == "functional")
     assert not result.equivalent and functional.passed is False and functional.error > functional.tolerance
+
+
+def test_transformers_runs_take_one_thread_on_an_oversubscribed_machine(monkeypatch):
+    """The functional check's thread rule (docs/verify.md): one torch thread where the load average
+    exceeds the usable CPUs, torch's own count otherwise; restored after the block."""
+    from idinspect.analysis.parallel import usable_cpus
+    from idinspect.equivalence import functional as fn
+
+    before = torch.get_num_threads()
+    monkeypatch.setattr(fn.os, "getloadavg", lambda: (usable_cpus() + 5.0, 0.0, 0.0))
+    assert fn.forward_threads() == 1
+    monkeypatch.setattr(fn.os, "getloadavg", lambda: (0.0, 0.0, 0.0))
+    assert fn.forward_threads() == before
+    with fn.kernel_threads(1):
+        assert torch.get_num_threads() == 1
+    assert torch.get_num_threads() == before
