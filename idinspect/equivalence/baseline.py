@@ -26,19 +26,34 @@ def rounding_baseline(layer: AttentionLayer, dtype: torch.dtype, hold: torch.dty
     on W_Q, W_K is no gauge: W_Q, b_Q, W_K, b_K are only rounded, and the norm's gains (with their
     biases) take the gain trade by c on every orbit instead, then round."""
     c = BASELINE_SCALE
-    L = layer.to(torch.float64)
-    norm = getattr(L, "qk_norm", None)
+    norm = getattr(layer, "qk_norm", None)
     q = 1.0 if norm is not None else c
     factors = {"W_Q": q, "b_Q": q, "W_K": 1 / q, "b_K": 1 / q, "W_V": c, "b_V": c, "W_O": 1 / c, "b_O": 1.0}
-    moved = L.replace(**{r: (t * factors[r]).to(dtype).to(hold) for r, t in L.tensors().items()})
-    if L.sinks is not None:
-        moved = moved.replace(sinks=L.sinks.to(hold))
+    moved = layer.replace(**{r: scaled_and_rounded(t, factors[r], dtype, hold) for r, t in layer.tensors().items()})
+    if layer.sinks is not None:
+        moved = moved.replace(sinks=layer.sinks.to(hold))
     if norm is not None:
         moved = moved.replace(qk_norm=norm.to(hold))
-    if norm is not None and tradable(L):
+    if norm is not None and tradable(layer):
+        L = layer.to(torch.float64)
         traded = trade(L, torch.full((1, L.d_k), c, dtype=torch.float64))
         moved = moved.replace(qk_norm=cast_norm(traded, traded, dtype).to(hold))
     return moved
+
+
+#: Entries of a tensor scaled and rounded at a time by :func:`scaled_and_rounded` (1 MiB of float64:
+#: the widened chunk stays in cache between its product and its rounding).
+ROUNDING_CHUNK = 2**17
+
+
+def scaled_and_rounded(t: torch.Tensor, factor: float, dtype: torch.dtype, hold: torch.dtype) -> torch.Tensor:
+    """``(t * factor)`` computed in float64, rounded to ``dtype``, held in ``hold`` (same shape): chunk by
+    chunk, so that no float64 copy of ``t`` exists (the same values as widening it whole)."""
+    flat = t.reshape(-1)
+    out = torch.empty(flat.shape, dtype=hold)
+    for i in range(0, flat.numel(), ROUNDING_CHUNK):
+        out[i:i + ROUNDING_CHUNK].copy_((flat[i:i + ROUNDING_CHUNK].to(torch.float64) * factor).to(dtype))
+    return out.reshape(t.shape)
 
 
 def invariant_floor(dtype: torch.dtype, baseline: float) -> float:
@@ -55,4 +70,4 @@ def baseline_tolerance(dtype: torch.dtype, baseline: float | None) -> float:
 
 
 __all__ = ["BASELINE_FACTOR", "BASELINE_SCALE", "BOUNDED_DTYPES", "baseline_tolerance", "invariant_floor",
-           "rounding_baseline"]
+           "rounding_baseline", "scaled_and_rounded"]
