@@ -7,7 +7,6 @@ import json
 import click
 
 from ..textsafe import visible
-
 from .options import MODEL_FORMS, debug_option, hub_options, progress_options
 
 
@@ -51,11 +50,11 @@ def verify_command(ctx: click.Context, a: str, b: str, functional: bool, tokens:
     from ..sources.hf_logging import quiet_transformers
 
     silence_library_progress()
-    with quiet_transformers(), ProgressReporter("never" if quiet else progress) as bars:
-        with bars.stage(f"verifying {a} -> {b}"):
-            result = verify(a, b, functional=functional, tokens=tokens, decode=decode, seed=seed, token=token,
-                            cache_dir=cache_dir, local_files_only=offline, progress=bars.callback(VERIFY_STAGES),
-                            strict_config=strict_config, memory=memory)
+    with quiet_transformers(), ProgressReporter("never" if quiet else progress) as bars, \
+            bars.stage(f"verifying {a} -> {b}"):
+        result = verify(a, b, functional=functional, tokens=tokens, decode=decode, seed=seed, token=token,
+                        cache_dir=cache_dir, local_files_only=offline, progress=bars.callback(VERIFY_STAGES),
+                        strict_config=strict_config, memory=memory)
     if fmt == "json":
         click.echo(json.dumps(result.to_dict(), indent=2))
     else:

@@ -89,7 +89,7 @@ def verify(a, b, *, functional: bool = True, tokens: int = 16, decode: int = 8, 
     configuration key must agree, not only those the computation reads.
     """
     progress = progress or no_progress
-    opts = dict(token=token, cache_dir=cache_dir, local_files_only=local_files_only, whole_files=True)
+    opts = {"token": token, "cache_dir": cache_dir, "local_files_only": local_files_only, "whole_files": True}
     progress("open", 0, 2)
     A = a if isinstance(a, Model) else load(a, **opts)
     try:
@@ -139,7 +139,8 @@ def _verify(A: Model, B: Model, functional: bool, tokens: int, decode: int, seed
 def buffers(model: Model) -> set[str]:
     """Names of the stored buffers of ``model`` (:meth:`is_buffer` of its adapter): never compared as
     weights (transformers may or may not save them, and their values follow the config)."""
-    return {k for k in model.reader.keys() if model.adapter.is_buffer(k)}
+    names = model.reader.keys()
+    return {k for k in names if model.adapter.is_buffer(k)}
 
 
 def stored_dtype(model: Model) -> torch.dtype:
@@ -186,7 +187,8 @@ def _tensor_check(A: Model, B: Model, progress: Progress = no_progress) -> Check
     attention = {k for i in range(A.num_layers) for k in A.adapter.attention_keys(i)}
     skipped = buffers(A) | buffers(B)
     worst, where, count = 0.0, "", 0
-    names = [n for n in A.reader.keys() if n not in attention and n not in skipped]
+    stored = A.reader.keys()
+    names = [n for n in stored if n not in attention and n not in skipped]
     progress("tensors", 0, len(names))
     workers = min(2, usable_cpus())
     for name, (failed, rel) in zip(names, ordered_map(lambda i, _: _compare_tensor(A, B, names[i]), len(names),
@@ -200,7 +202,7 @@ def _tensor_check(A: Model, B: Model, progress: Progress = no_progress) -> Check
     how = f" within rounding (largest {worst:.1e} at {where})" if worst else " bit for bit"
     detail = f"{count} non-attention tensors equal{how}"
     if skipped:
-        detail += f"; {len(skipped)} buffers not compared (e.g. {sorted(skipped)[0]})"
+        detail += f"; {len(skipped)} buffers not compared (e.g. {min(skipped)})"
     return Check("tensors", True, error=worst, detail=detail)
 
 
@@ -334,16 +336,19 @@ def _numel(model: Model, key: str) -> int:
 
 def _parameter_bytes_as(model: Model, itemsize: int) -> int:
     """Bytes of every stored tensor widened to ``itemsize`` bytes an entry (the functional check's copy)."""
-    return sum(itemsize * _numel(model, k) for k in model.reader.keys())
+    names = model.reader.keys()
+    return sum(itemsize * _numel(model, k) for k in names)
 
 
 def _parameter_bytes(model: Model) -> int:
     """Bytes of every stored tensor in its stored dtype."""
-    return sum(_numel(model, k) * model.reader.dtype(k).itemsize for k in model.reader.keys())
+    names = model.reader.keys()
+    return sum(_numel(model, k) * model.reader.dtype(k).itemsize for k in names)
 
 
 def _largest_tensor_as(model: Model, itemsize: int) -> int:
-    return max((itemsize * _numel(model, k) for k in model.reader.keys()), default=0)
+    names = model.reader.keys()
+    return max((itemsize * _numel(model, k) for k in names), default=0)
 
 
 def _rel(a: torch.Tensor, b: torch.Tensor) -> float:

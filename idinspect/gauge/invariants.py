@@ -29,9 +29,8 @@ to align go through thin-QR cores instead (:func:`~idinspect.gauge.linalg.produc
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 import torch
 
@@ -42,8 +41,8 @@ from .biases import effective_output_bias
 from .factors import augment
 from .linalg import product_norms, relative
 from .qk_centring import centred, centres
-from .qk_plane_rotation import rotate_planes, rotates
 from .qk_gain_trade import gain_product_errors
+from .qk_plane_rotation import rotate_planes, rotates
 
 INVARIANTS = ("W_QK", "plane_QK", "plane_QJK", "W_OV", "output_bias", "sinks", "qk_factors", "qk_gains")
 _J = torch.tensor([[0.0, 1.0], [-1.0, 0.0]], dtype=torch.float64)
