@@ -44,8 +44,8 @@ def _edit_gains(directory, edit) -> None:
     model = idinspect.load(directory)
     keys = {k for i in range(model.num_layers) for k in model.adapter.attention_keys(i)
             if "layernorm" in k or "_norm" in k}
-    tensors = {k: (edit(k, model.reader.get(k).clone()) if k in keys else model.reader.get(k).clone())
-               for k in model.reader.keys()}
+    names = model.reader.keys()
+    tensors = {k: (edit(k, model.reader.get(k).clone()) if k in keys else model.reader.get(k).clone()) for k in names}
     metadata = model.reader.metadata("model.safetensors")
     model.close()
     write_safetensors(directory / "model.safetensors", tensors, metadata)
@@ -121,7 +121,8 @@ def test_changed_mlp_weight_is_caught(tiny_dir, tmp_path):
     changed = tmp_path / "changed"
     shutil.copytree(src, changed)
     model = idinspect.load(src)
-    tensors = {k: model.reader.get(k) for k in model.reader.keys()}
+    names = model.reader.keys()
+    tensors = {k: model.reader.get(k) for k in names}
     name = next(k for k in tensors if k.endswith("mlp.c_fc.weight"))
     tensors[name] = tensors[name] * (1 + 1e-6)
     write_safetensors(changed / "model.safetensors", tensors, {"format": "pt"})
@@ -161,7 +162,8 @@ def test_bf16_tampering_beyond_rounding_is_caught(tiny_dir, tmp_path):
     src = tiny_dir("llama-bias")
     export_ok(src, tmp_path / "out", "--dtype", "bfloat16")
     model = idinspect.load(tmp_path / "out")
-    tensors = {k: model.reader.get(k).clone() for k in model.reader.keys()}  # own memory: the file is rewritten
+    names = model.reader.keys()
+    tensors = {k: model.reader.get(k).clone() for k in names}  # own memory: the file is rewritten
     name = next(k for k in tensors if k.endswith("layers.0.self_attn.v_proj.weight"))
     tensors[name] = (tensors[name].to(torch.float64) * 1.1).to(torch.bfloat16)
     metadata = model.reader.metadata("model.safetensors")
@@ -213,7 +215,8 @@ def test_verify_streams_a_model_whose_float64_copy_does_not_fit(tiny_dir, tmp_pa
     src = tiny.save(tiny.build("llama3-rope"), tmp_path / "src", dtype=torch.float32)
     export_ok(src, tmp_path / "out")
     with idinspect.load(src) as m:
-        sizes = [m.reader.dtype(k).itemsize * m.reader.get(k).numel() for k in m.reader.keys()]
+        names = m.reader.keys()
+        sizes = [m.reader.dtype(k).itemsize * m.reader.get(k).numel() for k in names]
     budget = sum(sizes) + 2 * max(sizes)                        # under the float64 copy (2 x stored)
     assert budget < 2 * sum(sizes)
     result = idinspect.verify(src, tmp_path / "out", max_memory=budget)
@@ -223,15 +226,19 @@ def test_verify_streams_a_model_whose_float64_copy_does_not_fit(tiny_dir, tmp_pa
 
 
 def test_in_memory_when_the_float64_copy_fits_half_the_available_memory(monkeypatch):
-    """The stated rule (docs/verify.md): in memory when the float64 copy fits in MEMORY_FRACTION of the
-    available memory, however large; streamed when only the stored model fits; --memory picks a route."""
+    """The stated rule (docs/verify.md): in memory when the copy in the compute dtype (float64; float32
+    for bf16/fp16 checkpoints) fits in MEMORY_FRACTION of the available memory, however large; streamed
+    when only the stored model fits; --memory picks a route."""
     from idinspect.equivalence import functional as fn
 
     monkeypatch.setattr(fn, "available_memory", lambda: 2**34)             # 16 GiB available
     fits, too_big = 2**33, 2**33 + 1                                         # float64 copies
-    assert fn.plan_loading(fits, stored_bytes=fits // 4, largest_f64_bytes=2**20) == fn.LoadPlan(False, torch.float64)
-    assert fn.plan_loading(too_big, stored_bytes=too_big // 4, largest_f64_bytes=2**20).streamed
-    assert fn.plan_loading(2**36, stored_bytes=2**35, largest_f64_bytes=2**20).offload
+    assert fn.plan_loading(fits, stored_bytes=fits // 4, largest_bytes=2**20) == fn.LoadPlan(False, torch.float64)
+    assert fn.plan_loading(too_big, stored_bytes=too_big // 4, largest_bytes=2**20).streamed
+    assert fn.plan_loading(2**36, stored_bytes=2**35, largest_bytes=2**20).offload
+    assert fn.plan_loading(fits, stored_bytes=fits // 4, compute=torch.float32) == fn.LoadPlan(False, torch.float32)
+    assert [fn.compute_dtype(t) for t in (torch.bfloat16, torch.float16, torch.float32, torch.float64)] == [
+        torch.float32, torch.float32, torch.float64, torch.float64]
     assert fn.plan_loading(fits, stored_bytes=fits // 4, mode="stream").streamed
     assert fn.plan_loading(too_big, stored_bytes=too_big // 4, mode="memory") == fn.LoadPlan(False, torch.float64)
     assert fn.plan_loading(fits, stored_bytes=fits // 4, mode="offload").offload
@@ -242,3 +249,73 @@ def test_memory_option_is_used_and_stated(tiny_dir, tmp_path):
     res = run_cli("verify", src, src, "--memory", "stream", "--format", "json")
     assert res.code == 0, res.stderr
     assert "streamed" in _checks(res.stdout)["functional"]["detail"]
+
+
+def test_teacher_forced_decode_is_the_models_own_greedy_decode(tmp_path):
+    """Verify's B and rounding baseline check A's greedy continuation in one teacher-forced pass
+    (``follow``): where the model's argmax reproduces it at every step, that is its own greedy
+    continuation (the same model: identical, logits as its cached prompt pass); where it does not (a
+    different model), the record holds the model's own continuation, as if it had decoded alone."""
+    from idinspect.equivalence import functional as fn
+    from tests import tiny
+
+    a = tiny.save(tiny.build("llama3-rope"), tmp_path / "a", dtype=torch.float32)
+    b = tiny.save(tiny.build("llama3-rope", seed=1), tmp_path / "b", dtype=torch.float32)
+    ids = fn.probe_ids(idinspect.load(a).hf_config, 8, 5, 0)
+    plan = fn.LoadPlan(offload=False, compute_dtype=torch.float64)
+    own_a, own_b = (fn.run_model(m, ids, 5, plan) for m in (a, b))
+    assert not torch.equal(own_a.decoded, own_b.decoded)          # the negative case really differs
+    forced_a, forced_b = (fn.run_model(m, ids, 5, plan, follow=own_a.decoded) for m in (a, b))
+    assert torch.equal(forced_a.decoded, own_a.decoded) and torch.equal(forced_b.decoded, own_b.decoded)
+    for forced, own in ((forced_a, own_a), (forced_b, own_b)):
+        assert forced.values.shape == own.values.shape
+        assert torch.allclose(forced.values, own.values, rtol=0, atol=1e-12 * float(own.values.abs().max()))
+
+
+def test_half_precision_functional_check_computes_in_float32_and_catches_tampering(tiny_dir, tmp_path):
+    """bf16/fp16 checkpoints: the functional check runs in float32 (exact for their weights); its error
+    is the float64 run's to within 1e-4 of the tolerance, far inside it, and a head's values scaled by
+    1.5 in the export fail it (teacher-forced decode and all)."""
+    from idinspect.equivalence import functional as fn
+
+    src = tiny_dir("qwen2", dtype=torch.bfloat16)
+    export_ok(src, tmp_path / "out")
+    result = idinspect.verify(src, tmp_path / "out")
+    functional = next(c for c in result.checks if c.name == "functional")
+    assert result.equivalent and "in memory, float32" in functional.detail
+    ids = fn.probe_ids(idinspect.load(src).hf_config, 16, 8, 0)
+    errors = {}
+    for compute in (torch.float32, torch.float64):
+        plan = fn.LoadPlan(offload=False, compute_dtype=compute)
+        out_a, out_b = (fn.run_model(m, ids, 8, plan) for m in (src, tmp_path / "out"))
+        errors[compute] = float((out_a.values - out_b.values).abs().max() / out_a.values.abs().max())
+    assert errors[torch.float32] == pytest.approx(functional.error, rel=1e-3)    # thread counts may differ
+    assert abs(errors[torch.float32] - errors[torch.float64]) <= 1e-4 * functional.tolerance
+
+    model = idinspect.load(tmp_path / "out")
+    names = model.reader.keys()
+    tensors = {k: model.reader.get(k).clone() for k in names}            # own memory: the file is rewritten
+    name = next(k for k in tensors if k.endswith("layers.0.self_attn.v_proj.weight"))
+    tensors[name] = (tensors[name].to(torch.float64) * 1.5).to(torch.bfloat16)
+    metadata = model.reader.metadata("model.safetensors")
+    model.close()
+    write_safetensors(tmp_path / "out" / "model.safetensors", tensors, metadata)
+    result = idinspect.verify(src, tmp_path / "out")
+    functional = next(c for c in result.checks if c.name == "functional")
+    assert not result.equivalent and functional.passed is False and functional.error > functional.tolerance
+
+
+def test_transformers_runs_take_one_thread_on_an_oversubscribed_machine(monkeypatch):
+    """The functional check's thread rule (docs/verify.md): one torch thread where the load average
+    exceeds the usable CPUs, torch's own count otherwise; restored after the block."""
+    from idinspect.analysis.parallel import usable_cpus
+    from idinspect.equivalence import functional as fn
+
+    before = torch.get_num_threads()
+    monkeypatch.setattr(fn.os, "getloadavg", lambda: (usable_cpus() + 5.0, 0.0, 0.0))
+    assert fn.forward_threads() == 1
+    monkeypatch.setattr(fn.os, "getloadavg", lambda: (0.0, 0.0, 0.0))
+    assert fn.forward_threads() == before
+    with fn.kernel_threads(1):
+        assert torch.get_num_threads() == 1
+    assert torch.get_num_threads() == before

@@ -7,7 +7,6 @@ import json
 import click
 
 from ..textsafe import visible
-
 from .options import MODEL_FORMS, debug_option, hub_options, progress_options
 
 
@@ -23,9 +22,9 @@ from .options import MODEL_FORMS, debug_option, hub_options, progress_options
 @click.option("--strict-config", is_flag=True, help="Fail on any differing config.json key, not only those the "
               "model's computation reads (docs/verify.md says how they are found); by default the others are notes.")
 @click.option("--memory", type=click.Choice(["auto", "memory", "stream", "offload"]), default="auto", show_default=True,
-              help="How the functional check holds each model: auto = in memory (float64) when its float64 copy fits "
-                   "in half the available memory, else streamed (stored dtype, float64 block by block), else "
-                   "offloaded to disk (float32); or one of these by name.")
+              help="How the functional check holds each model: auto = in memory when its copy in the compute dtype "
+                   "(float64; float32 for bf16/fp16 checkpoints) fits in half the available memory, else streamed "
+                   "(stored dtype, widened block by block), else offloaded to disk (float32); or one of these by name.")
 @hub_options
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True,
               help="text: one line per check; json: the full record on stdout.")
@@ -51,11 +50,11 @@ def verify_command(ctx: click.Context, a: str, b: str, functional: bool, tokens:
     from ..sources.hf_logging import quiet_transformers
 
     silence_library_progress()
-    with quiet_transformers(), ProgressReporter("never" if quiet else progress) as bars:
-        with bars.stage(f"verifying {a} -> {b}"):
-            result = verify(a, b, functional=functional, tokens=tokens, decode=decode, seed=seed, token=token,
-                            cache_dir=cache_dir, local_files_only=offline, progress=bars.callback(VERIFY_STAGES),
-                            strict_config=strict_config, memory=memory)
+    with quiet_transformers(), ProgressReporter("never" if quiet else progress) as bars, \
+            bars.stage(f"verifying {a} -> {b}"):
+        result = verify(a, b, functional=functional, tokens=tokens, decode=decode, seed=seed, token=token,
+                        cache_dir=cache_dir, local_files_only=offline, progress=bars.callback(VERIFY_STAGES),
+                        strict_config=strict_config, memory=memory)
     if fmt == "json":
         click.echo(json.dumps(result.to_dict(), indent=2))
     else:

@@ -94,7 +94,18 @@ def output_bound(amp_a: Sequence[float], amp_b: Sequence[float], stored_a: torch
                        str(compute).removeprefix("torch."))
 
 
-def factor_amplification(layer: AttentionLayer) -> dict[str, torch.Tensor]:
+def head_grams(layer: AttentionLayer, dtype: torch.dtype = torch.float64) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per query head, Q~^T Q~ (Q~ = [W_Q; b_Q], bias row zero where absent) and W_O W_O^T [H, k, k],
+    in ``dtype``: what :func:`factor_amplification` reads (float64), and the ``grams_a`` of
+    :func:`~idinspect.gauge.invariants.invariant_error_tensors` (one pass over the layer's query and
+    output factors for both)."""
+    L = layer.to(dtype)
+    Q = augment(L.W_Q, L.b_Q if L.b_Q is not None else L.W_Q.new_zeros(L.n_heads, L.d_k))
+    return Q.transpose(1, 2) @ Q, L.W_O @ L.W_O.transpose(1, 2)
+
+
+def factor_amplification(layer: AttentionLayer,
+                         grams: tuple[torch.Tensor, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
     """How much a relative rounding of the stored factors can move each invariant, shaped as
     :func:`~idinspect.gauge.invariants.invariant_error_tensors`: ``W_QK``, ``W_OV`` [H],
     ``plane_QK``, ``plane_QJK`` [H, P], ``output_bias`` [] (the worst head's); ``qk_factors`` [H] = 1
@@ -102,18 +113,19 @@ def factor_amplification(layer: AttentionLayer) -> dict[str, torch.Tensor]:
     and ``qk_gains`` [H] where it has gains (:func:`~idinspect.gauge.qk_gain_trade.gain_product_amplification`).
 
     amp = ||X||_F ||Y||_F / ||X Y^T||_F for the factors X, Y of that head's (or plane's) invariant,
-    from k x k Grams: ||X Y^T||_F^2 = tr(X^T X Y^T Y), never a d x d product.
+    from k x k Grams: ||X Y^T||_F^2 = tr(X^T X Y^T Y), never a d x d product. ``grams``: the layer's
+    :func:`head_grams`, when already computed.
     """
     L = layer.to(torch.float64)
+    gq, go = grams if grams is not None else head_grams(L)
     kv = torch.arange(L.n_heads) // L.group_size
     cols = list(unrotated_columns(L))
     noop = list(noop_key_bias_columns(L))
     key_bias = L.b_K.clone() if L.b_K is not None else None
     if key_bias is not None and noop:
         key_bias[:, noop] = 0                                          # the no-op part is not a factor
-    Q = augment(L.W_Q, L.b_Q if L.b_Q is not None else L.W_Q.new_zeros(L.n_heads, L.d_k))
     K = augment(L.W_K, key_bias) if key_bias is not None else L.W_K
-    gq, gk = Q.transpose(1, 2) @ Q, (K.transpose(1, 2) @ K)[kv]                # [H, d_k, d_k]
+    gk = (K.transpose(1, 2) @ K)[kv]                                               # [H, d_k, d_k]
     out: dict[str, torch.Tensor] = {}
     if getattr(L, "qk_norm", None) is not None:
         out["qk_factors"] = torch.ones(L.n_heads, dtype=torch.float64)
@@ -129,7 +141,6 @@ def factor_amplification(layer: AttentionLayer) -> dict[str, torch.Tensor]:
         J = torch.tensor([[0.0, 1.0], [-1.0, 0.0]], dtype=torch.float64)
         out["plane_QK"] = _amplification(px, py)
         out["plane_QJK"] = _amplification(px, py, J.T @ px @ J)
-    go = L.W_O @ L.W_O.transpose(1, 2)                                          # [H, d_v, d_v]
     V = augment(L.W_V, L.b_V) if L.sinks is not None and L.b_V is not None else L.W_V   # per-head b_V under sinks
     gv = (V.transpose(1, 2) @ V)[kv]
     out["W_OV"] = _amplification(go, gv)
@@ -160,5 +171,5 @@ def _amplification(gx: torch.Tensor, gy: torch.Tensor, gx_product: torch.Tensor 
     return torch.nan_to_num(amp, nan=1.0, posinf=1.0)
 
 
-__all__ = ["CONDITION_FACTOR", "INVARIANT_FLOOR", "OutputBound", "eps", "factor_amplification",
+__all__ = ["CONDITION_FACTOR", "INVARIANT_FLOOR", "OutputBound", "eps", "factor_amplification", "head_grams",
            "invariant_bound", "largest_amplification", "layer_amplification", "output_bound"]

@@ -2,17 +2,20 @@
 
 Seeded random token ids go through each model in turn (one in memory at a time); the outputs
 compared are the logits, or the last hidden states for models without a head. Causal LMs also
-decode greedily for a fixed number of tokens. Models are loaded in float64 so that the
-comparison sees the weights, not the arithmetic (transformers still computes some norms in
-float32: about 1e-7 of noise on Llama-family models). A model whose float64 copy does not fit
-in memory is *streamed*: loaded in its stored dtype, each module's own parameters widened to
-float64 for the duration of its forward only (:func:`widen_per_module`), so the arithmetic is the
-same float64 as in memory while the peak is one model in its stored dtype plus the largest
-module in float64. Only when even the stored model does not fit is it loaded with accelerate's
-big-model loading (``device_map="auto"`` with disk offload) in float32, which is exact for
-bf16/fp16/fp32 weights.
+decode greedily for a fixed number of tokens: A decodes step by step through its key/value cache,
+and every later run (A's rounding baseline, B) checks A's continuation in one teacher-forced pass
+(:func:`_probe`), which decides "identical greedy continuation" exactly. Models are computed in
+:func:`compute_dtype`: float64 for float32/float64 checkpoints, so that the comparison sees the
+weights, not the arithmetic (transformers still computes some norms in float32: about 1e-7 of noise
+on Llama-family models); float32 for bf16/fp16 ones, whose values it holds exactly and whose
+tolerance (at least one rounding of their dtype) lies 1,000 to 100,000 times above float32's
+arithmetic. A model whose copy in that dtype does not fit in memory is *streamed*: loaded in its
+stored dtype, each module's own parameters widened for the duration of its forward only
+(:func:`widen_per_module`), so the arithmetic is the same as in memory while the peak is one model in
+its stored dtype plus the largest module widened. Only when even the stored model does not fit is it
+loaded with accelerate's big-model loading (``device_map="auto"`` with disk offload) in float32,
+which is exact for bf16/fp16/fp32 weights.
 """
-
 from __future__ import annotations
 
 import contextlib
@@ -29,9 +32,10 @@ import torch
 from ..errors import IdinspectError
 from ..sources.hf_logging import quiet_transformers
 
-#: Part of the available memory a float64 copy of a model may take before it is streamed instead.
+#: Part of the available memory a model's copy in the compute dtype (float64, or float32 for bf16/fp16
+#: checkpoints: :func:`compute_dtype`) may take before it is streamed instead.
 MEMORY_FRACTION = 0.5
-#: ``verify --memory``: auto (in memory when the float64 copy fits MEMORY_FRACTION of the available
+#: ``verify --memory``: auto (in memory when the compute-dtype copy fits MEMORY_FRACTION of the available
 #: memory, else streamed, else offloaded), or one of the three routes by name.
 MEMORY_MODES = ("auto", "memory", "stream", "offload")
 #: Part of the available memory the stored model plus its largest module in float64 may take when
@@ -50,7 +54,7 @@ class Outputs:
 
 @dataclass(frozen=True)
 class LoadPlan:
-    """How to load: in memory in float64; ``streamed`` (stored dtype, float64 module by module);
+    """How to load: in memory in ``compute_dtype``; ``streamed`` (stored dtype, ``compute_dtype`` module by module);
     or offloaded in float32 within ``max_memory`` bytes."""
 
     offload: bool
@@ -61,9 +65,10 @@ class LoadPlan:
     def describe(self) -> str:
         if self.offload:
             return "offloaded (accelerate device_map='auto', float32 compute)"
+        kind = str(self.compute_dtype).removeprefix("torch.")
         if self.streamed:
-            return "streamed (stored dtype in memory, float64 module by module)"
-        return "in memory, float64"
+            return f"streamed (stored dtype in memory, {kind} module by module)"
+        return f"in memory, {kind}"
 
 
 def probe_ids(config, tokens: int, decode: int, seed: int, batch: int = 2) -> torch.Tensor:
@@ -94,24 +99,34 @@ def model_class(config):
     return transformers.AutoModel
 
 
-def plan_loading(parameter_bytes_f64: int, max_memory: int | None = None, stored_bytes: int | None = None,
-                 largest_f64_bytes: int = 0, mode: str = "auto") -> LoadPlan:
-    """``mode`` "auto": in memory when the float64 copy fits in ``max_memory`` (default:
-    :data:`MEMORY_FRACTION` of the available RAM); streamed when the stored model (``stored_bytes``)
-    plus its largest tensor in float64 fits (default: :data:`STREAM_FRACTION` of the available RAM;
+def compute_dtype(stored: torch.dtype) -> torch.dtype:
+    """What verify's functional check computes in for a checkpoint B stored in ``stored``: float32 for
+    bfloat16/float16 (judged against the rounding baseline, whose smallest tolerance is one rounding of
+    that dtype, 7.8e-3 / 9.8e-4 relative, while float32 arithmetic moves the outputs by ~1e-6: 1,000
+    to 100,000 times below; bf16/fp16 values are exact in float32), float64 for the others (judged by a
+    rounding bound that float64 arithmetic keeps tight)."""
+    return torch.float32 if stored in (torch.bfloat16, torch.float16) else torch.float64
+
+
+def plan_loading(parameter_bytes: int, max_memory: int | None = None, stored_bytes: int | None = None,
+                 largest_bytes: int = 0, mode: str = "auto", compute: torch.dtype = torch.float64) -> LoadPlan:
+    """``mode`` "auto": in memory when the model's copy in ``compute`` (``parameter_bytes``: float64 or
+    float32, :func:`compute_dtype`) fits in ``max_memory`` (default: :data:`MEMORY_FRACTION` of the
+    available RAM); streamed when the stored model (``stored_bytes``) plus its largest tensor in
+    ``compute`` (``largest_bytes``) fits (default: :data:`STREAM_FRACTION` of the available RAM;
     ``max_memory`` when given); else offloaded. "memory", "stream", "offload": that route."""
     if mode not in MEMORY_MODES:
         raise IdinspectError(f"--memory {mode!r}: choose one of {', '.join(MEMORY_MODES)}")
     budget = max_memory if max_memory is not None else int(MEMORY_FRACTION * available_memory())
-    in_memory = LoadPlan(offload=False, compute_dtype=torch.float64)
-    streamed = LoadPlan(offload=False, compute_dtype=torch.float64, streamed=True)
+    in_memory = LoadPlan(offload=False, compute_dtype=compute)
+    streamed = LoadPlan(offload=False, compute_dtype=compute, streamed=True)
     offloaded = LoadPlan(offload=True, compute_dtype=torch.float32, max_memory=max(budget, 1))
     if mode != "auto":
         return {"memory": in_memory, "stream": streamed, "offload": offloaded}[mode]
-    if parameter_bytes_f64 <= budget:
+    if parameter_bytes <= budget:
         return in_memory
     stream_budget = max_memory if max_memory is not None else int(STREAM_FRACTION * available_memory())
-    if stored_bytes is not None and stored_bytes + largest_f64_bytes <= stream_budget:
+    if stored_bytes is not None and stored_bytes + largest_bytes <= stream_budget:
         return streamed
     return offloaded
 
@@ -155,24 +170,55 @@ def private_compile_caches():
         shutil.rmtree(folder, ignore_errors=True)
 
 
+def forward_threads() -> int:
+    """torch's thread count for the transformers runs: 1 where the machine is already oversubscribed
+    (1-minute load average above the usable CPUs), else torch's own. On a shared 2-core machine at
+    load 7, the 1B-shaped model's prompt pass took 2.7 s with one thread and 3.3-5.6 s with two, its
+    7 cached decoding steps 6.5 s against 9.7-12.3 s: each of a decoding step's many small kernels is
+    a parallel region that waits for a descheduled thread. An idle machine keeps both threads."""
+    from ..analysis.parallel import usable_cpus
+
+    try:
+        load = os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return torch.get_num_threads()
+    return 1 if load > usable_cpus() else torch.get_num_threads()
+
+
+@contextlib.contextmanager
+def kernel_threads(n: int):
+    """torch's intra-op thread count set to ``n`` for the block, then restored."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
 def run_model(path: Path, ids: torch.Tensor, decode: int, plan: LoadPlan,
-              edit: Callable[[torch.nn.Module], None] | None = None) -> Outputs:
+              edit: Callable[[torch.nn.Module], None] | None = None, follow: torch.Tensor | None = None) -> Outputs:
     """Load ``path`` with stock transformers, optionally ``edit`` its weights, run the probe (torch's
-    compile caches in a folder of ours, :func:`private_compile_caches`)."""
-    return run_model_editions(path, ids, decode, plan, [edit])[0]
+    compile caches in a folder of ours, :func:`private_compile_caches`). ``follow``: a greedy
+    continuation [B, decode] of another model to check this one's against in one teacher-forced
+    pass (:func:`_probe`)."""
+    return run_model_editions(path, ids, decode, plan, [edit], follow=follow)[0]
 
 
 def run_model_editions(path: Path, ids: torch.Tensor, decode: int, plan: LoadPlan,
-                       edits: list[Callable[[torch.nn.Module], None] | None]) -> list[Outputs]:
+                       edits: list[Callable[[torch.nn.Module], None] | None],
+                       follow: torch.Tensor | None = None) -> list[Outputs]:
     """:func:`run_model` for several editions of one checkpoint, loaded once: the probe runs after each
     ``edit`` in turn (None: as loaded), each edit applied on top of the ones before (verify's rounding
-    baseline is A's weights rounded, run after A itself: one load instead of two)."""
-    with private_compile_caches():
-        return _run_model(path, ids, decode, plan, edits)
+    baseline is A's weights rounded, run after A itself: one load instead of two). The first edition
+    decodes on its own (or follows ``follow``); every later one follows the first edition's continuation."""
+    with private_compile_caches(), kernel_threads(forward_threads()):
+        return _run_model(path, ids, decode, plan, edits, follow)
 
 
 def _run_model(path: Path, ids: torch.Tensor, decode: int, plan: LoadPlan,
-               edits: list[Callable[[torch.nn.Module], None] | None]) -> list[Outputs]:
+               edits: list[Callable[[torch.nn.Module], None] | None],
+               follow: torch.Tensor | None = None) -> list[Outputs]:
     from transformers import AutoConfig
 
     config = AutoConfig.from_pretrained(str(path))
@@ -197,7 +243,8 @@ def _run_model(path: Path, ids: torch.Tensor, decode: int, plan: LoadPlan,
                 edit(model)
             hooks = widen_per_module(model, plan.compute_dtype) if plan.streamed else []
             with torch.no_grad():
-                results.append(_probe(model, config, ids, decode, plan.compute_dtype))
+                results.append(_probe(model, config, ids, decode, plan.compute_dtype,
+                                      follow if not results else results[0].decoded))
             for hook in hooks:
                 hook.remove()
         del model
@@ -208,11 +255,27 @@ def _run_model(path: Path, ids: torch.Tensor, decode: int, plan: LoadPlan,
             offload_dir.cleanup()
 
 
-def _probe(model, config, ids: torch.Tensor, decode: int, dtype: torch.dtype) -> Outputs:
+def _probe(model, config, ids: torch.Tensor, decode: int, dtype: torch.dtype,
+           follow: torch.Tensor | None = None) -> Outputs:
     """The outputs compared and, for a causal LM, the greedy continuation. A decoder-only model with a
     key/value cache runs the prompt once: that pass's logits are both the compared values and the first
-    decoding step (a second, cache-less pass over the prompt gave the same logits)."""
+    decoding step (a second, cache-less pass over the prompt gave the same logits).
+
+    ``follow`` (decoder-only models with a cache): another model's greedy continuation c [B, n] of the
+    same prompt, checked in one teacher-forced pass over prompt + c[:, :n-1] instead of n decoding
+    steps. This model's greedy continuation is c exactly when its argmax at positions T-1 .. T+n-2
+    reproduces c (by induction over the steps: each step sees the same prefix), so ``decoded`` is c
+    then; otherwise the model decodes on its own (its continuation differs, and the record shows it).
+    The compared values are that pass's logits on the prompt positions (the causal mask keeps the
+    continuation out of them)."""
     if is_causal_lm(config) and decode > 0 and _cached_path(model, ids, dtype):
+        if follow is not None and follow.shape == (ids.shape[0], decode):
+            seq = torch.cat([ids, follow[:, :-1]], dim=1)
+            logits = model(input_ids=seq, attention_mask=torch.ones_like(seq), use_cache=False).logits
+            T = ids.shape[1]
+            same = torch.equal(logits[:, T - 1:].argmax(dim=-1), follow)
+            decoded = follow.clone() if same else _greedy_cached(model, ids, decode)
+            return Outputs(logits[:, :T].to(torch.float64), decoded, "logits")
         first = model(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=True)
         return Outputs(first.logits.to(torch.float64), _greedy_cached(model, ids, decode, first), "logits")
     values, kind = _forward(model, ids, dtype)
@@ -379,6 +442,18 @@ def map_names(names: list[str], state_keys: list[str]) -> dict[str, str]:
         if len(hits) != 1:
             raise IdinspectError(f"cannot find checkpoint tensor {name} among the loaded model's parameters")
         out[name] = hits[0]
+    return out
+
+
+def loaded_names(names: list[str], state_keys: list[str]) -> list[str]:
+    """The loaded module's parameter names of those checkpoint tensors ``names`` that it holds (as
+    :func:`map_names`; a name without exactly one match, e.g. a buffer, is left out)."""
+    keys = set(state_keys)
+    out = []
+    for name in names:
+        hits = [name] if name in keys else [k for k in state_keys if k.endswith("." + name) or name.endswith("." + k)]
+        if len(hits) == 1:
+            out.append(hits[0])
     return out
 
 

@@ -43,4 +43,18 @@ def undefined_outputs(out_a, out_b, ids: torch.Tensor) -> tuple[bool | None, str
                   "arithmetic overflows on these weights), and B's at the same places; the invariants decide")
 
 
-__all__ = ["refuse_overflow", "undefined_outputs"]
+def non_finite(name: str, t: torch.Tensor, side: str) -> str | None:
+    """Why ``t`` cannot be compared (NaN never equals anything, itself included), else None. One
+    summing pass first (:func:`~idinspect.analysis.spectra.all_finite`): ``isfinite`` over every
+    bf16 entry took 7.3 s of a 22 s verify at the 1B shape, the sum 0.04 s per 262M entries."""
+    from ..analysis.spectra import all_finite
+
+    if not t.is_floating_point() or all_finite(t):
+        return None
+    n_nan = int(torch.isnan(t).sum())
+    n_inf = int(torch.isinf(t).sum())
+    return (f"{side}'s {name} holds {n_nan} NaN and {n_inf} Inf values: a function with undefined values is "
+            "equivalent to nothing, itself included")
+
+
+__all__ = ["non_finite", "refuse_overflow", "undefined_outputs"]

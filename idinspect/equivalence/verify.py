@@ -10,10 +10,13 @@ Checks, each with a dtype-dependent tolerance that is reported:
   layers have them; under a q/k norm W_Q, W_K themselves and, in place of the raw norm gains, the
   products of query and key gains on each trade orbit, which the gain trade leaves alone, so a
   gain-balanced export verifies against its original and a changed gain does not) through thin-QR cores;
-  cheap at any size (:func:`~idinspect.gauge.invariant_errors`);
-- ``functional``: both loaded by stock transformers on seeded random token ids: largest absolute
-  and relative difference of the logits (last hidden states for encoders);
-- ``decode``: causal LMs only, identical greedy continuations.
+  cheap at any size (:func:`~idinspect.gauge.invariant_errors`; in float32 where both checkpoints are
+  bf16/fp16, as export's own check);
+- ``functional``: both loaded by stock transformers on seeded random token ids (computed in float64,
+  or float32 for bf16/fp16 checkpoints: :func:`~.functional.compute_dtype`): largest absolute and
+  relative difference of the logits (last hidden states for encoders);
+- ``decode``: causal LMs only, identical greedy continuations (A decodes; B and the rounding baseline
+  check A's continuation in one teacher-forced pass each, which decides the same question exactly).
 
 Multi-head latent attention (DeepSeek-V2/V3) has no per-head invariants: ``invariants`` is skipped
 and the function-level checks decide; float32/float64 checkpoints only, with the functional check on
@@ -30,44 +33,24 @@ well-conditioned head beside it keeps the tight tolerance; the outputs' toleranc
 compute dtype's arithmetic; the bound used is stated in the output. bfloat16/float16: judged against the
 *rounding baseline*: A's attention moved by an exact scalar gauge (W_Q c, W_K / c, W_V c, W_O / c,
 c = 8/7, so every entry needs rounding) and rounded to B's dtype, every other tensor rounded too.
-The export passes when its error is at most ``BASELINE_FACTOR`` times the baseline's.
+The export passes when its error is at most ``BASELINE_FACTOR`` times the baseline's
+(:mod:`.baseline`). The invariant check is :mod:`.invariant_check`, the transformers runs :mod:`.functional`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 
 import torch
 
-from ..layer.attention_layer import AttentionLayer
-from ..gauge import INVARIANTS, InvariantError, invariant_error_tensors, invariant_errors
-from ..gauge.invariants import describe_largest, largest_over_layers, worst_entry
-from ..gauge.qk_gain_trade import cast_norm, trade, tradable
 from ..model import Model, load
 from . import functional as fn
-from .bounds import (CONDITION_FACTOR, INVARIANT_FLOOR, OutputBound, eps, factor_amplification, invariant_bound,
-                     largest_amplification, layer_amplification, output_bound)
+from .baseline import BOUNDED_DTYPES, baseline_tolerance, rounding_baseline
+from .bounds import OutputBound, layer_amplification, output_bound
+from .checks import Check, Progress, no_progress
 from .config_keys import full_settings, split_differences
-from .undefined import refuse_overflow, undefined_outputs
-
-#: Stored dtypes judged by rounding bounds (:mod:`.bounds`); the others against the rounding baseline.
-BOUNDED_DTYPES = tuple(INVARIANT_FLOOR)
-BASELINE_FACTOR = 4.0
-BASELINE_SCALE = 8.0 / 7.0
-
-
-@dataclass
-class Check:
-    """One comparison: ``passed`` None means skipped (``detail`` says why)."""
-
-    name: str
-    passed: bool | None
-    error: float | None = None
-    tolerance: float | None = None
-    baseline: float | None = None
-    detail: str = ""
-    extra: dict = field(default_factory=dict)
+from .invariant_check import invariant_check
+from .undefined import non_finite, undefined_outputs
 
 
 @dataclass
@@ -96,16 +79,17 @@ def verify(a, b, *, functional: bool = True, tokens: int = 16, decode: int = 8, 
            strict_config: bool = False, memory: str = "auto") -> VerifyResult:
     """Compare checkpoints ``a`` (reference) and ``b``; see the module docstring for the checks.
 
-    ``max_memory`` (bytes) bounds what a float64 model copy may take before the functional check
-    streams the model (stored dtype, float64 module by module; default: half the available memory),
+    ``max_memory`` (bytes) bounds what a model's copy in the compute dtype (float64; float32 for bf16/fp16
+    checkpoints) may take before the functional check streams the model (stored dtype, widened module
+    by module; default: half the available memory),
     and what the streamed model may take before accelerate's disk offload; ``memory`` ("auto",
     "memory", "stream", "offload") picks the route instead of that rule. ``progress(stage,
     done, total)`` is told how far each stage is: "open" (the two models), "tensors" (non-attention
     tensors), "invariants" (layers), "functional" (transformers runs). ``strict_config``: every
     configuration key must agree, not only those the computation reads.
     """
-    progress = progress or _no_progress
-    opts = dict(token=token, cache_dir=cache_dir, local_files_only=local_files_only, whole_files=True)
+    progress = progress or no_progress
+    opts = {"token": token, "cache_dir": cache_dir, "local_files_only": local_files_only, "whole_files": True}
     progress("open", 0, 2)
     A = a if isinstance(a, Model) else load(a, **opts)
     try:
@@ -122,16 +106,8 @@ def verify(a, b, *, functional: bool = True, tokens: int = 16, decode: int = 8, 
             A.close()
 
 
-#: progress(stage, done, total), as for export.
-Progress = Callable[[str, int, int], None]
-
-
-def _no_progress(stage: str, done: int, total: int) -> None:
-    return None
-
-
 def _verify(A: Model, B: Model, functional: bool, tokens: int, decode: int, seed: int,
-            max_memory: int | None, progress: Progress = _no_progress, strict_config: bool = False,
+            max_memory: int | None, progress: Progress = no_progress, strict_config: bool = False,
             memory: str = "auto") -> VerifyResult:
     dtype = stored_dtype(B)
     latent = bool(getattr(A.adapter, "latent", False))
@@ -146,13 +122,13 @@ def _verify(A: Model, B: Model, functional: bool, tokens: int, decode: int, seed
         amps: tuple[list[float], list[float]] = ([], [])
         checks.append(Check("invariants", None, detail="skipped: multi-head latent attention has no per-head "
                             "invariants; judged by the functional check") if latent
-                      else _invariant_check(A, B, dtype, progress, amps))
+                      else invariant_check(A, B, dtype, progress, amps))
         gguf = [side for side, m in (("A", A), ("B", B)) if _is_gguf(m)]
         if functional and gguf:
             checks.append(Check("functional", None, detail=f"skipped: {' and '.join(gguf)} is a GGUF file, which stock "
                                 "transformers would dequantise and re-map on its own; the tensors and invariants decide"))
         elif functional:
-            if len(amps[0]) != A.num_layers:
+            if dtype in BOUNDED_DTYPES and len(amps[0]) != A.num_layers:
                 amps = (_amplifications(A), _amplifications(B))
             checks += _functional_checks(A, B, dtype, tokens, decode, seed, max_memory, amps, progress, memory)
         else:
@@ -163,28 +139,13 @@ def _verify(A: Model, B: Model, functional: bool, tokens: int, decode: int, seed
 def buffers(model: Model) -> set[str]:
     """Names of the stored buffers of ``model`` (:meth:`is_buffer` of its adapter): never compared as
     weights (transformers may or may not save them, and their values follow the config)."""
-    return {k for k in model.reader.keys() if model.adapter.is_buffer(k)}
+    names = model.reader.keys()
+    return {k for k in names if model.adapter.is_buffer(k)}
 
 
 def stored_dtype(model: Model) -> torch.dtype:
     """The dtype of the model's attention weights (what its rounding is judged by)."""
     return model.reader.dtype(model.adapter.attention_keys(0)[0])
-
-
-def rounding_baseline(layer: AttentionLayer, dtype: torch.dtype) -> AttentionLayer:
-    """``layer`` moved by the exact scalar gauge c = 8/7 and rounded to ``dtype`` (back in float64).
-    Under a q/k norm a scalar on W_Q, W_K is no gauge: W_Q, b_Q, W_K, b_K are only rounded, and the
-    norm's gains (with their biases) take the gain trade by c on every orbit instead, then round."""
-    c = BASELINE_SCALE
-    L = layer.to(torch.float64)
-    norm = getattr(L, "qk_norm", None)
-    q = 1.0 if norm is not None else c
-    factors = {"W_Q": q, "b_Q": q, "W_K": 1 / q, "b_K": 1 / q, "W_V": c, "b_V": c, "W_O": 1 / c, "b_O": 1.0}
-    moved = L.replace(**{r: (t * factors[r]).to(dtype).to(torch.float64) for r, t in L.tensors().items()})
-    if norm is not None and tradable(L):
-        traded = trade(L, torch.full((1, L.d_k), c, dtype=torch.float64))
-        moved = moved.replace(qk_norm=cast_norm(traded, traded, dtype).to(torch.float64))
-    return moved
 
 
 def _config_check(A: Model, B: Model, strict: bool = False) -> Check:
@@ -217,50 +178,54 @@ def _structure_check(A: Model, B: Model) -> Check:
     return Check("structure", True, detail=f"{len(ka)} tensors, same names and shapes")
 
 
-def _tensor_check(A: Model, B: Model, progress: Progress = _no_progress) -> Check:
-    """Every non-attention tensor: bit-exact in the same dtype, else within one rounding."""
+def _tensor_check(A: Model, B: Model, progress: Progress = no_progress) -> Check:
+    """Every non-attention tensor: bit-exact in the same dtype, else within one rounding. Two tensors
+    at a time on a multi-core CPU (reading and comparing are memory-bound, one thread each leaves
+    bandwidth unused), results in order; the first that differs decides."""
+    from ..analysis.parallel import ordered_map, usable_cpus
+
     attention = {k for i in range(A.num_layers) for k in A.adapter.attention_keys(i)}
     skipped = buffers(A) | buffers(B)
     worst, where, count = 0.0, "", 0
-    names = [n for n in A.reader.keys() if n not in attention and n not in skipped]
-    for name in names:
-        progress("tensors", count, len(names))
-        ta, tb = A.reader.get(name), B.reader.get(name)
+    stored = A.reader.keys()
+    names = [n for n in stored if n not in attention and n not in skipped]
+    progress("tensors", 0, len(names))
+    workers = min(2, usable_cpus())
+    for name, (failed, rel) in zip(names, ordered_map(lambda i, _: _compare_tensor(A, B, names[i]), len(names),
+                                                     workers, lambda: None)):
         count += 1
-        bad = _non_finite(name, ta, "A") or _non_finite(name, tb, "B")
-        if bad:
-            return Check("tensors", False, detail=bad)
-        if ta.dtype == tb.dtype and torch.equal(ta, tb):
-            continue
-        if ta.dtype == tb.dtype or not (ta.is_floating_point() and tb.is_floating_point()):
-            return Check("tensors", False, error=_rel(ta, tb), tolerance=0.0,
-                         detail=f"{name} differs (same dtype: must be bit-exact)")
-        coarse = ta.dtype if torch.finfo(ta.dtype).eps > torch.finfo(tb.dtype).eps else tb.dtype
-        tol = torch.finfo(coarse).eps  # one rounding is at most eps / 2 relative, elementwise
-        diff = (ta.to(torch.float64) - tb.to(torch.float64)).abs()
-        bound = tol * ta.to(torch.float64).abs() + torch.finfo(coarse).tiny
-        if bool((diff > bound).any()):
-            return Check("tensors", False, error=_rel(ta, tb), tolerance=tol,
-                         detail=f"{name} differs beyond one {coarse} rounding")
-        if _rel(ta, tb) >= worst:
-            worst, where = _rel(ta, tb), name
-    progress("tensors", count, len(names))
+        if failed is not None:
+            return failed
+        if rel and rel >= worst:
+            worst, where = rel, name
+        progress("tensors", count, len(names))
     how = f" within rounding (largest {worst:.1e} at {where})" if worst else " bit for bit"
     detail = f"{count} non-attention tensors equal{how}"
     if skipped:
-        detail += f"; {len(skipped)} buffers not compared (e.g. {sorted(skipped)[0]})"
+        detail += f"; {len(skipped)} buffers not compared (e.g. {min(skipped)})"
     return Check("tensors", True, error=worst, detail=detail)
 
 
-@dataclass
-class _Judged:
-    """One layer's errors of one invariant kind, with the conditioning bound of each entry."""
-
-    layer: int
-    errors: torch.Tensor          # [], [H] or [H, P]
-    bound: torch.Tensor           # same shape
-    amp_a: torch.Tensor
-    amp_b: torch.Tensor
+def _compare_tensor(A: Model, B: Model, name: str) -> tuple[Check | None, float]:
+    """(a failed check or None, the relative difference: 0 where bit-exact) of tensor ``name``."""
+    ta, tb = A.reader.get(name), B.reader.get(name)
+    same = ta.dtype == tb.dtype and torch.equal(ta, tb)     # never with a NaN on either side
+    bad = non_finite(name, ta, "A") or (not same and non_finite(name, tb, "B"))   # equal: B's are A's
+    if bad:
+        return Check("tensors", False, detail=bad), 0.0
+    if same:
+        return None, 0.0
+    if ta.dtype == tb.dtype or not (ta.is_floating_point() and tb.is_floating_point()):
+        return Check("tensors", False, error=_rel(ta, tb), tolerance=0.0,
+                     detail=f"{name} differs (same dtype: must be bit-exact)"), 0.0
+    coarse = ta.dtype if torch.finfo(ta.dtype).eps > torch.finfo(tb.dtype).eps else tb.dtype
+    tol = torch.finfo(coarse).eps  # one rounding is at most eps / 2 relative, elementwise
+    diff = (ta.to(torch.float64) - tb.to(torch.float64)).abs()
+    bound = tol * ta.to(torch.float64).abs() + torch.finfo(coarse).tiny
+    if bool((diff > bound).any()):
+        return Check("tensors", False, error=_rel(ta, tb), tolerance=tol,
+                     detail=f"{name} differs beyond one {coarse} rounding"), 0.0
+    return None, _rel(ta, tb)
 
 
 def output_tolerance(a, b, compute: torch.dtype = torch.float64) -> OutputBound:
@@ -289,96 +254,30 @@ def _amplifications(model: Model) -> list[float]:
     return [layer_amplification(model.layer(i)) for i in range(model.num_layers)]
 
 
-def _invariant_check(A: Model, B: Model, dtype: torch.dtype, progress: Progress = _no_progress,
-                     amps: tuple[list[float], list[float]] = ([], [])) -> Check:
-    """Every invariant of every head (and rotary plane) within max(the dtype's floor, the rounding
-    bound of that head's own factors). Appends each layer's largest amplification to ``amps`` (A, B)."""
-    judged: dict[str, list[_Judged]] = {k: [] for k in INVARIANTS}
-    base = {k: 0.0 for k in INVARIANTS}
-    largest: list[tuple[int, InvariantError]] = []     # each layer's largest, as export states it
-    for i in range(A.num_layers):
-        progress("invariants", i, A.num_layers)
-        la, lb = A.layer(i), B.layer(i)
-        for side, layer in (("A", la), ("B", lb)):
-            for role, t in layer.tensors().items():
-                bad = _non_finite(layer.tensor_names.get(role, role), t, side)
-                if bad:
-                    return Check("invariants", False, detail=bad)
-                refuse_overflow(layer, role, t, side)
-        try:
-            errors = invariant_error_tensors(la, lb)
-        except ValueError as exc:
-            return Check("invariants", False, detail=str(exc))
-        amp_a, amp_b = factor_amplification(la), factor_amplification(lb)
-        eps_a, eps_b = eps(la.W_Q.dtype), eps(lb.W_Q.dtype)
-        for side, amp in zip(amps, (amp_a, amp_b)):
-            side.append(largest_amplification(amp))
-        for kind, err in errors.items():
-            # float32/float64: the flat floor is raised to the factors' rounding bound; bf16/fp16
-            # are judged against the rounding baseline, which already moves and rounds these factors
-            bound = (invariant_bound(eps_a, amp_a[kind], eps_b, amp_b[kind]) if dtype in BOUNDED_DTYPES
-                     else torch.zeros_like(err))
-            judged[kind].append(_Judged(i, err, bound, amp_a[kind], amp_b[kind]))
-        largest.append((i, max((worst_entry(kind, err) for kind, err in errors.items()), key=lambda e: e.error)))
-        for kind, e in invariant_errors(la, rounding_baseline(la, dtype)).items():
-            base[kind] = max(base[kind], e.error)
-    progress("invariants", A.num_layers, A.num_layers)
-    present = [k for k in INVARIANTS if judged[k]]
-    per_kind = {k: _worst_against_tolerance(k, judged[k], _invariant_floor(dtype, base[k]), base[k])
-                for k in present}
-    passed = all(v["error"] <= v["tolerance"] for v in per_kind.values())
-    top = max(present, key=lambda k: per_kind[k]["error"] / per_kind[k]["tolerance"])
-    return Check("invariants", passed, error=per_kind[top]["error"], tolerance=per_kind[top]["tolerance"],
-                 baseline=base[top], detail=f"{A.num_layers} layers; {describe_largest(*largest_over_layers(largest))}; "
-                 f"worst relative to its tolerance: {per_kind[top]['where']}; "
-                 f"tolerance: {per_kind[top]['bound']}",
-                 extra={"per_invariant": per_kind})
-
-
-def _worst_against_tolerance(kind: str, layers: list[_Judged], flat: float, baseline: float) -> dict:
-    """The entry (layer, head, plane) with the largest error / max(flat, its own bound)."""
-    best = None
-    for j in layers:
-        tol = torch.clamp(j.bound, min=flat)
-        ratio = j.errors / tol
-        at = int(ratio.reshape(-1).argmax())
-        if best is None or float(ratio.reshape(-1)[at]) > best[0]:
-            best = (float(ratio.reshape(-1)[at]), j, at)
-    _, j, at = best
-    head = plane = None
-    if j.errors.dim() == 1:
-        head = at
-    elif j.errors.dim() == 2:
-        head, plane = divmod(at, j.errors.shape[1])
-    where = InvariantError(kind, 0.0, head, plane).where(j.layer)
-    tol = max(flat, float(j.bound.reshape(-1)[at]))
-    aa, ab = float(j.amp_a.reshape(-1)[at]), float(j.amp_b.reshape(-1)[at])
-    why = (f"{CONDITION_FACTOR:g} (eps_A x {aa:.3g} + eps_B x {ab:.3g}), the factors' conditioning at "
-           f"{where.rsplit(' ', 1)[0]}" if tol > flat else "the stored dtype's tolerance")
-    return {"error": float(j.errors.reshape(-1)[at]), "where": where, "baseline": baseline, "tolerance": tol,
-            "bound": why}
-
-
 def _functional_checks(A: Model, B: Model, dtype: torch.dtype, tokens: int, decode: int, seed: int,
                        max_memory: int | None, amps: tuple[list[float], list[float]],
-                       progress: Progress = _no_progress, memory: str = "auto") -> list[Check]:
+                       progress: Progress = no_progress, memory: str = "auto") -> list[Check]:
     """The outputs of A and B within the rounding bound (float32/float64, :func:`~.bounds.output_bound`
     from the per-layer amplifications ``amps``) or against the rounding baseline (bf16/fp16)."""
     ids = fn.probe_ids(A.hf_config, tokens, decode, seed)
-    size = max(_parameter_bytes_f64(A), _parameter_bytes_f64(B))
+    compute = fn.compute_dtype(dtype)
+    width = compute.itemsize
+    size = max(_parameter_bytes_as(A, width), _parameter_bytes_as(B, width))
     stored = max(_parameter_bytes(A), _parameter_bytes(B))
-    largest = max(_largest_tensor_f64(A), _largest_tensor_f64(B))
-    plan = fn.plan_loading(size, max_memory, stored_bytes=stored, largest_f64_bytes=largest, mode=memory)
+    largest = max(_largest_tensor_as(A, width), _largest_tensor_as(B, width))
+    plan = fn.plan_loading(size, max_memory, stored_bytes=stored, largest_bytes=largest, mode=memory,
+                           compute=compute)
     how = plan.describe()
     with_baseline = dtype not in BOUNDED_DTYPES and not plan.offload
     runs = 3 if with_baseline else 2
     progress("functional", 0, runs)
-    # A, then A's rounding baseline on the same loaded model (bf16/fp16 only): one load of A for both
+    # A, then A's rounding baseline on the same loaded model (bf16/fp16 only): one load of A for both.
+    # A decodes greedily; the baseline and B check A's continuation in one teacher-forced pass each
     editions = [None, lambda m: _apply_baseline(m, A, dtype)] if with_baseline else [None]
     outs_a = fn.run_model_editions(A.provenance.path, ids, decode, plan, editions)
     out_a, base_out = outs_a[0], (outs_a[1] if with_baseline else None)
     progress("functional", runs - 1, runs)
-    out_b = fn.run_model(B.provenance.path, ids, decode, plan)
+    out_b = fn.run_model(B.provenance.path, ids, decode, plan, follow=out_a.decoded)
     progress("functional", runs, runs)
     undefined = undefined_outputs(out_a, out_b, ids)
     if undefined is not None:
@@ -393,7 +292,7 @@ def _functional_checks(A: Model, B: Model, dtype: torch.dtype, tokens: int, deco
         tol, why = bound.tolerance, f"; tolerance: {bound.describe()}"
         extra["bound"] = asdict(bound)
     else:
-        tol, why = _baseline_tolerance(dtype, baseline), ""
+        tol, why = baseline_tolerance(dtype, baseline), ""
     checks = [Check("functional", err <= tol, error=err, tolerance=tol, baseline=baseline,
                     detail=f"{out_a.kind} on {tuple(ids.shape)} seeded random ids ({how}); max abs {err_abs:.2e}{why}",
                     extra=extra)]
@@ -414,26 +313,18 @@ def _is_gguf(model: Model) -> bool:
 
 
 def _apply_baseline(model, A: Model, dtype: torch.dtype) -> None:
+    """A's attention moved and rounded (:func:`rounding_baseline`), every other parameter rounded to
+    ``dtype``, but for those A stores in ``dtype`` already (rounding them is the identity)."""
     touched = set()
     params = [n for n, _ in model.named_parameters()]
     for i in range(A.num_layers):
-        tensors = A.adapter.write_layer(rounding_baseline(A.layer(i), dtype), dtype=torch.float64)
+        # held in float32 (bf16/fp16 values are exact there): half the bytes of a float64 copy to move
+        tensors = A.adapter.write_layer(rounding_baseline(A.layer(i), dtype, torch.float32), dtype=torch.float32)
         fn.apply_tensors(model, tensors)
         touched |= set(fn.map_names(list(tensors), params).values())
-    fn.round_parameters(model, dtype, skip=touched)
-
-
-def _invariant_floor(dtype: torch.dtype, baseline: float) -> float:
-    """The flat floor of an invariant's tolerance: :data:`~.bounds.INVARIANT_FLOOR` for float32/float64,
-    else the rounding baseline's."""
-    return INVARIANT_FLOOR[dtype] if dtype in BOUNDED_DTYPES else _baseline_tolerance(dtype, baseline)
-
-
-def _baseline_tolerance(dtype: torch.dtype, baseline: float | None) -> float:
-    """bf16/fp16: ``BASELINE_FACTOR`` times the rounding baseline's error, at least one rounding."""
-    if baseline is None:  # no baseline (offloaded): 16 units of rounding
-        return 16 * torch.finfo(dtype).eps
-    return max(BASELINE_FACTOR * baseline, torch.finfo(dtype).eps)  # floor: one rounding (zero invariants)
+    stored = A.reader.keys()
+    exact = set(fn.loaded_names([k for k in stored if A.reader.dtype(k) == dtype], params))
+    fn.round_parameters(model, dtype, skip=touched | exact)
 
 
 def _numel(model: Model, key: str) -> int:
@@ -443,31 +334,21 @@ def _numel(model: Model, key: str) -> int:
     return n
 
 
-def _parameter_bytes_f64(model: Model) -> int:
-    return sum(8 * _numel(model, k) for k in model.reader.keys())
+def _parameter_bytes_as(model: Model, itemsize: int) -> int:
+    """Bytes of every stored tensor widened to ``itemsize`` bytes an entry (the functional check's copy)."""
+    names = model.reader.keys()
+    return sum(itemsize * _numel(model, k) for k in names)
 
 
 def _parameter_bytes(model: Model) -> int:
     """Bytes of every stored tensor in its stored dtype."""
-    return sum(_numel(model, k) * model.reader.dtype(k).itemsize for k in model.reader.keys())
+    names = model.reader.keys()
+    return sum(_numel(model, k) * model.reader.dtype(k).itemsize for k in names)
 
 
-def _largest_tensor_f64(model: Model) -> int:
-    return max((8 * _numel(model, k) for k in model.reader.keys()), default=0)
-
-
-def _non_finite(name: str, t: torch.Tensor, side: str) -> str | None:
-    """Why ``t`` cannot be compared (NaN never equals anything, itself included), else None. One
-    summing pass first (:func:`~idinspect.analysis.spectra.all_finite`): ``isfinite`` over every
-    bf16 entry took 7.3 s of a 22 s verify at the 1B shape, the sum 0.04 s per 262M entries."""
-    from ..analysis.spectra import all_finite
-
-    if not t.is_floating_point() or all_finite(t):
-        return None
-    n_nan = int(torch.isnan(t).sum())
-    n_inf = int(torch.isinf(t).sum())
-    return (f"{side}'s {name} holds {n_nan} NaN and {n_inf} Inf values: a function with undefined values is "
-            "equivalent to nothing, itself included")
+def _largest_tensor_as(model: Model, itemsize: int) -> int:
+    names = model.reader.keys()
+    return max((itemsize * _numel(model, k) for k in names), default=0)
 
 
 def _rel(a: torch.Tensor, b: torch.Tensor) -> float:

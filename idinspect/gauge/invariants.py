@@ -29,9 +29,8 @@ to align go through thin-QR cores instead (:func:`~idinspect.gauge.linalg.produc
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 import torch
 
@@ -42,8 +41,8 @@ from .biases import effective_output_bias
 from .factors import augment
 from .linalg import product_norms, relative
 from .qk_centring import centred, centres
-from .qk_plane_rotation import rotate_planes, rotates
 from .qk_gain_trade import gain_product_errors
+from .qk_plane_rotation import rotate_planes, rotates
 
 INVARIANTS = ("W_QK", "plane_QK", "plane_QJK", "W_OV", "output_bias", "sinks", "qk_factors", "qk_gains")
 _J = torch.tensor([[0.0, 1.0], [-1.0, 0.0]], dtype=torch.float64)
@@ -99,6 +98,8 @@ def invariant_error_tensors(a: AttentionLayer, b: AttentionLayer, *, overwrite_a
                 pass
     elif precision != torch.float64:
         raise ValueError(f"precision must be torch.float64 or torch.float32, not {precision}")
+    if grams_a is not None and grams_a[0].dtype != torch.float64:     # float32 Grams: not for the float64 route
+        grams_a = None
     return _error_tensors(a, b, overwrite_a=overwrite_a, grams_a=grams_a, dtype=torch.float64, strict=False)
 
 

@@ -1,0 +1,73 @@
+"""The rounding baseline of ``verify``: what rounding A alone to a bf16/fp16 checkpoint's dtype moves,
+the yardstick such a checkpoint B is judged by (float32/float64 ones by rounding bounds, :mod:`.bounds`).
+
+The baseline is A's attention moved by an exact scalar gauge (W_Q c, W_K / c, W_V c, W_O / c, c = 8/7,
+so that every entry needs rounding) and rounded to B's dtype, every other tensor rounded too; B passes
+a check when its error is at most :data:`BASELINE_FACTOR` times the baseline's.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..gauge.qk_gain_trade import cast_norm, tradable, trade
+from ..layer.attention_layer import AttentionLayer
+from .bounds import INVARIANT_FLOOR
+
+#: Stored dtypes judged by rounding bounds (:mod:`.bounds`); the others against the rounding baseline.
+BOUNDED_DTYPES = tuple(INVARIANT_FLOOR)
+BASELINE_FACTOR = 4.0
+BASELINE_SCALE = 8.0 / 7.0
+
+
+def rounding_baseline(layer: AttentionLayer, dtype: torch.dtype, hold: torch.dtype = torch.float64) -> AttentionLayer:
+    """``layer`` moved by the exact scalar gauge c = 8/7 (in float64) and rounded to ``dtype``, held in
+    ``hold`` (float64 by default; float32 holds bf16/fp16 values exactly too). Under a q/k norm a scalar
+    on W_Q, W_K is no gauge: W_Q, b_Q, W_K, b_K are only rounded, and the norm's gains (with their
+    biases) take the gain trade by c on every orbit instead, then round."""
+    c = BASELINE_SCALE
+    norm = getattr(layer, "qk_norm", None)
+    q = 1.0 if norm is not None else c
+    factors = {"W_Q": q, "b_Q": q, "W_K": 1 / q, "b_K": 1 / q, "W_V": c, "b_V": c, "W_O": 1 / c, "b_O": 1.0}
+    moved = layer.replace(**{r: scaled_and_rounded(t, factors[r], dtype, hold) for r, t in layer.tensors().items()})
+    if layer.sinks is not None:
+        moved = moved.replace(sinks=layer.sinks.to(hold))
+    if norm is not None:
+        moved = moved.replace(qk_norm=norm.to(hold))
+    if norm is not None and tradable(layer):
+        L = layer.to(torch.float64)
+        traded = trade(L, torch.full((1, L.d_k), c, dtype=torch.float64))
+        moved = moved.replace(qk_norm=cast_norm(traded, traded, dtype).to(hold))
+    return moved
+
+
+#: Entries of a tensor scaled and rounded at a time by :func:`scaled_and_rounded` (1 MiB of float64:
+#: the widened chunk stays in cache between its product and its rounding).
+ROUNDING_CHUNK = 2**17
+
+
+def scaled_and_rounded(t: torch.Tensor, factor: float, dtype: torch.dtype, hold: torch.dtype) -> torch.Tensor:
+    """``(t * factor)`` computed in float64, rounded to ``dtype``, held in ``hold`` (same shape): chunk by
+    chunk, so that no float64 copy of ``t`` exists (the same values as widening it whole)."""
+    flat = t.reshape(-1)
+    out = torch.empty(flat.shape, dtype=hold)
+    for i in range(0, flat.numel(), ROUNDING_CHUNK):
+        out[i:i + ROUNDING_CHUNK].copy_((flat[i:i + ROUNDING_CHUNK].to(torch.float64) * factor).to(dtype))
+    return out.reshape(t.shape)
+
+
+def invariant_floor(dtype: torch.dtype, baseline: float) -> float:
+    """The flat floor of an invariant's tolerance: :data:`~.bounds.INVARIANT_FLOOR` for float32/float64,
+    else the rounding baseline's."""
+    return INVARIANT_FLOOR[dtype] if dtype in BOUNDED_DTYPES else baseline_tolerance(dtype, baseline)
+
+
+def baseline_tolerance(dtype: torch.dtype, baseline: float | None) -> float:
+    """bf16/fp16: ``BASELINE_FACTOR`` times the rounding baseline's error, at least one rounding."""
+    if baseline is None:  # no baseline (offloaded): 16 units of rounding
+        return 16 * torch.finfo(dtype).eps
+    return max(BASELINE_FACTOR * baseline, torch.finfo(dtype).eps)  # floor: one rounding (zero invariants)
+
+
+__all__ = ["BASELINE_FACTOR", "BASELINE_SCALE", "BOUNDED_DTYPES", "baseline_tolerance", "invariant_floor",
+           "rounding_baseline", "scaled_and_rounded"]
