@@ -19,7 +19,7 @@ import torch
 
 def measure(variant: str) -> dict:
     import idinspect
-    from idinspect.layer.reference import reference_attention
+    from idinspect.forms.per_head.reference import reference_attention
     from tests import tiny
     from tests.jacobian import attention_nullity
     from tests.test_export import outputs

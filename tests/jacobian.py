@@ -1,6 +1,6 @@
 """The oracle: nullity of d(attention output)/d(attention parameters) of a real HF module.
 
-Written independently of idinspect (it shares nothing with ``idinspect.analysis.prove``): the module's own
+Written independently of idinspect (it shares nothing with ``idinspect.forms.per_head.prove``): the module's own
 call is captured with a forward pre-hook (masks, rotary cos/sin, positions as the model builds
 them), the hidden states are replaced by N(0, 1) samples (LayerNorm'd inputs lie on a hyperplane
 and would add spurious null directions; so are a cross-attention block's encoder states), and torch.autograd.functional.jacobian differentiates

@@ -1,7 +1,7 @@
 """The MLA gauge group as a map: generator coordinates theta -> the moved LatentAttentionLayer.
 
 Written from docs/mathematics.md ("Multi-head latent attention"), independently of
-idinspect.layer.latent_structure: per head GL(n) on the no-position query/key columns (A_h = I + X_h),
+idinspect.forms.latent.structure: per head GL(n) on the no-position query/key columns (A_h = I + X_h),
 one complex scalar per rotary plane for every head's rotary query columns and the shared rotary key
 (C), per head GL(v) between W_VB and W_O (B_h = I + Z_h), and per latent a rotation O = exp(S - S^T) (S strictly upper triangular)
 with a gain trade g -> g exp(delta):  W_A -> W_A O, b_A -> b_A O, W_B -> diag(g')^-1 O^T diag(g) W_B.

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import idinspect
-from idinspect.layer.reference import reference_attention
+from idinspect.forms import reference_attention
 from idinspect.layer.rotary import rotary_cos_sin
 from tests import tiny
 

@@ -8,9 +8,9 @@ import pytest
 import torch
 
 import idinspect
-from idinspect.analysis.precision import comparison_precision
 from idinspect.exporting.layers import fix_layer
-from idinspect.gauge import invariant_error_tensors
+from idinspect.forms.per_head import invariant_error_tensors
+from idinspect.numerics.precision import comparison_precision
 from tests import tiny
 
 

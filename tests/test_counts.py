@@ -10,11 +10,11 @@ import transformers as tf
 from safetensors import safe_open
 
 import idinspect
-from idinspect.layer import structure
 from idinspect.analysis import analyze_layer, bias_free_closed_form, resolve_device
-from idinspect.analysis.counts import FORM_GENERAL, FORM_GQA, FORM_MHA, FORM_ROPE
-from idinspect.layer.attention_layer import AttentionLayer, Positional, RotarySpec
 from idinspect.errors import IdinspectError, UnsupportedLayerError
+from idinspect.forms.per_head import structure
+from idinspect.forms.per_head.counts import FORM_GENERAL, FORM_GQA, FORM_MHA, FORM_ROPE
+from idinspect.layer.attention_layer import AttentionLayer, Positional, RotarySpec
 from tests import tiny
 from tests.cli import run_cli
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import idinspect
-from idinspect.analysis import low_precision_gemm
+from idinspect.numerics import low_precision_gemm
 from idinspect.training import diff as diff_module
 from idinspect.training import step_products
 from idinspect.training.live import snapshot, write_layer

@@ -18,7 +18,7 @@ import idinspect
 from idinspect.equivalence.bounds import factor_amplification
 from idinspect.equivalence.verify import output_tolerance
 from idinspect.exporting.shard_writer import write_safetensors
-from idinspect.layer.latent_layer import is_latent
+from idinspect.forms import form_of
 from tests import tiny
 from tests.cli import run_cli
 from tests.test_gauge import random_gauge
@@ -48,7 +48,7 @@ def moved_checkpoint(src: Path, dst: Path, seed: int, generic_qk: bool = False) 
     model = idinspect.load(src)
     replaced = {}
     for layer in model.layers():
-        replaced.update(model.adapter.write_layer(latent_gauge(layer, seed + layer.index) if is_latent(layer)
+        replaced.update(model.adapter.write_layer(latent_gauge(layer, seed + layer.index) if form_of(layer).name == "latent"
                                                   else random_gauge(layer, seed + layer.index, generic_qk)))
     for fname in model.reader.shard_files:
         tensors = {k: replaced.get(k, model.reader.get(k)) for k in model.reader.keys_in(fname)}
@@ -95,7 +95,7 @@ def assert_gain_rule(directory: Path, tol: float) -> None:
     """Every q/k-norm layer of the checkpoint at ``directory`` satisfies the gain-trade rule: on each
     rotary plane and unrotated dim, per gain class, ||query multipliers|| = ||key multipliers||
     (relative to their sum, at most ``tol``) and the largest-magnitude key multiplier is positive; checked from the stored tensors as idinspect reads them,
-    with tests/test_gauge.gain_norms (independent of idinspect.gauge.qk_gain_trade)."""
+    with tests/test_gauge.gain_norms (independent of idinspect.forms.per_head.qk_gain_trade)."""
     from tests.test_gauge import gain_norms, key_gain_leads
 
     with idinspect.load(directory) as model:
@@ -387,8 +387,8 @@ def test_hub_source_fetches_export_files_and_records_the_commit(tiny_dir, tmp_pa
     """A hub id goes through snapshot_download with EXPORT_PATTERNS; provenance names id and commit
     (whose bytes were verified against their blobs' digests: tests/test_hostile_provenance.py)."""
     import idinspect.model as model_module
-    from tests.hostile import cache_snapshot
     from idinspect.sources.hub import EXPORT_PATTERNS
+    from tests.hostile import cache_snapshot
 
     sha = "0123456789abcdef0123456789abcdef01234567"
     snapshot = cache_snapshot(tiny_dir("gpt2"), tmp_path / "models--org--tiny", sha)   # blobs named by their digests

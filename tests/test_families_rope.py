@@ -152,7 +152,7 @@ def test_llama4_text_with_biases_matches_its_module_and_jacobian(tmp_path):
     no-op b_K (the temperature multiplies a row's shift, still a shift) + 8."""
     import torch
 
-    from idinspect.layer.reference import reference_attention
+    from idinspect.forms import reference_attention
     from tests.jacobian import attention_nullity
     from tests.test_jacobian import _check_counts
 
@@ -173,7 +173,7 @@ def test_llama4_chunk_and_temperature_reach_the_reference(tiny_dir):
     temperature no longer equals the module."""
     import torch
 
-    from idinspect.layer.reference import reference_attention
+    from idinspect.forms import reference_attention
 
     hf = tiny.build("llama4-text")
     model = idinspect.load(tiny_dir("llama4-text"))

@@ -181,7 +181,7 @@ def test_nan_and_inf_are_findings_not_crashes(tiny_dir, tmp_path):
 @pytest.mark.parametrize("variant", ["bert", "llama-gqa", "llama-head-dim"])
 def test_spectra_are_the_singular_values_of_the_explicit_products(variant, tiny_dir, tmp_path):
     """Gram/Cholesky heads and QR-fallback heads (one made ill-conditioned) both match torch's SVD."""
-    from idinspect.analysis.spectra import MAX_FACTOR_CONDITION, head_spectra
+    from idinspect.forms.per_head.spectra import MAX_FACTOR_CONDITION, head_spectra
 
     layer = tiny.float64_layer(idinspect.load(tiny_dir(variant)).layer(0))
     W_Q = layer.W_Q.clone()
@@ -204,7 +204,7 @@ def test_spectra_are_the_singular_values_of_the_explicit_products(variant, tiny_
 def test_gram_route_only_for_certainly_well_conditioned_factors(monkeypatch):
     """The Frobenius bound used to pick Gram/Cholesky is >= the true condition number, and factors
     above the cut (or rank-deficient) go to the QR, whose R gives exact singular values."""
-    from idinspect.analysis import spectra
+    from idinspect.forms.per_head import spectra
 
     g = torch.Generator().manual_seed(3)
     W = torch.randn(12, 200, 8, generator=g, dtype=torch.float64)
@@ -228,7 +228,7 @@ def test_gram_route_only_for_certainly_well_conditioned_factors(monkeypatch):
 def test_finiteness_comes_out_of_the_gram_matrices():
     """NaN/Inf heads are found from W^T W alone; an overflowing Gram of finite entries is not
     mistaken for one (it takes the QR route and gives exact singular values)."""
-    from idinspect.analysis import spectra
+    from idinspect.forms.per_head import spectra
 
     g = torch.Generator().manual_seed(5)
     W = torch.randn(5, 50, 4, generator=g, dtype=torch.float64)
@@ -242,7 +242,7 @@ def test_finiteness_comes_out_of_the_gram_matrices():
 
 
 def test_spectra_dict_reports_an_overflowed_core_as_null_and_leaves_its_input_alone():
-    from idinspect.analysis.spectra import HeadSpectra, spectra_dict
+    from idinspect.forms.per_head.spectra import HeadSpectra, spectra_dict
 
     qk = torch.tensor([[2.0, 1.0], [float("inf"), 1.0]], dtype=torch.float64)
     ov = torch.tensor([[3.0, 1.0], [2.0, 0.5]], dtype=torch.float64)
@@ -270,3 +270,25 @@ def test_findings_list_the_stored_tensors_they_concern(variant, tiny_dir):
     if variant == "gpt2":
         noop = _by_rule(result, "noop-bias")[0]
         assert noop["tensor"].endswith("]") and noop["tensors"] == [noop["tensor"].split("[")[0]]
+
+
+def test_one_severity_table():
+    """A finding's default severity comes from idinspect.rules.RULES only: no module that makes
+    findings writes a severity of its own (``"severity": "error"`` in a dict literal)."""
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    literal = []
+    for path in [*(root / "idinspect").rglob("*.py"), *(root / "adapters").rglob("*.py")]:
+        if path.name == "rules.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Dict):
+                for k, v in zip(node.keys, node.values):
+                    if isinstance(k, ast.Constant) and k.value == "severity" and isinstance(v, ast.Constant):
+                        literal.append(f"{path.relative_to(root)}:{node.lineno}")
+    assert literal == []
+    from idinspect.rules import RULES, default_severity
+
+    assert all(default_severity(r.id) == r.severity for r in RULES)

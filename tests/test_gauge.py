@@ -13,15 +13,22 @@ import math
 import pytest
 import torch
 
-
 import idinspect
-from idinspect.gauge.qk_centring import centres
-from idinspect.layer.attention_layer import AttentionLayer, Positional, RotarySpec
 from idinspect.errors import UnsupportedLayerError
-from idinspect.gauge import canonicalize, gauge_residuals, invariant_errors, is_gauge_fixed
-from idinspect.layer.reference import reference_attention
-from idinspect.layer import structure
-from idinspect.layer.structure import noop_key_bias_columns, unrotated_columns, value_bias_absorbable
+from idinspect.forms import is_gauge_fixed, reference_attention
+from idinspect.forms.per_head import (
+    canonicalize,
+    gauge_residuals,
+    invariant_errors,
+    structure,
+)
+from idinspect.forms.per_head.qk_centring import centres
+from idinspect.forms.per_head.structure import (
+    noop_key_bias_columns,
+    unrotated_columns,
+    value_bias_absorbable,
+)
+from idinspect.layer.attention_layer import AttentionLayer, Positional, RotarySpec
 from tests import tiny
 
 VARIANTS = tiny.variants()
@@ -141,7 +148,7 @@ def gain_trade(layer: AttentionLayer, g: torch.Generator, spread: float = 0.5) -
     """``layer`` (float64) with its q/k norm gains traded by random c = +-e^(spread N(0, 1)) on every
     rotary plane and unrotated dim, per gain class (one for a gain vector all heads share, else per kv
     group): query multipliers (offset + w) and the biases after them times c, key ones over c. Written
-    from docs/mathematics.md, independently of idinspect.gauge.qk_gain_trade."""
+    from docs/mathematics.md, independently of idinspect.forms.per_head.qk_gain_trade."""
     norm, dk, r = layer.qk_norm, layer.d_k, layer.group_size
     shared = norm.q_gain.numel() == dk
     orbits = _gain_orbits(layer)

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 import idinspect
-from idinspect.gauge.check import gauge_residuals
-from idinspect.gauge.factors import augment, output_stack, stack_groups
+from idinspect.forms.per_head.factors import augment, output_stack, stack_groups
+from idinspect.forms.per_head.residuals import gauge_residuals
 
 
 def _sign(Y):

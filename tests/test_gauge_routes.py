@@ -7,15 +7,19 @@ from __future__ import annotations
 import pytest
 import torch
 
-from idinspect.gauge import canonicalize, gauge_residuals, invariant_errors
-from idinspect.gauge import invariants as inv
-from idinspect.gauge.biases import fix_biases
-from idinspect.gauge.fast_route import balance_fast
+from idinspect.forms.per_head import (
+    canonicalize,
+    gauge_residuals,
+    invariant_errors,
+    structure,
+)
+from idinspect.forms.per_head import invariants as inv
+from idinspect.forms.per_head.biases import fix_biases
+from idinspect.forms.per_head.fast_route import balance_fast
+from idinspect.forms.per_head.reference_route import balance_reference
+from idinspect.forms.per_head.structure import unrotated_columns
 from idinspect.gauge.linalg import key_side_signs
-from idinspect.gauge.reference_route import balance_reference
 from idinspect.gauge.signs import leading_signs
-from idinspect.layer import structure
-from idinspect.layer.structure import unrotated_columns
 from tests.test_gauge import IDS, LAYERS, _gain_orbits, random_gauge, synthetic_layer
 
 FIELDS = ("W_Q", "b_Q", "W_K", "b_K", "W_V", "b_V", "W_O", "s_qk", "principal", "s_vo")

@@ -11,17 +11,26 @@ from importlib.resources import files
 
 import jsonschema
 import pytest
-from rich.console import Console
 import torch
-
-import idinspect
-from idinspect.analysis.heavy_tail import (MIN_TAIL, circuit_factors, circuit_figures, circuit_product,
-                                           dense_singular_values, heavy_tail, layer_sum_figures, power_law_fits,
-                                           product_singular_values, trap_count)
-from idinspect.analysis.spectra import head_spectra
 from idinspect.reports.heavy_tail import MEANING
 from idinspect.reports.html import render_html
 from idinspect.reports.terminal_heavy_tail import heavy_tail_panel
+from rich.console import Console
+
+import idinspect
+from idinspect.forms.per_head.heavy_tail import (
+    MIN_TAIL,
+    circuit_factors,
+    circuit_figures,
+    circuit_product,
+    dense_singular_values,
+    heavy_tail,
+    layer_sum_figures,
+    power_law_fits,
+    product_singular_values,
+    trap_count,
+)
+from idinspect.forms.per_head.spectra import head_spectra
 from tests import tiny
 from tests.cli import run_cli
 from tests.report_fixtures import bert_result
@@ -98,7 +107,7 @@ def test_against_powerlaw_package():
     """The `powerlaw` package (Alstott et al.) at our x_min: the same alpha (its closed form, used for
     alpha in (1.5, 3]), and its KS distance (one side of each step of the empirical CDF) within
     1 / n_tail below ours (the sup over both sides)."""
-    import powerlaw     # in the test extra and the lock: this check never skips
+    import powerlaw  # in the test extra and the lock: this check never skips
     for seed in (11, 12, 13):
         x = _pareto(300, 2.5, 1.0, seed)
         fit = power_law_fits(x[None], torch.ones(1, 300, dtype=torch.bool))[0]

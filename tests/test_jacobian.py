@@ -9,11 +9,23 @@ import transformers as tf
 
 import idinspect
 import idinspect.analysis
-from idinspect.layer import structure
-from idinspect.layer.attention_layer import AttentionLayer, Positional, QKNorm, RotarySpec
+from idinspect.forms.per_head import structure
+from idinspect.layer.attention_layer import (
+    AttentionLayer,
+    Positional,
+    QKNorm,
+    RotarySpec,
+)
 from tests import tiny
-from tests.jacobian import (NEAR_EXACT_RTOL, NEAR_RTOL, RTOL, attention_nullity, attention_singular_values, bands,
-                            jacobian_bands)
+from tests.jacobian import (
+    NEAR_EXACT_RTOL,
+    NEAR_RTOL,
+    RTOL,
+    attention_nullity,
+    attention_singular_values,
+    bands,
+    jacobian_bands,
+)
 
 
 def _clean_gap(n) -> None:

@@ -14,12 +14,16 @@ import torch
 import transformers as tf
 
 import idinspect
-from idinspect.layer import latent_structure as ls
-from idinspect.layer.latent_layer import is_latent
-from idinspect.layer.reference import reference_attention
+from idinspect.forms import form_of, reference_attention
+from idinspect.forms.latent import structure as ls
 from tests import tiny
 from tests.cli import run_cli
-from tests.jacobian import RTOL, attention_nullity, attention_singular_values, jacobian_bands
+from tests.jacobian import (
+    RTOL,
+    attention_nullity,
+    attention_singular_values,
+    jacobian_bands,
+)
 from tests.latent_moves import coordinates, flat, move
 
 LATENT = tiny.variants("latent")
@@ -157,7 +161,7 @@ def test_verify_compares_latent_checkpoints_function_level(tiny_dir):
 
 def test_latent_layers_are_the_latent_form(tiny_dir):
     model = idinspect.load(tiny_dir("deepseek-v2"))
-    assert all(is_latent(layer) for layer in model.layers())
+    assert all(form_of(layer).name == "latent" for layer in model.layers())
     assert model.adapter.positional().rotary.pairing == "interleaved"
     assert idinspect.load(tiny_dir("deepseek-v3-direct-q")).adapter.positional().rotary.pairing == "half"
 
@@ -166,7 +170,11 @@ def test_latent_layers_are_the_latent_form(tiny_dir):
 
 @pytest.mark.parametrize("variant", LATENT)
 def test_gauge_fixed_form_keeps_the_function_is_idempotent_and_orbit_invariant(variant):
-    from idinspect.gauge.latent import canonicalize_latent, latent_gauge_residuals, latent_output_error
+    from idinspect.forms.latent.gauge import (
+        canonicalize_latent,
+        latent_gauge_residuals,
+        latent_output_error,
+    )
 
     L = _float64_layer(variant, 1)
     fixed, notes = canonicalize_latent(L)
@@ -186,7 +194,7 @@ def test_gauge_fixed_form_keeps_the_function_is_idempotent_and_orbit_invariant(v
 
 
 def test_export_is_gauge_fixed_and_verified(tiny_dir, tmp_path):
-    from idinspect.gauge import is_gauge_fixed
+    from idinspect.forms import is_gauge_fixed
 
     src = tiny_dir("deepseek-v3")
     r = run_cli("export", src, tmp_path / "out", "--format", "json")

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from idinspect.analysis import low_precision_gemm, precision
-from idinspect.analysis.cholesky import cholesky_upper
-from idinspect.analysis.spectra import gram_float64
+from idinspect.forms.per_head.spectra import gram_float64
+from idinspect.numerics import low_precision_gemm, precision
+from idinspect.numerics.cholesky import cholesky_upper
 
 
 def _hf_layouts(dtype: torch.dtype, heads: int = 3, d: int = 300, dk: int = 40, seed: int = 1) -> dict[str, torch.Tensor]:

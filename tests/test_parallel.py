@@ -1,4 +1,4 @@
-"""Layers in flight at once (idinspect.analysis.parallel): same results, in order, bounded."""
+"""Layers in flight at once (idinspect.numerics.parallel): same results, in order, bounded."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ import torch
 
 import idinspect
 from idinspect.analysis import analyze
-from idinspect.analysis.analyzer import for_analysis
-from idinspect.analysis.parallel import IN_FLIGHT_BYTES, layer_workers, ordered_map
-from idinspect.analysis.spectra import gram_float64, head_spectra
+from idinspect.forms.per_head.analysis import for_analysis
+from idinspect.forms.per_head.spectra import gram_float64, head_spectra
 from idinspect.layer.buffers import Float64Buffers
+from idinspect.numerics.parallel import IN_FLIGHT_BYTES, layer_workers, ordered_map
 from tests import tiny
 
 
@@ -98,7 +98,7 @@ def test_ordered_map_stops_after_an_error():
 
 
 def test_layer_workers_respects_cpus_memory_layers_and_device(monkeypatch):
-    import idinspect.analysis.parallel as parallel
+    import idinspect.numerics.parallel as parallel
 
     monkeypatch.setattr(parallel, "usable_cpus", lambda: 8)
     cpu = torch.device("cpu")
@@ -113,7 +113,7 @@ def test_layer_workers_respects_cpus_memory_layers_and_device(monkeypatch):
 def test_chunked_gram_equals_the_whole_tensor_cast(dtype, monkeypatch):
     """gram_float64 casts a few heads at a time into reused scratch; each head's W^T W is the float64
     product of the exactly cast weight, in either memory order the adapters produce."""
-    import idinspect.analysis.spectra as spectra
+    import idinspect.forms.per_head.spectra as spectra
 
     g = torch.Generator().manual_seed(1)
     stored = torch.randn(6 * 8, 40, generator=g).to(dtype)          # [heads * d_k, d], like q_proj

@@ -7,7 +7,8 @@ import pytest
 import torch
 
 import idinspect
-from idinspect.analysis import precision, spectra
+from idinspect.forms.per_head import spectra
+from idinspect.numerics import precision
 from tests import tiny
 
 

@@ -7,8 +7,8 @@ import torch
 import transformers as tf
 
 import idinspect
-from idinspect.analysis import prove as prove_mod
-from idinspect.analysis import twin as twin_mod
+from idinspect.forms.per_head import prove as prove_mod
+from idinspect.numerics import twin as twin_mod
 from tests import tiny
 from tests.cli import run_cli
 

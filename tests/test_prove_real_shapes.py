@@ -9,7 +9,7 @@ import torch
 
 import idinspect
 from idinspect.analysis import prove as prove_mod
-from idinspect.analysis import twin as twin_mod
+from idinspect.numerics import twin as twin_mod
 from tests import tiny
 
 #: variant: (checkpoint whose attention shape it takes, config attribute -> value).
@@ -124,8 +124,8 @@ def test_every_family_has_a_real_shape():
 def test_the_family_accepts_the_twin_of_a_real_shape(variant):
     """The twin's config passes the family's validation and its model builds, at most 8 heads."""
     model = idinspect.load(real_shaped(variant))
-    if getattr(model.adapter, "latent", False):
-        from idinspect.analysis.prove_latent import latent_twin_shape
+    if model.form == "latent":
+        from idinspect.forms.latent.prove import latent_twin_shape
 
         shape = latent_twin_shape(model)
     else:

@@ -19,11 +19,10 @@ import transformers as tf
 import idinspect
 from idinspect.analysis import analyze_layer
 from idinspect.errors import UnsupportedLayerError
-from idinspect.gauge import canonicalize, invariant_errors
-from idinspect.gauge.biases import effective_output_bias
-from idinspect.layer import structure
+from idinspect.forms import reference_attention
+from idinspect.forms.per_head import canonicalize, invariant_errors, structure
+from idinspect.forms.per_head.biases import effective_output_bias
 from idinspect.layer.attention_layer import Positional
-from idinspect.layer.reference import reference_attention
 from tests.jacobian import RTOL, attention_nullity
 from tests.test_gauge import synthetic_layer
 

@@ -19,8 +19,8 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 import idinspect
+from idinspect.forms import reference_attention
 from idinspect.sources.checkpoint import SafetensorsCheckpoint
-from idinspect.layer.reference import reference_attention
 from tests import tiny
 
 TOL = 1e-10

@@ -115,7 +115,7 @@ def test_cached_greedy_decoding_equals_recomputing_the_sequence(variant):
 
 def test_export_and_verify_state_the_same_largest_invariant_error(tiny_dir, tmp_path):
     """One definition, one function, one wording (gauge.invariants.largest_over_layers / describe_largest)."""
-    from idinspect.gauge.invariants import describe_largest
+    from idinspect.forms.per_head.invariants import describe_largest
 
     src = tiny_dir("llama-gqa")
     exported = run_cli("export", src, tmp_path / "out", "--format", "json")

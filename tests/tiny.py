@@ -14,11 +14,10 @@ attention: :func:`per_head` skips these in the tests built on the per-head form,
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-
-import inspect
 
 import torch
 import transformers as tf
@@ -219,7 +218,7 @@ def capture_attention(model, input_ids: torch.Tensor) -> list[tuple[torch.Tensor
 
         handles.append(src.register_forward_pre_hook(pre, with_kwargs=True))
         handles.append(dst.register_forward_hook(post))
-    from idinspect.analysis.twin import exact_softmax
+    from idinspect.numerics.twin import exact_softmax
 
     try:
         with torch.no_grad(), exact_softmax(), adapter.exact_float64():

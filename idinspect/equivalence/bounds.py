@@ -38,10 +38,10 @@ from dataclasses import dataclass
 
 import torch
 
-from ..gauge.factors import augment
-from ..gauge.qk_gain_trade import gain_product_amplification
+from ..forms.per_head.factors import augment
+from ..forms.per_head.qk_gain_trade import gain_product_amplification
+from ..forms.per_head.structure import noop_key_bias_columns, unrotated_columns
 from ..layer.attention_layer import AttentionLayer
-from ..layer.structure import noop_key_bias_columns, unrotated_columns
 
 #: Margin on every rounding bound (see the module docstring).
 CONDITION_FACTOR = 8.0
@@ -96,10 +96,10 @@ def output_bound(amp_a: Sequence[float], amp_b: Sequence[float], stored_a: torch
 
 def factor_amplification(layer: AttentionLayer) -> dict[str, torch.Tensor]:
     """How much a relative rounding of the stored factors can move each invariant, shaped as
-    :func:`~idinspect.gauge.invariants.invariant_error_tensors`: ``W_QK``, ``W_OV`` [H],
+    :func:`~idinspect.forms.per_head.invariants.invariant_error_tensors`: ``W_QK``, ``W_OV`` [H],
     ``plane_QK``, ``plane_QJK`` [H, P], ``output_bias`` [] (the worst head's); ``qk_factors`` [H] = 1
     under a q/k norm (the factors are compared themselves: a relative rounding moves them by as much),
-    and ``qk_gains`` [H] where it has gains (:func:`~idinspect.gauge.qk_gain_trade.gain_product_amplification`).
+    and ``qk_gains`` [H] where it has gains (:func:`~idinspect.forms.per_head.qk_gain_trade.gain_product_amplification`).
 
     amp = ||X||_F ||Y||_F / ||X Y^T||_F for the factors X, Y of that head's (or plane's) invariant,
     from k x k Grams: ||X Y^T||_F^2 = tr(X^T X Y^T Y), never a d x d product.

@@ -17,7 +17,7 @@ from ..errors import IdinspectError
 def refuse_overflow(layer, role: str, t: torch.Tensor, side: str) -> None:
     """A float64 tensor whose products overflow float64 has no float64 invariants to compare: one line
     naming it, its largest value and the limit (inspect reports it as the ``overflow`` finding)."""
-    from ..analysis.findings import overflow_limit
+    from ..forms.per_head.findings import overflow_limit
 
     limit = overflow_limit(max(layer.d_model, layer.d_k))
     if t.dtype == torch.float64 and t.numel() and float(t.abs().max()) > limit:

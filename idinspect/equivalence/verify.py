@@ -40,14 +40,33 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
+from ..forms import form_of, require
+from ..forms.per_head import (
+    INVARIANTS,
+    InvariantError,
+    invariant_error_tensors,
+    invariant_errors,
+)
+from ..forms.per_head.invariants import (
+    describe_largest,
+    largest_over_layers,
+    worst_entry,
+)
+from ..forms.per_head.qk_gain_trade import cast_norm, tradable, trade
 from ..layer.attention_layer import AttentionLayer
-from ..gauge import INVARIANTS, InvariantError, invariant_error_tensors, invariant_errors
-from ..gauge.invariants import describe_largest, largest_over_layers, worst_entry
-from ..gauge.qk_gain_trade import cast_norm, trade, tradable
 from ..model import Model, load
 from . import functional as fn
-from .bounds import (CONDITION_FACTOR, INVARIANT_FLOOR, OutputBound, eps, factor_amplification, invariant_bound,
-                     largest_amplification, layer_amplification, output_bound)
+from .bounds import (
+    CONDITION_FACTOR,
+    INVARIANT_FLOOR,
+    OutputBound,
+    eps,
+    factor_amplification,
+    invariant_bound,
+    largest_amplification,
+    layer_amplification,
+    output_bound,
+)
 from .config_keys import full_settings, split_differences
 from .undefined import refuse_overflow, undefined_outputs
 
@@ -134,19 +153,18 @@ def _verify(A: Model, B: Model, functional: bool, tokens: int, decode: int, seed
             max_memory: int | None, progress: Progress = _no_progress, strict_config: bool = False,
             memory: str = "auto") -> VerifyResult:
     dtype = stored_dtype(B)
-    latent = bool(getattr(A.adapter, "latent", False))
-    if latent and (not functional or dtype not in BOUNDED_DTYPES):
-        A.require_per_head("verify --no-functional" if not functional else f"verify of a {dtype} checkpoint "
-                           "(its rounding baseline moves per-head factors)")
+    no_invariants = form_of(A).refusal("per-head invariants")    # None where the form has them
+    if not functional or dtype not in BOUNDED_DTYPES:
+        require(A, "verify --no-functional" if not functional else f"verify of a {dtype} checkpoint "
+                "(its rounding baseline moves per-head factors)")
     checks = [_config_check(A, B, strict_config)]
     structure = _structure_check(A, B)
     checks.append(structure)
     if structure.passed:
         checks.append(_tensor_check(A, B, progress))
         amps: tuple[list[float], list[float]] = ([], [])
-        checks.append(Check("invariants", None, detail="skipped: multi-head latent attention has no per-head "
-                            "invariants; judged by the functional check") if latent
-                      else _invariant_check(A, B, dtype, progress, amps))
+        checks.append(Check("invariants", None, detail=f"skipped: {no_invariants}; judged by the functional check")
+                      if no_invariants else _invariant_check(A, B, dtype, progress, amps))
         gguf = [side for side, m in (("A", A), ("B", B)) if _is_gguf(m)]
         if functional and gguf:
             checks.append(Check("functional", None, detail=f"skipped: {' and '.join(gguf)} is a GGUF file, which stock "
@@ -282,9 +300,9 @@ def output_tolerance(a, b, compute: torch.dtype = torch.float64) -> OutputBound:
 
 
 def _amplifications(model: Model) -> list[float]:
-    """:func:`~.bounds.layer_amplification` of every layer (1 for multi-head latent attention, whose
-    factors have no per-head products to amplify)."""
-    if getattr(model.adapter, "latent", False):
+    """:func:`~.bounds.layer_amplification` of every layer (1 where the form has no per-head
+    invariants: multi-head latent attention's factors have no per-head products to amplify)."""
+    if form_of(model).refusal("per-head invariants"):
         return [1.0] * model.num_layers
     return [layer_amplification(model.layer(i)) for i in range(model.num_layers)]
 
@@ -458,9 +476,9 @@ def _largest_tensor_f64(model: Model) -> int:
 
 def _non_finite(name: str, t: torch.Tensor, side: str) -> str | None:
     """Why ``t`` cannot be compared (NaN never equals anything, itself included), else None. One
-    summing pass first (:func:`~idinspect.analysis.spectra.all_finite`): ``isfinite`` over every
+    summing pass first (:func:`~idinspect.forms.per_head.spectra.all_finite`): ``isfinite`` over every
     bf16 entry took 7.3 s of a 22 s verify at the 1B shape, the sum 0.04 s per 262M entries."""
-    from ..analysis.spectra import all_finite
+    from ..forms.per_head.spectra import all_finite
 
     if not t.is_floating_point() or all_finite(t):
         return None
