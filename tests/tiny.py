@@ -71,9 +71,12 @@ def _discover() -> dict[str, Variant]:
             if name in found:
                 raise RuntimeError(f"variant {name!r} registered twice")
             found[name] = v
+            FAMILY_OF[name] = info.name
     return found
 
 
+#: variant -> the tests/families/ module that registers it (``pytest --family NAME`` selects by it).
+FAMILY_OF: dict[str, str] = {}
 VARIANTS: dict[str, Variant] = _discover()
 
 
