@@ -432,7 +432,7 @@ def test_non_unique_form_is_reported(tiny_dir, tmp_path):
 def test_one_pass_canonicalises_each_layer_once_and_patches_every_header(tiny_dir, tmp_path, monkeypatch):
     """Each layer is gauge-fixed exactly once; the headers, written before the last layer is known,
     end up with the final largest error and uniqueness in their fixed-width slots."""
-    import idinspect.exporting.layers as layer_module
+    import idinspect.forms.per_head.export as layer_module
 
     src = tiny_dir("llama3-rope", max_shard_size="20KB")
     calls = []
