@@ -12,7 +12,7 @@ os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 
 import pytest  # noqa: E402
 
-from tests import tiny  # noqa: E402
+from tests.support import tiny  # noqa: E402
 
 
 def pytest_addoption(parser):
