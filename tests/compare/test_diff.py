@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from idinspect.training.diff import diff
-from idinspect.training.live import opened, snapshot, write_layer
+from idinspect.training.live import snapshot, write_layer
 from idinspect.training.metrics import group_factors, set_group_factors, side_algebra
 from idinspect.training.orbit import project_step
 from tests.support.cli import run_cli
@@ -37,27 +37,6 @@ def _orthogonal_step(layer, g):
             X = project_step(L, R, dL, dR, side_algebra(layer, side)).X
             set_group_factors(new, layer, grp, side, L + dL - L @ X, R + dR + R @ X.T)
     return layer.replace(**new)
-
-
-@pytest.mark.parametrize("variant", ["gpt2", "llama-gqa", "llama-bias", "bert"])
-def test_gauge_move_gives_rho_one_and_no_invariant_change(variant, tmp_path):
-    a, b = _moved(variant, tmp_path, lambda layer, g: gauge_move(layer, g, 1e-5))
-    doc = diff(str(a), str(b))
-    for L in doc["layers"]:
-        for grp in L["groups"]:
-            for side in ("qk", "vo"):
-                assert abs(grp[side]["rho"] - 1) < 1e-8
-                assert grp[side]["beta_b"] == pytest.approx(grp[side]["beta_a"], rel=1e-3)
-        assert L["invariant_change_max"] < 1e-12 < L["raw_change"]["relative"]
-    assert doc["one_over_2H"] == 1 / (2 * doc["model"]["heads"])
-
-
-@pytest.mark.parametrize("variant", ["gpt2", "qwen2"])
-def test_orthogonal_step_gives_rho_zero(variant, tmp_path):
-    a, b = _moved(variant, tmp_path, _orthogonal_step)
-    doc = diff(str(a), str(b))
-    assert doc["totals"]["rho"] < 1e-12
-    assert all(L["invariant_change_max"] > 1e-6 for L in doc["layers"])
 
 
 def test_larger_gauge_move_rho_deficit_is_second_order(tmp_path):

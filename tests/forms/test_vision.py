@@ -12,10 +12,10 @@ import transformers as tf
 from torch.func import functional_call
 
 import idinspect
+from tests.contract.test_export import outputs, read_all, rel
 from tests.support import tiny
 from tests.support.cli import run_cli
 from tests.support.jacobian import single_thread
-from tests.contract.test_export import outputs, read_all, rel
 
 
 @pytest.fixture(scope="module")
@@ -128,13 +128,3 @@ def test_pooling_head_nullity_equals_the_derived_count(d, H):
     rank = int((s > 1e-9 * s[0]).sum())
     assert s[rank - 1] / s[0] > 1e-4 and (rank == s.numel() or s[rank] / s[0] < 1e-13)
     assert P - rank == pooling_head_unidentified(H, d)
-
-
-@pytest.mark.parametrize("variant", ["vit", "clip"])
-def test_verify_runs_vision_models_on_images(variant, tiny_dir, tmp_path):
-    """``idinspect verify`` feeds pixel_values (and tokens to a text tower) and compares the outputs."""
-    src = tiny_dir(variant)
-    assert run_cli("export", src, tmp_path / "out").code == 0
-    res = run_cli("verify", src, tmp_path / "out")
-    assert res.code == 0, res.stderr
-    assert "equivalent" in res.stdout and ("logits_per_image" in res.stdout) == (variant == "clip")
