@@ -83,8 +83,9 @@ def test_a_wrong_count_is_caught_and_fails_the_command(tiny_dir, monkeypatch):
     assert "--prove failed" in res.stderr
 
 
-def test_proof_restores_the_thread_count(tiny_dir):
+def test_proof_restores_the_thread_count(tiny_dir, machine_threads):
     before = torch.get_num_threads()
+    assert before == machine_threads
     prove_mod.prove(idinspect.load(tiny_dir("gpt2")))
     assert torch.get_num_threads() == before
 

@@ -12,6 +12,9 @@ from idinspect.forms.per_head.spectra import gram_float64
 from idinspect.layer.buffers import Float64Buffers
 from idinspect.numerics.parallel import IN_FLIGHT_BYTES, layer_workers, ordered_map
 
+# thread handling is what is tested here: with the machine's thread count, not the suite's one
+pytestmark = pytest.mark.usefixtures("machine_threads")
+
 
 def test_ordered_map_keeps_order_state_per_thread_and_restores_threads():
     before = torch.get_num_threads()
