@@ -23,8 +23,8 @@ def measure(variant: str, dtype: torch.dtype) -> tuple[float, float]:
     """(relative error of the export's outputs, the bound) for ``variant`` stored and run in ``dtype``."""
     import idinspect
     from idinspect.equivalence.verify import output_tolerance
-    from tests.support import tiny
     from tests.contract.test_export import auto_class, rel
+    from tests.support import tiny
 
     with tempfile.TemporaryDirectory() as tmp:
         src, out = Path(tmp) / "src", Path(tmp) / "out"

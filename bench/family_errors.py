@@ -20,9 +20,9 @@ import torch
 def measure(variant: str) -> dict:
     import idinspect
     from idinspect.forms.per_head.reference import reference_attention
+    from tests.contract.test_export import outputs
     from tests.support import tiny
     from tests.support.jacobian import attention_nullity
-    from tests.contract.test_export import outputs
 
     hf = tiny.build(variant)
     with tempfile.TemporaryDirectory() as tmp:

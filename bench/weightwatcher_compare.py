@@ -125,9 +125,8 @@ def widened(src: Path, dst: Path) -> Path:
 
 def compare(name: str, python: Path, seed: int = 0) -> dict:
     sys.path.insert(0, str(ROOT))
-    from tests.contract.test_export import moved_checkpoint
-
     import idinspect
+    from tests.contract.test_export import moved_checkpoint
 
     original = model_path(name)
     with idinspect.load(original) as model:

@@ -110,7 +110,7 @@ class LayerStream:
     def _submit(self, layer: int) -> Future:
         return self._pool.submit(self._fix, self.model.layer(layer))    # read here, on the caller's thread
 
-    def _fix(self, layer: AttentionLayer) -> FixedLayer:
+    def _fix(self, layer) -> FixedLayer:
         if not hasattr(self._local, "workspace"):
             self._local.workspace = Float64Buffers()
         return fix_layer(layer, self.target, self._local.workspace)

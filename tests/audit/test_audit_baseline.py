@@ -7,7 +7,13 @@ import json
 import pytest
 
 from idinspect.audit.baseline import Baseline, BaselineError, Entry, fingerprint, render
-from tests.audit.test_audit_fixtures import audit, audit_json, findings_of, isolated_cwd, zoo  # noqa: F401
+from tests.audit.test_audit_fixtures import (  # noqa: F401
+    audit,
+    audit_json,
+    findings_of,
+    isolated_cwd,
+    zoo,
+)
 
 
 def test_fingerprints_are_stable_and_specific():

@@ -7,7 +7,14 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from tests.audit.test_audit_fixtures import NAN_TENSOR, audit, audit_json, findings_of, isolated_cwd, zoo  # noqa: F401
+from tests.audit.test_audit_fixtures import (  # noqa: F401
+    NAN_TENSOR,
+    audit,
+    audit_json,
+    findings_of,
+    isolated_cwd,
+    zoo,
+)
 
 FORMATS = ("text", "json", "sarif", "github", "junit")
 

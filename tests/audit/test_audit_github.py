@@ -4,8 +4,16 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 
-from idinspect.reports.github import annotations, command, escape_data, escape_property, md, step_summary
+from idinspect.reports.github import (
+    annotations,
+    command,
+    escape_data,
+    escape_property,
+    md,
+    step_summary,
+)
 from idinspect.reports.junit import render_junit
+
 from tests.audit.test_audit_fixtures import audit, isolated_cwd, zoo  # noqa: F401
 
 

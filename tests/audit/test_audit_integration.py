@@ -8,8 +8,8 @@ from pathlib import Path
 
 import yaml
 
-from tests.support.cli import run_cli
 from tests.audit.test_audit_fixtures import isolated_cwd, zoo  # noqa: F401
+from tests.support.cli import run_cli
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -7,8 +7,21 @@ from pathlib import Path
 
 import pytest
 
-from idinspect.audit.policy import Policy, PolicyError, cli_settings, discover, load_policy, parse_table
-from tests.audit.test_audit_fixtures import audit, audit_json, findings_of, isolated_cwd, zoo  # noqa: F401
+from idinspect.audit.policy import (
+    Policy,
+    PolicyError,
+    cli_settings,
+    discover,
+    load_policy,
+    parse_table,
+)
+from tests.audit.test_audit_fixtures import (  # noqa: F401
+    audit,
+    audit_json,
+    findings_of,
+    isolated_cwd,
+    zoo,
+)
 
 
 def write_pyproject(folder: Path, body: str) -> Path:
@@ -165,8 +178,9 @@ def test_layering_in_the_library():
 def test_one_severity_order_for_the_audit_and_the_writers():
     """rules.SEVERITIES is the only order: severity_rank grows with severity (unknown text below
     note), and the report views list worst first from it."""
-    from idinspect.rules import SEVERITIES, WORST_FIRST, severity_rank
     from idinspect.reports.summary import findings_by_rule, severity_counts
+
+    from idinspect.rules import SEVERITIES, WORST_FIRST, severity_rank
 
     assert [severity_rank(s) for s in (*SEVERITIES, "custom")] == [0, 1, 2, -1]
     assert WORST_FIRST == ("error", "warning", "note")

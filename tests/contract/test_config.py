@@ -8,7 +8,6 @@ and legacy config.json files (the form most hub checkpoints still have).
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import shutil
 import subprocess
@@ -16,12 +15,12 @@ import sys
 
 import pytest
 import transformers as tf
+from idinspect.adapters import adapter_for
 
 import idinspect
-from idinspect.adapters import ADAPTERS, adapter_for
 from idinspect.analysis import analyze
-from idinspect.sources.config import CheckpointConfig
 from idinspect.model import Model
+from idinspect.sources.config import CheckpointConfig
 from tests.support import tiny
 
 

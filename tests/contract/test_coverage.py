@@ -8,10 +8,10 @@ import math
 
 import pytest
 import torch
+from idinspect.adapters import gpt2 as gpt2_adapter
 from safetensors.torch import load_file, save_file
 
 import idinspect
-from idinspect.adapters import gpt2 as gpt2_adapter
 from idinspect.errors import IdinspectError
 from idinspect.sources.coverage import inventory, unread_attention_tensors
 from tests.support import tiny

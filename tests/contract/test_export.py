@@ -19,9 +19,9 @@ from idinspect.equivalence.bounds import factor_amplification
 from idinspect.equivalence.verify import output_tolerance
 from idinspect.exporting.shard_writer import write_safetensors
 from idinspect.forms import form_of
+from tests.forms.test_gauge import random_gauge
 from tests.support import tiny
 from tests.support.cli import run_cli
-from tests.forms.test_gauge import random_gauge
 
 FAMILIES = tiny.variants()
 

@@ -153,8 +153,8 @@ def test_llama4_text_with_biases_matches_its_module_and_jacobian(tmp_path):
     import torch
 
     from idinspect.forms import reference_attention
-    from tests.support.jacobian import attention_nullity
     from tests.contract.test_jacobian import _check_counts
+    from tests.support.jacobian import attention_nullity
 
     hf = _llama4(tmp_path, attention_bias=True)
     layers = idinspect.inspect(tmp_path, spectra=False)["layers"]

@@ -5,7 +5,6 @@ import transformers as tf
 from tests.support.tiny import Variant
 
 
-
 def _bert(cls=tf.BertConfig, **kw):
     return cls(**{**dict(hidden_size=16, num_attention_heads=4, num_hidden_layers=2, intermediate_size=32,
                          vocab_size=64, max_position_embeddings=64), **kw})

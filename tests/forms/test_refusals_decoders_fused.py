@@ -16,10 +16,9 @@ def test_gpt_bigcode_cross_attention_is_refused_by_name(tmp_path):
 
 
 def test_falcon_alibi_slopes_are_blooms():
-    from transformers.models.bloom.modeling_bloom import build_alibi_tensor
     import torch
-
     from idinspect.adapters.falcon import alibi_slopes
+    from transformers.models.bloom.modeling_bloom import build_alibi_tensor
 
     for n in (1, 3, 4, 6, 8, 12):
         alibi = build_alibi_tensor(torch.ones(1, 2), n, torch.float32)     # [n, 1, 2]: slope * position (0, 1)

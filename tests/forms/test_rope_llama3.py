@@ -19,9 +19,7 @@ import transformers as tf
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
 from idinspect.sources import rope_config as rope
-from idinspect.adapters import ADAPTERS
 from idinspect.sources.config import CheckpointConfig
-
 
 BASE = {"model_type": "llama", "hidden_size": 2048, "num_attention_heads": 32, "num_key_value_heads": 8,
         "max_position_embeddings": 131072}

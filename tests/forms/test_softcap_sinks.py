@@ -23,8 +23,8 @@ from idinspect.forms import reference_attention
 from idinspect.forms.per_head import canonicalize, invariant_errors, structure
 from idinspect.forms.per_head.biases import effective_output_bias
 from idinspect.layer.attention_layer import Positional
-from tests.support.jacobian import RTOL, attention_nullity
 from tests.forms.test_gauge import synthetic_layer
+from tests.support.jacobian import RTOL, attention_nullity
 
 
 def _clean_gap(n) -> None:

@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 
 from idinspect.sources.remote_cache import FOLDER
+from tests.sources.test_remote import _clean, cache, hub  # noqa: F401 - fixtures: local hub, clean settings, cache folder
 from tests.support.hostile import run_case, tree_hashes
 from tests.support.hub_server import Fault, served_files
-from tests.sources.test_remote import _clean, cache, hub  # noqa: F401 - fixtures: local hub, clean settings, cache folder
 
 REPO = "org/tiny-llama"
 RANGES = Path("models--org--tiny-llama") / FOLDER

@@ -13,7 +13,14 @@ import os
 
 import pytest
 
-from tests.support.hostile import case_dir, edit_config, rename_tensor, run_case, set_tensor, visible
+from tests.support.hostile import (
+    case_dir,
+    edit_config,
+    rename_tensor,
+    run_case,
+    set_tensor,
+    visible,
+)
 
 OSC52 = "\x1b]52;c;ZXZpbA==\x07"           # write the clipboard
 CLEAR = "\x1b[2J\x1b[H"                     # clear the screen

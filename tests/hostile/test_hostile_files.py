@@ -10,7 +10,15 @@ import json
 
 import pytest
 
-from tests.support.hostile import case_dir, edit_header, deep_json, edit_config, raw_safetensors, run_case, write_text
+from tests.support.hostile import (
+    case_dir,
+    deep_json,
+    edit_config,
+    edit_header,
+    raw_safetensors,
+    run_case,
+    write_text,
+)
 
 CONFIG_CASES = {
     # name: (variant, config changes, key that must be named)

@@ -84,8 +84,8 @@ class Parts:
 
 @pytest.fixture(scope="module")
 def base_gguf(tmp_path_factory) -> Path:
-    from tests.support.gguf_convert import convert
     from tests.sources.test_gguf import wide
+    from tests.support.gguf_convert import convert
 
     out = tmp_path_factory.mktemp("gguf") / "base.gguf"
     return convert(wide("llama"), out, {"*": "F32", "attn_q": "Q8_0", "attn_k": "Q8_0", "attn_v": "Q8_0",

@@ -10,7 +10,6 @@ through the settings the guard reads (IDINSPECT_HUB_DEADLINE, IDINSPECT_HUB_READ
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest

@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 from safetensors import safe_open
 
+from tests.sources.test_remote import _clean, cache, hub  # noqa: F401 - fixtures: local hub, clean settings, cache folder
 from tests.support.cli import run_cli
 from tests.support.hostile import cache_snapshot, run_case
 from tests.support.hub_server import Fault, served_files
-from tests.sources.test_remote import _clean, cache, hub  # noqa: F401 - fixtures: local hub, clean settings, cache folder
 
 REPO = "org/tiny-llama"
 

@@ -124,9 +124,10 @@ def test_editable_install_maps_the_folders():
     pytest puts on sys.path for ``tests``, is left out)."""
     import importlib.machinery
 
-    import idinspect
     import idinspect.adapters
     import idinspect.reports
+
+    import idinspect
 
     assert Path(idinspect.__file__) == ROOT / "idinspect" / "__init__.py"
     assert Path(idinspect.adapters.__file__) == ROOT / "adapters" / "__init__.py"

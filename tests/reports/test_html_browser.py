@@ -16,9 +16,9 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
+from idinspect.reports.html import write_html
 
 from idinspect.analysis.inspection import inspect
-from idinspect.reports.html import write_html
 from tests.support.report_fixtures import EVIL, llama_result
 
 BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
@@ -192,6 +192,7 @@ def test_layout_at_1280_px_keeps_cells_short_and_names_whole(chromium, tmp_path,
     """No table cell taller than three lines (per tensor name it lists), tensor and rule names on one
     line each (never wrapped letter by letter), no horizontal overflow, the formulas laid out as MathML."""
     from idinspect.reports.html import render_html
+
     from tests.support.report_fixtures import bert_result
 
     result = llama_result() if fixture == "llama" else bert_result()
@@ -225,11 +226,12 @@ FIT = """<script>
 def _every_writer(minilm: Path, tmp_path: Path) -> dict[str, str]:
     """Each HTML writer's page on the real all-MiniLM-L6-v2 (diff and compare of it against itself;
     survey with it and a failed source)."""
-    from idinspect.compare import compare
     from idinspect.reports.compare_html import render_compare_html
     from idinspect.reports.diff_html import render_diff_html
     from idinspect.reports.html import render_html
     from idinspect.reports.survey_html import render_survey_html
+
+    from idinspect.compare import compare
     from idinspect.survey.rows import survey_row
     from idinspect.training.diff import diff
 

@@ -3,7 +3,6 @@
 import re
 
 import pytest
-
 from idinspect.reports.svg_charts import cell_number, heatmap
 
 
@@ -72,6 +71,7 @@ def test_diff_report_shares_the_stylesheet_and_keeps_numbers_whole():
 def test_every_report_table_can_scroll_instead_of_being_clipped(fixture):
     """A wide table (Gemma 3's counts with its nearly-null rows) scrolls inside its section."""
     from idinspect.reports.html import render_html
+
     from tests.support.report_fixtures import bert_result, llama_result
 
     page = render_html(llama_result() if fixture == "llama" else bert_result())

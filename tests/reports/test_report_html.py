@@ -7,10 +7,16 @@ import re
 from html.parser import HTMLParser
 
 import pytest
-
 from idinspect.reports.html import embed_json, render_html, write_html
+
 from tests.support.cli import run_cli
-from tests.support.report_fixtures import EVIL, MARKUP, bert_result, llama_result, minimal_result
+from tests.support.report_fixtures import (
+    EVIL,
+    MARKUP,
+    bert_result,
+    llama_result,
+    minimal_result,
+)
 
 CHARTS = ("chart-params", "chart-ratio", "heat-qk-effective_rank", "heat-qk-top_sigma", "heat-ov-effective_rank",
           "heat-ov-top_sigma")

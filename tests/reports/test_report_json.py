@@ -9,9 +9,9 @@ from pathlib import Path
 
 import jsonschema
 import pytest
-
 from idinspect.reports.atomic import write_text_atomic
 from idinspect.reports.json_report import dumps, ordered, write_json
+
 from tests.support.cli import run_cli
 from tests.support.report_fixtures import bert_result, llama_result
 

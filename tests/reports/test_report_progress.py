@@ -8,7 +8,12 @@ import pytest
 from rich.console import Console
 
 from idinspect.model import load
-from idinspect.progress import ProgressReporter, current_hub_tqdm, should_show, silence_library_progress
+from idinspect.progress import (
+    ProgressReporter,
+    current_hub_tqdm,
+    should_show,
+    silence_library_progress,
+)
 from tests.support.cli import run_cli
 
 

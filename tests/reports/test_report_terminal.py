@@ -6,13 +6,19 @@ import io
 import re
 
 import pytest
-from rich.console import Console
-
 from idinspect.reports.finding_words import finding_tensors
 from idinspect.reports.summary import fmt_ratio, layer_groups
 from idinspect.reports.terminal import layer_table, render_report
+from rich.console import Console
+
 from tests.support.cli import run_cli
-from tests.support.report_fixtures import EVIL, MARKUP, bert_result, llama_result, minimal_result
+from tests.support.report_fixtures import (
+    EVIL,
+    MARKUP,
+    bert_result,
+    llama_result,
+    minimal_result,
+)
 
 SGR = re.compile(r"\x1b\[([0-9;]*)m")
 COLOUR = re.compile(r"(?:^|;)(?:3[0-9]|9[0-7]|4[0-9]|10[0-7])(?:;|$)")

@@ -18,7 +18,7 @@ from huggingface_hub import constants as hf_constants
 
 import idinspect
 from idinspect import cli as cli_module
-from idinspect.sources import remote, remote_http
+from idinspect.sources import remote_http
 from idinspect.sources.remote import coalesce
 from idinspect.sources.remote_cache import FOLDER, RangeCache
 from idinspect.sources.safetensors_format import tensor_spans

@@ -10,9 +10,9 @@ from pathlib import Path
 import torch
 
 import idinspect
+from tests.sources.test_gguf import Q4_K_MIX, wide
 from tests.support import tiny
 from tests.support.gguf_convert import convert
-from tests.sources.test_gguf import Q4_K_MIX, wide
 
 
 def figures(kind: str, qtype, width: int) -> tuple[dict[str, float], float]:

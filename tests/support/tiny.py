@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-import transformers as tf
 
 
 @dataclass(frozen=True)

@@ -10,15 +10,14 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
 from idinspect.survey import SurveyOptions, comparable, run_survey
-from idinspect.survey.ray_backend import LOOPBACK_ENV
 from idinspect.survey.memory import WORKER_BASE_BYTES, estimate_model_bytes
 from idinspect.survey.output import read_jsonl
 from idinspect.survey.pool import LocalPool
+from idinspect.survey.ray_backend import LOOPBACK_ENV
 from tests.support.cli import run_cli
 
 VARIANTS = ("bert", "gpt2", "llama-gqa", "llama-mqa", "qwen2")

@@ -5,19 +5,35 @@ from __future__ import annotations
 import json
 import math
 import os
-from pathlib import Path
 
 import pytest
+from idinspect.reports.survey_html import render_survey_html
 from safetensors import safe_open
 
 import idinspect
 from idinspect.errors import IdinspectError, TransientError
 from idinspect.survey import FIELD_NAMES, comparable, read_sources, survey_row
-from idinspect.survey.memory import Admission, Estimate, estimate_model_bytes, worker_count, WORKER_BASE_BYTES
-from idinspect.survey.output import JsonlSink, ParquetSink, read_jsonl, read_parquet, row_line
-from idinspect.survey.resume import current_revision, is_done, latest_rows, local_revision
+from idinspect.survey.memory import (
+    WORKER_BASE_BYTES,
+    Admission,
+    Estimate,
+    estimate_model_bytes,
+    worker_count,
+)
+from idinspect.survey.output import (
+    JsonlSink,
+    ParquetSink,
+    read_jsonl,
+    read_parquet,
+    row_line,
+)
+from idinspect.survey.resume import (
+    current_revision,
+    is_done,
+    latest_rows,
+    local_revision,
+)
 from idinspect.survey.rows import error_kind
-from idinspect.reports.survey_html import render_survey_html
 
 
 def test_row_is_the_inspection_reduced(tiny_dir):
