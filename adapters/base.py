@@ -29,10 +29,18 @@ from ..layer.attention_layer import AttentionLayer, Positional, QKNorm, QueryTem
 QK_NORM_ROLES = ("q_gain", "k_gain", "q_bias", "k_bias")
 from ..sources.checkpoint import TensorReader
 from ..sources.config import setting_optional
+from .layout import (
+    Block,
+    Projection,
+    fused_rows,
+    head_rows,
+    heads_from_linear_cols,
+    heads_from_linear_rows,
+    linear_cols_from_heads,
+    linear_rows_from_heads,
+)
 from .live import LiveModel
 from .model_tensors import TASK_HEADS, match
-from .layout import (Block, Projection, fused_rows, head_rows, heads_from_linear_cols, heads_from_linear_rows,
-                     linear_cols_from_heads, linear_rows_from_heads)
 
 ROLE_COUNT = {"q": "H", "k": "G", "v": "G"}
 
@@ -81,8 +89,9 @@ class Adapter(LiveModel):
     #: The per-head attention-sink logits [H] of a self-attention block, relative to the layer
     #: (gpt-oss: ``"self_attn.sinks"``); None: the family has none.
     sinks_tensor: ClassVar[str | None] = None
-    #: The blocks are multi-head latent attention (:class:`LatentAttentionLayer`), not the per-head form.
-    latent: ClassVar[bool] = False
+    #: The form its layers are read into (``"per_head"``: :class:`AttentionLayer`; ``"latent"``:
+    #: :class:`LatentAttentionLayer`); :func:`idinspect.forms.form_of` maps it to its mathematics.
+    form: ClassVar[str] = "per_head"
     #: Every stored tensor that is the model's rather than an attention block's, as ``pattern ->
     #: component`` (:mod:`adapters.model_tensors`: syntax, components); the coverage check refuses a
     #: tensor that neither a block reads nor a declaration names.
@@ -188,6 +197,11 @@ class Adapter(LiveModel):
     def logit_softcap(self, site: Site) -> float | None:
         """The soft-capping constant c of the block's scores (s -> c tanh(s / c)); None: no cap."""
         return None
+
+    def form_summary(self) -> dict:
+        """What the JSON ``model`` object says about the attention form beyond the common keys (the
+        latent form's ``attention`` and ``latent`` widths); nothing for the per-head form."""
+        return {}
 
     def unanalysed(self) -> list[dict]:
         """Attention modules the checkpoint holds that the counts leave out, each as ``{"module",

@@ -15,7 +15,7 @@ The latent norms are DeepseekV*RMSNorm built with their default eps (1e-6), not 
 RoPE pairs dims (2p, 2p+1) (V2 always; V3 with rope_interleave, its default), rotate_half otherwise;
 the softmax scale is (n+e)^-1/2 times YaRN's mscale^2 (transformers' ``yarn_apply_mscale``).
 Experts (``mlp.experts``, ``first_k_dense_replace``) are MLPs, not read. Layouts only: the
-mathematics is in :mod:`idinspect.layer.latent_structure`.
+mathematics is in :mod:`idinspect.forms.latent.structure`.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ class DeepseekAdapter(Adapter):
     layer_container = "layers"
     pre_norm = ("input_layernorm.weight",)
     hf_modules = {"self": (_ATTN, None)}
-    latent = True
+    form = "latent"
 
     # sizes -------------------------------------------------------------------------
     @cached_property
@@ -96,7 +96,7 @@ class DeepseekAdapter(Adapter):
 
         return float(yarn_apply_mscale(self._full.rope_parameters or {}, self.head_dim ** -0.5))
 
-    def latent_summary(self) -> dict:
+    def form_summary(self) -> dict:
         """``attention`` and ``latent`` of the JSON ``model`` object: the MLA widths."""
         return {"attention": "latent", "latent": {"q_rank": self.q_rank, "kv_rank": self._size("kv_lora_rank"),
                                                   "nope_dim": self._size("qk_nope_head_dim"),
@@ -175,7 +175,7 @@ class DeepseekAdapter(Adapter):
 
     # --prove and tests -------------------------------------------------------------
     def twin_settings(self, hf_config, shape: dict) -> dict:
-        """A one-layer MLA twin of ``shape`` (:func:`idinspect.analysis.prove_latent.latent_twin_shape`) with
+        """A one-layer MLA twin of ``shape`` (:func:`idinspect.forms.latent.prove.latent_twin_shape`) with
         this model's bias pattern, query latent or not, RoPE type, parameters and pairing; dense MLP."""
         cfg = hf_config
         kw = {k: shape[k] for k in ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")}

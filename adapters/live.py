@@ -1,6 +1,6 @@
 """What an adapter says about a live transformers model of its family: where each attention block's
 modules are, what a forward pass needs, and how --prove's twin is configured. ``--prove``
-(:mod:`idinspect.analysis.twin`) and the tests' oracles use it; reading and writing checkpoints
+(:mod:`idinspect.numerics.twin`) and the tests' oracles use it; reading and writing checkpoints
 (:mod:`.base`) does not. Layout facts only, no mathematics.
 """
 
@@ -40,7 +40,7 @@ class LiveModel:
     def twin_settings(self, hf_config, shape: dict) -> dict[str, Any]:
         """config keyword arguments of a one-layer twin of ``shape`` (heads, kv_heads, head_dim,
         hidden_size) with this model's bias pattern, positional scheme and causality (see
-        :mod:`idinspect.analysis.twin`)."""
+        :mod:`idinspect.numerics.twin`)."""
         raise IdinspectError(f"--prove has no twin recipe for the {self.family} family")
 
     def exact_float64(self) -> contextlib.AbstractContextManager:

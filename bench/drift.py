@@ -13,7 +13,7 @@ the lock and before widening or narrowing a range, and record the outcome in doc
 package, to bisect for the lowest version that passes before moving a floor.
 
 The run's versions, its pytest summary line and exit status go to bench/results/drift-END-DATE.json.
-IDINSPECT_DRIFT=1 is set for the tests, so tests/test_lock.py does not require the locked versions.
+IDINSPECT_DRIFT=1 is set for the tests, so tests/project/test_lock.py does not require the locked versions.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 gauge-fixed export read back by stock transformers, beside the rounding bound the tests and ``verify``
 apply (idinspect.equivalence.bounds.output_bound), for two cases:
 
-- float32 weights exported in float32, both models run in float32 (tests/test_export.py's
+- float32 weights exported in float32, both models run in float32 (tests/contract/test_export.py's
   ``test_float32_export_keeps_logits_and_greedy_decodes``);
 - float64 weights exported in float64, run in float64 (``test_stock_transformers_computes_the_original_function``).
 
@@ -23,8 +23,8 @@ def measure(variant: str, dtype: torch.dtype) -> tuple[float, float]:
     """(relative error of the export's outputs, the bound) for ``variant`` stored and run in ``dtype``."""
     import idinspect
     from idinspect.equivalence.verify import output_tolerance
-    from tests import tiny
-    from tests.test_export import auto_class, rel
+    from tests.contract.test_export import auto_class, rel
+    from tests.support import tiny
 
     with tempfile.TemporaryDirectory() as tmp:
         src, out = Path(tmp) / "src", Path(tmp) / "out"
@@ -42,7 +42,7 @@ def measure(variant: str, dtype: torch.dtype) -> tuple[float, float]:
 
 
 def main(argv: list[str]) -> int:
-    from tests import tiny
+    from tests.support import tiny
 
     variants = argv or tiny.variants()
     print("| variant | float32 error | bound | ratio | float64 error | bound | ratio |")

@@ -19,10 +19,10 @@ import torch
 
 def measure(variant: str) -> dict:
     import idinspect
-    from idinspect.layer.reference import reference_attention
-    from tests import tiny
-    from tests.jacobian import attention_nullity
-    from tests.test_export import outputs
+    from idinspect.forms.per_head.reference import reference_attention
+    from tests.contract.test_export import outputs
+    from tests.support import tiny
+    from tests.support.jacobian import attention_nullity
 
     hf = tiny.build(variant)
     with tempfile.TemporaryDirectory() as tmp:
@@ -49,7 +49,7 @@ def measure(variant: str) -> dict:
 
 
 def main(argv: list[str]) -> int:
-    from tests import tiny
+    from tests.support import tiny
 
     variants = argv or tiny.variants()
     print("| variant | family | blocks | reference rel. err | export logits rel. err | Jacobian nullity | counted |")

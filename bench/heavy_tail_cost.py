@@ -5,7 +5,7 @@ built by ``python -m bench.build llama-1b-2l``).
 ``inspect`` runs in this process alternately with the section (``heavy_tails=True``, ``--heavy-tails``)
 and without it (the default), ``--repeats`` times each after one
 warm-up of each; reported: the median of each, their ratio, and the section's own time per layer
-(:func:`idinspect.analysis.heavy_tail.heavy_tail` timed alone on each loaded layer).
+(:func:`idinspect.forms.per_head.heavy_tail.heavy_tail` timed alone on each loaded layer).
 """
 
 from __future__ import annotations
@@ -43,8 +43,8 @@ def main(argv: list[str] | None = None) -> int:
         runs["with"].append(_inspect_seconds(path, True))
         runs["without"].append(_inspect_seconds(path, False))
     import idinspect
-    from idinspect.analysis.heavy_tail import heavy_tail
-    from idinspect.analysis.spectra import head_spectra
+    from idinspect.forms.per_head.heavy_tail import heavy_tail
+    from idinspect.forms.per_head.spectra import head_spectra
     model = idinspect.load(str(path))
     own = []
     for layer in model.layers():

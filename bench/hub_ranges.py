@@ -1,7 +1,7 @@
 """``python -m bench.hub_ranges [--8b] [--repeats N]``: bytes and time of partial hub reads (issue 17).
 
 Serves Llama-3.2-1B-shaped (and with ``--8b`` Llama-3.1-8B-shaped, 4 shards) checkpoints from the
-local hub + CDN of ``tests/hub_server.py``, run in a child process so that serving does not share
+local hub + CDN of ``tests/support/hub_server.py``, run in a child process so that serving does not share
 this process's GIL. Tensor data is generated on the fly (bf16 values in a repeating pseudo-random
 block), so multi-GB checkpoints need neither memory nor disk on the server side.
 
@@ -125,7 +125,7 @@ def _prod(xs) -> int:
 
 def serve(conn, repos: dict) -> None:
     sys.path.insert(0, str(ROOT))
-    from tests.hub_server import LocalHub, PatternBlob
+    from tests.support.hub_server import LocalHub, PatternBlob
 
     with LocalHub() as hub:
         for repo_id, files in repos.items():

@@ -18,7 +18,7 @@ For each model:
   child process of each (imports, loading, analysis), and the peak resident memory each child reads
   of itself (VmHWM: ``ru_maxrss`` of a forked child carries the parent's high-water mark, which made
   an earlier run's memory column invalid); ratios WW / ours;
-- invariance: the checkpoint is moved along a random gauge orbit (tests/test_export.moved_checkpoint:
+- invariance: the checkpoint is moved along a random gauge orbit (tests/contract/test_export.py, moved_checkpoint:
   per kv group, A in the QK gauge, B in GL(d_v), rewritten in the stored dtype; a bf16/fp16 checkpoint
   is first widened to float32, exactly, and both tools analyse the float32 pair: rounded back to bf16
   the moved copy would differ by bf16 rounding, a real change of the weights) and both tools run
@@ -125,9 +125,8 @@ def widened(src: Path, dst: Path) -> Path:
 
 def compare(name: str, python: Path, seed: int = 0) -> dict:
     sys.path.insert(0, str(ROOT))
-    from tests.test_export import moved_checkpoint
-
     import idinspect
+    from tests.contract.test_export import moved_checkpoint
 
     original = model_path(name)
     with idinspect.load(original) as model:

@@ -19,8 +19,8 @@ _PUBLIC = {
     "AttentionLayer": ".layer.attention_layer", "Positional": ".layer.attention_layer",
     "RotarySpec": ".layer.attention_layer", "IdinspectError": ".errors", "inspect": ".analysis.inspection",
     "analyze": ".analysis", "Model": ".model", "load": ".automatic.loading",
-    "reference_attention": ".layer.reference", "canonicalize": ".gauge", "invariant_errors": ".gauge",
-    "is_gauge_fixed": ".gauge", "export": ".exporting.pipeline", "verify": ".equivalence.verify",
+    "reference_attention": ".forms", "canonicalize": ".forms", "invariant_errors": ".forms.per_head",
+    "is_gauge_fixed": ".forms", "export": ".exporting.pipeline", "verify": ".equivalence.verify",
 }
 
 

@@ -15,17 +15,40 @@ from pathlib import Path
 import torch
 
 from .adapters import ADAPTERS, Adapter, adapter_for, supported_model_types
+from .errors import IdinspectError, one_line
 from .layer.attention_layer import AttentionLayer
+from .sources.checkpoint import (
+    SafetensorsCheckpoint,
+    ShapeOnlyReader,
+    StateDictReader,
+    TensorReader,
+)
 from .sources.config import CheckpointConfig, read_config
-from .sources.checkpoint import SafetensorsCheckpoint, ShapeOnlyReader, StateDictReader, TensorReader
 from .sources.coverage import check_coverage
 from .sources.file_names import CONFIG_FILE
-from .errors import IdinspectError, one_line
 from .sources.hf_logging import quiet_transformers
+from .sources.hub import (
+    COMMIT_SHA,
+    HUB_ID,
+    INSPECT_PATTERNS,
+    HubUnreachable,
+    download_snapshot,
+    looks_like_path,
+    split_revision,
+)
+from .sources.local_source import (
+    is_gguf_file,
+    local_path,
+    require_directory,
+    split_gguf_source,
+)
 from .sources.safetensors_format import DTYPE_CODES
-from .sources.validate import check_settings, check_settings_against_headers, check_sizes_against_headers, read_json
-from .sources.hub import COMMIT_SHA, HUB_ID, INSPECT_PATTERNS, HubUnreachable, download_snapshot, looks_like_path, split_revision
-from .sources.local_source import is_gguf_file, local_path, require_directory, split_gguf_source
+from .sources.validate import (
+    check_settings,
+    check_settings_against_headers,
+    check_sizes_against_headers,
+    read_json,
+)
 
 
 @dataclass(frozen=True)
@@ -107,14 +130,10 @@ class Model:
                                      "not belong to this config")
         check_coverage(a, self.reader)
 
-    def require_per_head(self, what: str) -> "Model":
-        """Raise a one-line error where the model's attention is multi-head latent attention (MLA),
-        which ``what`` (a command or step built on the per-head form) does not handle; returns self."""
-        if getattr(self.adapter, "latent", False):
-            raise IdinspectError(f"{self.provenance.source}: {what} does not handle multi-head latent attention "
-                                 f"(model_type {self.config.model_type!r}) yet; `idinspect MODEL` inspects it "
-                                 "(see README, Supported families)")
-        return self
+    @property
+    def form(self) -> str:
+        """The attention form of the model's layers (the adapter's; :func:`idinspect.forms.form_of`)."""
+        return self.adapter.form
 
     def layers(self) -> Iterator[AttentionLayer]:
         """Every attention layer, read lazily one at a time."""
@@ -169,7 +188,7 @@ class Model:
             "rotary_dim": pos.rotary_dim,
             **self._stack_summary(),
             **self._gguf_summary(),
-            **(a.latent_summary() if a.latent else {}),
+            **a.form_summary(),
         }
 
     def _stack_summary(self) -> dict:

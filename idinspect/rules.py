@@ -142,6 +142,12 @@ RULES_BY_ID: dict[str, Rule] = {rule.id: rule for rule in RULES}
 RULE_IDS: tuple[str, ...] = tuple(RULES_BY_ID)
 
 
+def default_severity(rule_id: str) -> str:
+    """The severity :data:`RULES` gives ``rule_id``: what every finding of that rule carries before a
+    policy or ``--severity`` changes it (the only place a finding's default severity comes from)."""
+    return RULES_BY_ID[rule_id].severity
+
+
 def rule_for(rule_id: str, severity: str = "warning") -> Rule:
     """The table entry for ``rule_id``; a generic entry for a rule the analyzer added later."""
     rule = RULES_BY_ID.get(rule_id)
@@ -170,4 +176,5 @@ def is_active(rule_id: str, policy: dict | None) -> bool:
 
 
 __all__ = ["LEVELS", "RULES", "RULES_BY_ID", "RULE_IDS", "Rule", "SEVERITIES", "WORST_FIRST", "at_or_above",
+           "default_severity",
            "information_uri", "is_active", "is_known", "rule_for", "severity_rank"]

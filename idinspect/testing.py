@@ -35,7 +35,7 @@ def check_adapter(hf_model: torch.nn.Module, *, tokens: int | None = None, seed:
     import idinspect
 
     from .analysis import prove as prove_mod
-    from .layer.reference import reference_attention
+    from .forms import form_of, reference_attention
 
     hf = hf_model.to(torch.float64).eval()
     try:
@@ -43,8 +43,9 @@ def check_adapter(hf_model: torch.nn.Module, *, tokens: int | None = None, seed:
     except IdinspectError as exc:
         raise AssertionError(f"idinspect cannot read the model: {exc}") from None
     adapter = model.adapter
-    if getattr(adapter, "latent", False):
-        raise AssertionError("check_adapter covers per-head attention; latent attention is not checked here")
+    refused = form_of(adapter).refusal("check_adapter")
+    if refused:
+        raise AssertionError(refused)
     for n in range(model.num_layers):
         written = adapter.write_layer(model.layer(n))
         if sorted(written) != sorted(adapter.attention_keys(n)):
@@ -72,7 +73,7 @@ def check_adapter(hf_model: torch.nn.Module, *, tokens: int | None = None, seed:
 def captured_blocks(hf, adapter, tokens: int, seed: int) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]]:
     """Per block: (hidden states into attention, its output, the states a cross block reads) from one
     forward pass on random token ids, in the family's exact float64 context."""
-    from .analysis.twin import exact_softmax
+    from .numerics.twin import exact_softmax
 
     records: list[dict] = [{} for _ in range(adapter.num_blocks)]
     handles = []

@@ -7,71 +7,33 @@ are cast to float64 a few heads at a time inside the Gram step, biases at once).
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Callable
 
 import torch
 
-from ..layer import structure
-from ..layer.attention_layer import BIAS_ROLES, AttentionLayer
-from ..layer.latent_layer import is_latent
-from .counts import layer_counts, model_totals
-from .degeneracy import extra_unidentified
-from .device import resolve_device
-from .findings import layer_findings
-from .latent import analyze_latent_layer
-from .parallel import layer_workers, ordered_map
+from ..forms import form_of
+from ..forms.per_head.counts import model_totals
+from ..forms.per_head.spectra import CAST_CHUNK_BYTES
 from ..layer.buffers import Float64Buffers
-from .heavy_tail import heavy_tail
-from .spectra import CAST_CHUNK_BYTES, head_spectra, layer_finite, spectra_dict
+from ..numerics.device import resolve_device
+from ..numerics.parallel import layer_workers, ordered_map
 
 #: ``on_layer(i, n)`` is called after layer ``i`` (0-based) of ``n`` has been analysed.
 LayerCallback = Callable[[int, int], None]
 
 
-def for_analysis(layer: AttentionLayer, device: torch.device) -> AttentionLayer:
-    """The layer on ``device`` with its biases in float64 and its weights still in the stored dtype.
+def analyze_layer(layer, *, device: str | torch.device | None = "cpu", spectra: bool = True,
+                  scratch: Float64Buffers | None = None, heavy_tails: bool = False) -> tuple[dict, list[dict]]:
+    """(layer object of the JSON contract, findings) for one canonical layer, by its form
+    (:func:`idinspect.forms.form_of`: the per-head form's counts, spectra and findings, or multi-head
+    latent attention's structural counts).
 
-    The weights reach float64 only inside :func:`spectra.gram_float64`, a few heads at a time, so
-    no float64 copy of a whole weight is made (on the CPU; a GPU casts each weight at once).
+    ``heavy_tails``: add ``spectra.heavy_tail`` (its per-layer sums cost several times the rest of the
+    analysis, so it is asked for). ``scratch`` (one per thread, shared over its layers) saves
+    re-allocating the float64 chunks. Raises UnsupportedLayerError for what the counts do not model.
     """
-    moved = {}
-    for role, t in layer.tensors().items():
-        t = t.to(device)
-        moved[role] = t.to(torch.float64) if role in BIAS_ROLES or not t.is_floating_point() else t
-    return dataclasses.replace(layer, **moved)
-
-
-def analyze_layer(layer: AttentionLayer, *, device: str | torch.device | None = "cpu",
-                  spectra: bool = True, scratch: Float64Buffers | None = None,
-                  heavy_tails: bool = False) -> tuple[dict, list[dict]]:
-    """(layer object of the JSON contract, findings) for one canonical layer.
-
-    ``heavy_tails``: add ``spectra.heavy_tail`` (:mod:`.heavy_tail`; its per-layer sums and their
-    entries cost several times the rest of the analysis, so it is asked for).
-
-    Raises UnsupportedLayerError for flags or RoPE frequencies the counts do not model.
-    ``scratch`` (one per thread, shared over its layers) saves re-allocating the float64 chunks.
-    """
-    if is_latent(layer):   # multi-head latent attention: its own counts (analysis/latent.py)
-        return analyze_latent_layer(layer)
-    structure.require_modelled(layer)
-    dev = device if isinstance(device, torch.device) else resolve_device(device)
-    L = for_analysis(layer, dev)
-    counts = layer_counts(L)
-    s = head_spectra(L, scratch) if spectra else None
-    finite = s.finite if s is not None else layer_finite(L)
-    extra = extra_unidentified(L, s) if s is not None else None
-    found = layer_findings(L, s, extra, finite)
-    counts["extra_unidentified"] = None if extra is None else extra["total"]
-    counts["unidentified_with_weights"] = None if extra is None else counts["unidentified_parameters"] + extra["total"]
-    counts["dead_heads"] = None if extra is None else extra["dead_heads"]
-    if s is not None:
-        counts["spectra"] = spectra_dict(s)
-        if heavy_tails:
-            counts["spectra"]["heavy_tail"] = heavy_tail(L, s)
-    return counts, found
+    return form_of(layer).analyze(layer, device=device, spectra=spectra, scratch=scratch, heavy_tails=heavy_tails)
 
 
 def analyze(model, *, device: str | torch.device | None = "cpu", spectra: bool = True,

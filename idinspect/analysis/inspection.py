@@ -23,7 +23,7 @@ def inspect(source, *, revision: str | None = None, token: str | None = None, de
     Returns ``{"schema_version", "tool", "model", "totals", "layers", "findings"}`` (plus ``"proof"``
     with ``prove=True``, ``"whole_model"`` with ``whole_model=True``: the continuous exact symmetries of the
     whole checkpoint per component, :mod:`idinspect.analysis.whole_model`; ``layers[].spectra.heavy_tail``
-    with ``heavy_tails=True``, :mod:`idinspect.analysis.heavy_tail`); keys are only ever added. Layers are streamed one at a time;
+    with ``heavy_tails=True``, :mod:`idinspect.forms.per_head.heavy_tail`); keys are only ever added. Layers are streamed one at a time;
     ``on_layer(i, n)`` is called after layer ``i`` (0-based) of ``n``. ``device`` ("cpu" or
     "cuda") is where the linear algebra runs; CUDA without a GPU falls back to cpu with a warning.
     """

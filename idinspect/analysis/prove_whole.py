@@ -20,8 +20,8 @@ from pathlib import Path
 
 import torch
 
-from .parallel import single_threaded_kernels
-from .twin import exact_softmax
+from ..numerics.parallel import single_threaded_kernels
+from ..numerics.twin import exact_softmax
 from .whole_model_read import FORM_BY_TYPE, PRE_LN, whole_model
 
 #: Relative singular-value cut (null directions measured <= 5e-16, kept >= 7e-11 on the twins).

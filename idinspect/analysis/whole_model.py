@@ -1,10 +1,10 @@
 """The continuous exact symmetries of a whole checkpoint, counted per component in closed form.
 
 Mathematics only: the inputs are sizes, the head's tying, the norm's epsilon, the multiplicities of
-the stored final-norm gain and today's attention count (:mod:`idinspect.analysis.counts`, summed
+the stored final-norm gain and today's attention count (:mod:`idinspect.forms.per_head.counts`, summed
 over the blocks); no file is read here (:mod:`idinspect.analysis.whole_model_read` builds the
 :class:`WholeModelShape` from a checkpoint). Derivations: docs/mathematics.md, "Whole-model
-symmetries"; proof: tests/test_whole_model_jacobian.py (the nullity of the Jacobian of the whole
+symmetries"; proof: tests/forms/test_whole_model_jacobian.py (the nullity of the Jacobian of the whole
 model's outputs with respect to all its parameters equals these counts).
 
 Two forms are derived (L layers, width d, MLP width f, vocabulary V):

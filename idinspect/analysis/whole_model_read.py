@@ -7,7 +7,14 @@ A model type whose whole-model form is not derived is reported as such by name, 
 
 from __future__ import annotations
 
-from .whole_model import PRE_LN, PRE_RMS_GATED, WholeModelShape, multiplicities, not_derived, whole_model_counts
+from .whole_model import (
+    PRE_LN,
+    PRE_RMS_GATED,
+    WholeModelShape,
+    multiplicities,
+    not_derived,
+    whole_model_counts,
+)
 
 #: model_type -> the derived whole-model form (docs/mathematics.md, "Whole-model symmetries").
 FORM_BY_TYPE = {"llama": PRE_RMS_GATED, "mistral": PRE_RMS_GATED, "qwen2": PRE_RMS_GATED,
@@ -80,11 +87,11 @@ def shape_of(model, attention: int) -> WholeModelShape:
 
 
 def attention_from_headers(model) -> int:
-    """The blocks' structural attention counts summed (:func:`idinspect.layer.structure.unidentified_dims`),
+    """The blocks' structural attention counts summed (:func:`idinspect.forms.per_head.structure.unidentified_dims`),
     from the safetensors headers only (the blocks read through a shape-only view: no tensor data)."""
     import copy
 
-    from ..layer.structure import unidentified_dims
+    from ..forms.per_head.structure import unidentified_dims
     from ..sources.checkpoint import ShapeOnlyReader
 
     probe = copy.copy(model.adapter)

@@ -13,6 +13,7 @@ import re
 from pathlib import Path
 
 from ..errors import IdinspectError
+from ..rules import default_severity
 from ..sources.file_names import CONFIG_FILE
 
 
@@ -30,7 +31,8 @@ def identification_ratio(report: dict, max_ratio: float) -> list[dict]:
     counts = ""
     if isinstance(unidentified, int) and isinstance(total, int):
         counts = f" ({unidentified:,} of {total:,} attention parameters)"
-    return [{"rule": "identification-ratio", "severity": "error", "layer": None, "tensor": None,
+    return [{"rule": "identification-ratio", "severity": default_severity("identification-ratio"),
+             "layer": None, "tensor": None,
              "parameters": unidentified, "ratio": ratio, "limit": max_ratio,
              "message": f"unidentified share {ratio:.4f}{counts} exceeds the limit {max_ratio:g}"}]
 
@@ -38,9 +40,9 @@ def identification_ratio(report: dict, max_ratio: float) -> list[dict]:
 def gauge_fixed(model, rtol: float | None) -> list[dict]:
     """A ``not-gauge-fixed`` finding when the checkpoint differs from its canonical form beyond ``rtol``."""
     try:
-        from ..gauge import is_gauge_fixed
+        from ..forms import is_gauge_fixed
     except ImportError:
-        raise IdinspectError("--require-gauge-fixed needs idinspect.gauge, which this installation lacks") from None
+        raise IdinspectError("--require-gauge-fixed needs idinspect.forms, which this installation lacks") from None
     ok, worst, where = is_gauge_fixed(model, rtol)  # rtol None: the gauge's default for the stored dtype
     if ok:
         return []
@@ -49,11 +51,12 @@ def gauge_fixed(model, rtol: float | None) -> list[dict]:
     layer = int(match.group(1)) if match else None
     tensors: list[str] = []
     if layer is not None and 0 <= layer < model.num_layers:
-        from ..analysis.findings import stored_tensors
+        from ..forms.per_head.findings import stored_tensors
 
         read = model.layer(layer)
         tensors = stored_tensors(read, ("W_O",) if "W_O" in read.tensor_names else tuple(read.tensor_names)[:1])
-    return [{"rule": "not-gauge-fixed", "severity": "error", "layer": layer, "tensor": None, "where": where,
+    return [{"rule": "not-gauge-fixed", "severity": default_severity("not-gauge-fixed"),
+             "layer": layer, "tensor": None, "where": where,
              "tensors": tensors, "error": float(worst),
              "message": f"not in gauge-fixed canonical form: largest relative change {float(worst):.3g} at {where}{tol}; "
                         "publish the output of `idinspect export` instead"}]
@@ -61,8 +64,8 @@ def gauge_fixed(model, rtol: float | None) -> list[dict]:
 
 def unsupported_architecture(message: str, layer: int | None = None) -> list[dict]:
     """The finding for a readable model that the mathematics does not cover."""
-    return [{"rule": "unsupported-architecture", "severity": "error", "layer": layer, "tensor": None,
-             "file": CONFIG_FILE, "message": message}]
+    return [{"rule": "unsupported-architecture", "severity": default_severity("unsupported-architecture"),
+             "layer": layer, "tensor": None, "file": CONFIG_FILE, "message": message}]
 
 
 def unsupported_model_type(directory: Path | None) -> str | None:
@@ -90,8 +93,8 @@ def unsupported_model_type(directory: Path | None) -> str | None:
 
 def local_directory(source: str, cache_dir: str | Path | None = None) -> Path | None:
     """The directory a source names without downloading: a path, ``pkg:...``, or a cached hub snapshot."""
-    from ..sources.hub import HUB_ID, INSPECT_PATTERNS, looks_like_path, split_revision
     from ..model import package_checkpoint
+    from ..sources.hub import HUB_ID, INSPECT_PATTERNS, looks_like_path, split_revision
 
     try:
         if source.startswith("pkg:"):

@@ -236,7 +236,7 @@ def _output_module(hf, inputs: dict, t: Trace, attention: str, o_path: str) -> s
 def settle(hf, layouts: list[FoundLayout], found: dict, tokens: int = 8):
     """(adapter class, worst relative error) of the first layout whose canonical form reproduces every
     block of ``hf``; a one-line refusal with the best attempt where none does."""
-    from ..layer.reference import reference_attention
+    from ..forms import reference_attention
     from ..sources.checkpoint import StateDictReader
     from ..testing import REFERENCE_RTOL, captured_blocks
 

@@ -32,7 +32,7 @@ SUMMARIES: dict[str, str] = {
     "verify": "Check that checkpoint B computes the same function as A.",
     "audit": "Audit models against rules and a policy; exit 0 pass, 1 findings, 2 error.",
     "diff": "How much of the step from A to B moves along A's gauge orbit (rho, beta, tau).",
-    "families": "List every model type transformers ships: supported, refused (why) or unknown.",
+    "families": "List every model type transformers ships: supported, automatic (--auto), refused (why) or unknown.",
 }
 
 

@@ -46,8 +46,8 @@ def compare_command(ctx: click.Context, a: str, b: str, expect: str, alpha: floa
     equal within the rounding of the stored dtypes), same-lineage (permutation-test p-value below
     --alpha), unrelated. Exit status: 0 verdict at least --expect, 1 not, 2 error.
     """
-    from ..analysis.device import resolve_device
     from ..compare import compare_invariants, invariants_of
+    from ..numerics.device import resolve_device
     from ..progress import ProgressReporter, silence_library_progress
     from ..reports.atomic import write_text_atomic
     from ..textsafe import visible

@@ -6,9 +6,9 @@ import json
 
 import click
 
-from .options import MODEL_FORMS, debug_option, hub_options, progress_options
-from ..textsafe import visible
 from ..exporting import DTYPE_NAMES
+from ..textsafe import visible
+from .options import MODEL_FORMS, debug_option, hub_options, progress_options
 
 
 @click.command("export", epilog=MODEL_FORMS)
@@ -68,7 +68,7 @@ def export_command(model: str, out: str, dtype: str, force: bool, revision: str 
 
 def _summary(r) -> str:
     """``r``: an :class:`~idinspect.exporting.pipeline.ExportResult`."""
-    from ..gauge.invariants import describe_largest
+    from ..forms.per_head.invariants import describe_largest
     from ..reports.summary import plural
 
     unique = "unique" if not r.degeneracies else f"not unique at {plural(len(r.degeneracies), 'place')}, see notes"

@@ -31,9 +31,9 @@ def fingerprint_command(model: str, revision: str | None, token: str | None, cac
     """Write MODEL's fingerprint: per-head invariants (float32) and rounding radii, from which
     'idinspect compare FINGERPRINT.json OTHER' works without MODEL's weights. MODEL may be a
     fingerprint file (with --digest: its digest)."""
-    from ..analysis.device import resolve_device
     from ..compare import fingerprint_dict, fingerprint_digest, invariants_of
     from ..compare.fingerprint import COMPACT_VALUES
+    from ..numerics.device import resolve_device
     from ..reports.atomic import write_text_atomic
     from .paths import check_output_paths
 

@@ -29,7 +29,7 @@ def scan_command(ctx: click.Context, model: str, db: str, alpha: float, permutat
                  token: str | None, cache_dir: str | None, offline: bool, fmt: str, device: str) -> None:
     """Compare MODEL with every fingerprint in DB (a folder of *.json fingerprints or a JSONL file, one
     per line) and list them best match first: verdict, lineage p-value, similarity."""
-    from ..analysis.device import resolve_device
+    from ..numerics.device import resolve_device
     from ..compare import invariants_of
     from ..compare.scan import scan, scan_json
     from ..textsafe import visible

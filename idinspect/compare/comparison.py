@@ -85,7 +85,7 @@ def compare_invariants(a: ModelInvariants, b: ModelInvariants, *, alpha: float =
     Every tensor here is small (heads x singular values): torch runs on one thread, which is faster
     than waking its pool for each tiny op (4.6 s -> well under 1 s for 512 heads on a busy 2-core machine).
     """
-    from ..analysis.parallel import single_threaded_kernels
+    from ..numerics.parallel import single_threaded_kernels
 
     with single_threaded_kernels():
         return _compare(a, b, alpha, permutations, seed)

@@ -13,7 +13,7 @@ M = s Rot(t) gives M^-T = s^-1 Rot(t) and M M^-1 = I); V B B^-1 O = V O. A resid
 x -> x R (R orthogonal, gains folded first) maps Q K^T -> R^T Q K^T R and V O -> R^T V O R, which
 keep their singular values. A permutation of heads permutes the rows, which matching undoes.
 
-They are computed as :func:`idinspect.analysis.spectra.head_spectra` computes them for
+They are computed as :func:`idinspect.forms.per_head.spectra.head_spectra` computes them for
 ``inspect``: R factors of thin QRs (Gram/Cholesky where well conditioned) and small cores, never a
 d x d matrix.
 
@@ -37,8 +37,10 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..analysis.analyzer import for_analysis, layer_bytes_in_flight
-from ..analysis.spectra import head_spectra
+from ..analysis.analyzer import layer_bytes_in_flight
+from ..forms import require
+from ..forms.per_head.analysis import for_analysis
+from ..forms.per_head.spectra import head_spectra
 from ..layer.attention_layer import AttentionLayer
 from ..layer.buffers import Float64Buffers
 
@@ -225,10 +227,10 @@ def model_invariants(model, *, device: str | torch.device = "cpu", workers: int 
                      on_layer=None) -> ModelInvariants:
     """The invariants of every layer of an open :class:`idinspect.Model` (layers analysed in
     parallel as ``inspect`` does; results in layer order)."""
-    from ..analysis.parallel import layer_workers, ordered_map
+    from ..numerics.parallel import layer_workers, ordered_map
     from .gains import attention_input_gain_and_rounding
 
-    model.require_per_head("compare/fingerprint")
+    require(model, "compare/fingerprint")
     dev = torch.device(device)
     n = model.num_layers
     k = max(1, int(workers)) if workers is not None else layer_workers(layer_bytes_in_flight(model), n, dev)

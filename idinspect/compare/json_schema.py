@@ -6,7 +6,7 @@ here against its schema in ``idinspect/schemas/`` with the subset of keywords th
 ``minItems``, ``maxItems``, ``uniqueItems``, ``minimum``, ``maximum``, ``exclusiveMinimum``,
 ``maxLength``, ``pattern`` and local ``$ref`` (``#/$defs/NAME``); annotations are ignored.
 A keyword outside that subset is refused when the schema is loaded, so the schema cannot promise
-a check that is not made (tests/test_hostile_fingerprint.py checks that this and jsonschema
+a check that is not made (tests/hostile/test_hostile_fingerprint.py checks that this and jsonschema
 agree on every case). One difference: JSON has no NaN or infinity, so ``number`` accepts finite
 numbers only (a parser hook marks the rest, see :class:`NotFinite`).
 """

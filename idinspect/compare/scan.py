@@ -118,7 +118,7 @@ def scan(model: ModelInvariants, db: str | Path, *, alpha: float = ALPHA, permut
          seed: int = 0) -> list[dict]:
     """One row per entry of ``db`` (entry, source, verdict, p_value, similarity, ...), best first: by
     verdict (same-function, same-lineage, unrelated), then p-value, then similarity (descending)."""
-    from ..analysis.parallel import single_threaded_kernels
+    from ..numerics.parallel import single_threaded_kernels
 
     rows = []
     reduced: dict[int, ModelInvariants] = {}

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from ..gauge.qk_gain_trade import cast_norm, tradable, trade
+from ..forms.per_head.qk_gain_trade import cast_norm, tradable, trade
 from ..layer.attention_layer import AttentionLayer
 from .bounds import INVARIANT_FLOOR
 

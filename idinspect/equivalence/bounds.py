@@ -38,10 +38,10 @@ from dataclasses import dataclass
 
 import torch
 
-from ..gauge.factors import augment
-from ..gauge.qk_gain_trade import gain_product_amplification
+from ..forms.per_head.factors import augment
+from ..forms.per_head.qk_gain_trade import gain_product_amplification
+from ..forms.per_head.structure import noop_key_bias_columns, unrotated_columns
 from ..layer.attention_layer import AttentionLayer
-from ..layer.structure import noop_key_bias_columns, unrotated_columns
 
 #: Margin on every rounding bound (see the module docstring).
 CONDITION_FACTOR = 8.0
@@ -97,7 +97,7 @@ def output_bound(amp_a: Sequence[float], amp_b: Sequence[float], stored_a: torch
 def head_grams(layer: AttentionLayer, dtype: torch.dtype = torch.float64) -> tuple[torch.Tensor, torch.Tensor]:
     """Per query head, Q~^T Q~ (Q~ = [W_Q; b_Q], bias row zero where absent) and W_O W_O^T [H, k, k],
     in ``dtype``: what :func:`factor_amplification` reads (float64), and the ``grams_a`` of
-    :func:`~idinspect.gauge.invariants.invariant_error_tensors` (one pass over the layer's query and
+    :func:`~idinspect.forms.per_head.invariants.invariant_error_tensors` (one pass over the layer's query and
     output factors for both)."""
     L = layer.to(dtype)
     Q = augment(L.W_Q, L.b_Q if L.b_Q is not None else L.W_Q.new_zeros(L.n_heads, L.d_k))
@@ -107,10 +107,10 @@ def head_grams(layer: AttentionLayer, dtype: torch.dtype = torch.float64) -> tup
 def factor_amplification(layer: AttentionLayer,
                          grams: tuple[torch.Tensor, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
     """How much a relative rounding of the stored factors can move each invariant, shaped as
-    :func:`~idinspect.gauge.invariants.invariant_error_tensors`: ``W_QK``, ``W_OV`` [H],
+    :func:`~idinspect.forms.per_head.invariants.invariant_error_tensors`: ``W_QK``, ``W_OV`` [H],
     ``plane_QK``, ``plane_QJK`` [H, P], ``output_bias`` [] (the worst head's); ``qk_factors`` [H] = 1
     under a q/k norm (the factors are compared themselves: a relative rounding moves them by as much),
-    and ``qk_gains`` [H] where it has gains (:func:`~idinspect.gauge.qk_gain_trade.gain_product_amplification`).
+    and ``qk_gains`` [H] where it has gains (:func:`~idinspect.forms.per_head.qk_gain_trade.gain_product_amplification`).
 
     amp = ||X||_F ||Y||_F / ||X Y^T||_F for the factors X, Y of that head's (or plane's) invariant,
     from k x k Grams: ||X Y^T||_F^2 = tr(X^T X Y^T Y), never a d x d product. ``grams``: the layer's

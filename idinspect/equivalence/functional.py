@@ -176,7 +176,7 @@ def forward_threads() -> int:
     load 7, the 1B-shaped model's prompt pass took 2.7 s with one thread and 3.3-5.6 s with two, its
     7 cached decoding steps 6.5 s against 9.7-12.3 s: each of a decoding step's many small kernels is
     a parallel region that waits for a descheduled thread. An idle machine keeps both threads."""
-    from ..analysis.parallel import usable_cpus
+    from ..numerics.parallel import usable_cpus
 
     try:
         load = os.getloadavg()[0]

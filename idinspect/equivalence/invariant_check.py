@@ -3,7 +3,7 @@ max(the dtype's floor, the rounding bound of that head's own factors) for float3
 within :data:`~.baseline.BASELINE_FACTOR` times the rounding baseline's error for bf16/fp16 ones.
 
 Layers are compared a few at a time, one per core, each in its own thread with single-threaded torch
-kernels (:func:`~idinspect.analysis.parallel.ordered_map`, as inspect and diff do): a layer pair's work is
+kernels (:func:`~idinspect.numerics.parallel.ordered_map`, as inspect and diff do): a layer pair's work is
 many small batched LAPACK calls beside a few factor-sized products, and two layers side by side keep a
 2-core machine busy where torch's own two threads wait on each other at every small call (worse on a
 loaded machine, where a parallel region waits for a descheduled thread). Results are taken in layer order.
@@ -20,16 +20,16 @@ from dataclasses import dataclass
 
 import torch
 
-from ..analysis.parallel import layer_workers, ordered_map
-from ..analysis.precision import comparison_precision
-from ..gauge import (
+from ..forms.per_head import (
     INVARIANTS,
     InvariantError,
     invariant_error_tensors,
     invariant_errors,
 )
-from ..gauge.invariants import describe_largest, largest_over_layers, worst_entry
+from ..forms.per_head.invariants import describe_largest, largest_over_layers, worst_entry
 from ..model import Model
+from ..numerics.parallel import layer_workers, ordered_map
+from ..numerics.precision import comparison_precision
 from .baseline import BOUNDED_DTYPES, invariant_floor, rounding_baseline
 from .bounds import (
     CONDITION_FACTOR,

@@ -17,7 +17,7 @@ from ..errors import IdinspectError
 def refuse_overflow(layer, role: str, t: torch.Tensor, side: str) -> None:
     """A float64 tensor whose products overflow float64 has no float64 invariants to compare: one line
     naming it, its largest value and the limit (inspect reports it as the ``overflow`` finding)."""
-    from ..analysis.findings import overflow_limit
+    from ..forms.per_head.findings import overflow_limit
 
     limit = overflow_limit(max(layer.d_model, layer.d_k))
     if t.dtype == torch.float64 and t.numel() and float(t.abs().max()) > limit:
@@ -45,9 +45,9 @@ def undefined_outputs(out_a, out_b, ids: torch.Tensor) -> tuple[bool | None, str
 
 def non_finite(name: str, t: torch.Tensor, side: str) -> str | None:
     """Why ``t`` cannot be compared (NaN never equals anything, itself included), else None. One
-    summing pass first (:func:`~idinspect.analysis.spectra.all_finite`): ``isfinite`` over every
+    summing pass first (:func:`~idinspect.forms.per_head.spectra.all_finite`): ``isfinite`` over every
     bf16 entry took 7.3 s of a 22 s verify at the 1B shape, the sum 0.04 s per 262M entries."""
-    from ..analysis.spectra import all_finite
+    from ..forms.per_head.spectra import all_finite
 
     if not t.is_floating_point() or all_finite(t):
         return None

@@ -48,6 +48,7 @@ from . import functional as fn
 from .baseline import BOUNDED_DTYPES, baseline_tolerance, rounding_baseline
 from .bounds import OutputBound, layer_amplification, output_bound
 from .checks import Check, Progress, no_progress
+from ..forms import form_of, require
 from .config_keys import full_settings, split_differences
 from .invariant_check import invariant_check
 from .undefined import non_finite, undefined_outputs
@@ -110,19 +111,18 @@ def _verify(A: Model, B: Model, functional: bool, tokens: int, decode: int, seed
             max_memory: int | None, progress: Progress = no_progress, strict_config: bool = False,
             memory: str = "auto") -> VerifyResult:
     dtype = stored_dtype(B)
-    latent = bool(getattr(A.adapter, "latent", False))
-    if latent and (not functional or dtype not in BOUNDED_DTYPES):
-        A.require_per_head("verify --no-functional" if not functional else f"verify of a {dtype} checkpoint "
-                           "(its rounding baseline moves per-head factors)")
+    no_invariants = form_of(A).refusal("per-head invariants")    # None where the form has them
+    if not functional or dtype not in BOUNDED_DTYPES:
+        require(A, "verify --no-functional" if not functional else f"verify of a {dtype} checkpoint "
+                "(its rounding baseline moves per-head factors)")
     checks = [_config_check(A, B, strict_config)]
     structure = _structure_check(A, B)
     checks.append(structure)
     if structure.passed:
         checks.append(_tensor_check(A, B, progress))
         amps: tuple[list[float], list[float]] = ([], [])
-        checks.append(Check("invariants", None, detail="skipped: multi-head latent attention has no per-head "
-                            "invariants; judged by the functional check") if latent
-                      else invariant_check(A, B, dtype, progress, amps))
+        checks.append(Check("invariants", None, detail=f"skipped: {no_invariants}; judged by the functional check")
+                      if no_invariants else invariant_check(A, B, dtype, progress, amps))
         gguf = [side for side, m in (("A", A), ("B", B)) if _is_gguf(m)]
         if functional and gguf:
             checks.append(Check("functional", None, detail=f"skipped: {' and '.join(gguf)} is a GGUF file, which stock "
@@ -182,7 +182,7 @@ def _tensor_check(A: Model, B: Model, progress: Progress = no_progress) -> Check
     """Every non-attention tensor: bit-exact in the same dtype, else within one rounding. Two tensors
     at a time on a multi-core CPU (reading and comparing are memory-bound, one thread each leaves
     bandwidth unused), results in order; the first that differs decides."""
-    from ..analysis.parallel import ordered_map, usable_cpus
+    from ..numerics.parallel import ordered_map, usable_cpus
 
     attention = {k for i in range(A.num_layers) for k in A.adapter.attention_keys(i)}
     skipped = buffers(A) | buffers(B)
@@ -247,9 +247,9 @@ def output_tolerance(a, b, compute: torch.dtype = torch.float64) -> OutputBound:
 
 
 def _amplifications(model: Model) -> list[float]:
-    """:func:`~.bounds.layer_amplification` of every layer (1 for multi-head latent attention, whose
-    factors have no per-head products to amplify)."""
-    if getattr(model.adapter, "latent", False):
+    """:func:`~.bounds.layer_amplification` of every layer (1 where the form has no per-head
+    invariants: multi-head latent attention's factors have no per-head products to amplify)."""
+    if form_of(model).refusal("per-head invariants"):
         return [1.0] * model.num_layers
     return [layer_amplification(model.layer(i)) for i in range(model.num_layers)]
 

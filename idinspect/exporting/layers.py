@@ -22,118 +22,25 @@ import threading
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
 
 import torch
 
-from ..analysis.findings import overflow_limit
-from ..analysis.parallel import pin_thread_kernels, single_threaded_kernels, usable_cpus
-from ..analysis.precision import comparison_precision
-from ..analysis.spectra import all_finite
-from ..errors import IdinspectError
-from ..layer.attention_layer import AttentionLayer
-from ..gauge import Degeneracy, InvariantError, canonicalize, largest_invariant_error
-from ..gauge.invariants import largest_over_layers
-from ..gauge.latent import canonicalize_latent, latent_output_error
-from ..gauge.qk_gain_trade import cast_norm
+from ..forms import FixedLayer, form_of
+from ..forms.per_head import Degeneracy, InvariantError
+from ..forms.per_head.invariants import largest_over_layers
 from ..layer.buffers import Float64Buffers
-from ..layer.latent_layer import LatentAttentionLayer, is_latent
 from ..model import Model
+from ..numerics.parallel import pin_thread_kernels, single_threaded_kernels, usable_cpus
 
 #: progress(stage, done, total); here stage "gauge" counts layers.
 Progress = Callable[[str, int, int], None]
 
 
-@dataclass
-class FixedLayer:
-    """One layer's gauge-fixed form cast to the output dtype, and what its check found."""
-
-    cast: AttentionLayer
-    error: InvariantError
-    degeneracies: list[Degeneracy]
-
-
-def check_representable(layer: AttentionLayer, role: str, exact: torch.Tensor, cast: torch.Tensor) -> None:
-    """Refuse (naming the tensor, the reason and the largest value) a gauge-fixed tensor that its output
-    dtype cannot hold: one that overflows it, or one whose largest entry is subnormal there (stored
-    with fewer significant bits than the dtype's precision, it no longer computes the same function
-    to that dtype's rounding)."""
-    name = layer.tensor_names.get(role, role)
-    kind = str(cast.dtype).removeprefix("torch.")
-    largest = float(exact.abs().max()) if exact.numel() else 0.0
-    if not all_finite(cast):
-        raise IdinspectError(f"layer {layer.index}: the gauge-fixed {name} is not finite in {kind} (the balanced "
-                             f"form's largest value {largest:.3g} overflows it, whose maximum is "
-                             f"{torch.finfo(cast.dtype).max:.3g}); export with --dtype float64, or keep the checkpoint as it is")
-    if cast.dtype.is_floating_point and 0 < largest < torch.finfo(cast.dtype).tiny:
-        raise IdinspectError(f"layer {layer.index}: the gauge-fixed {name} has largest value {largest:.3g}, below "
-                             f"{kind}'s smallest normal number {torch.finfo(cast.dtype).tiny:.3g}: stored as subnormals "
-                             f"it keeps too few significant bits to compute the same function; export with --dtype "
-                             "float64, or rescale the checkpoint")
-
-
-def fix_layer(layer: AttentionLayer, target: torch.dtype | None, workspace: Float64Buffers | None = None) -> FixedLayer:
-    """Canonicalise ``layer`` in float64, cast each tensor once (to ``target``, or its stored dtype),
-    and measure the largest invariant change between the original and the cast result.
-
-    The float64 intermediates go into ``workspace`` (reused layer after layer) when given; the
-    result holds none of them. A multi-head latent attention block takes :func:`fix_latent_layer`.
-    """
-    if is_latent(layer):
-        return fix_latent_layer(layer, target)
-    refuse_unfixable(layer)
-    ws = workspace or Float64Buffers()
-    original = layer.replace(**{role: ws.widen(f"input {role}", t) for role, t in layer.tensors().items()})
-    fixed, report = canonicalize(original, workspace=ws)
-    cast = fixed.replace(**{role: t.to(target or getattr(layer, role).dtype, copy=True)   # never a workspace buffer
-                            for role, t in fixed.tensors().items()})
-    if fixed.qk_norm is not None:                           # the balanced norm gains, cast the same way
-        cast = cast.replace(qk_norm=cast_norm(fixed.qk_norm, layer.qk_norm, target))
-    for role, t in cast.tensors().items():
-        check_representable(layer, role, getattr(fixed, role), t)
-    if comparison_precision(layer.W_Q.dtype, cast.W_Q.dtype) == torch.float32:   # bf16/fp16 in and out:
-        error = largest_invariant_error(layer, cast, grams_a=report.head_grams,   # the same values, half the
-                                        precision=torch.float32)                   # bytes to widen
-    else:
-        for role, t in fixed.tensors().items():             # the cast values in float64, written into
-            t.copy_(getattr(cast, role))                    # canonicalize's own buffers (no new ones)
-        if fixed.qk_norm is not None:
-            fixed = fixed.replace(qk_norm=cast.qk_norm.to(torch.float64))
-        error = largest_invariant_error(original, fixed, overwrite_a=True,   # original is ours and done with;
-                                        grams_a=report.head_grams)           # its Grams from canonicalize
-    return FixedLayer(cast, error, report.degeneracies)
-
-
-def fix_latent_layer(layer: LatentAttentionLayer, target: torch.dtype | None) -> FixedLayer:
-    """The balanced-latent form of an MLA block (:mod:`idinspect.gauge.latent`) cast once; its error is
-    the largest relative change of the block's output (MLA has no thin per-head invariants)."""
-    refuse_unfixable(layer)
-    original = layer.to(torch.float64)
-    fixed, notes = canonicalize_latent(original)
-    cast = fixed.replace(**{role: t.to(target or getattr(layer, role).dtype, copy=True)
-                            for role, t in fixed.tensors().items()})
-    for role, t in cast.tensors().items():
-        if not all_finite(t):
-            raise IdinspectError(f"layer {layer.index}: the gauge-fixed {layer.tensor_names.get(role, role)} is not "
-                                 f"finite in {str(t.dtype).removeprefix('torch.')}; export with --dtype float32 or "
-                                 "float64, or keep the checkpoint as it is")
-    return FixedLayer(cast, latent_output_error(original, cast.to(torch.float64)), notes)
-
-
-def refuse_unfixable(layer: AttentionLayer) -> None:
-    """Raise naming the tensor if an attention tensor holds NaN/Inf, or float64 values whose products
-    overflow (inspect reports both as findings; a gauge of undefined or overflowing numbers is no gauge)."""
-    limit = overflow_limit(max(layer.d_model, layer.d_k))
-    for role, t in layer.tensors().items():
-        name = layer.tensor_names.get(role, role)
-        if not all_finite(t):
-            raise IdinspectError(f"tensor {name} holds non-finite values (NaN or Inf); export refuses to gauge-fix "
-                                 f"it and wrote nothing: run 'idinspect MODEL' to see where, and repair or "
-                                 "re-download the checkpoint")
-        if t.dtype == torch.float64 and t.numel() and float(t.abs().max()) > limit:
-            raise IdinspectError(f"tensor {name} holds values up to {float(t.abs().max()):.3g}, beyond {limit:.3g} "
-                                 "where its products overflow float64; export refuses to gauge-fix it and wrote "
-                                 "nothing: repair or re-download the checkpoint")
+def fix_layer(layer, target: torch.dtype | None, workspace: Float64Buffers | None = None) -> FixedLayer:
+    """``layer`` in its form's gauge-fixed form, cast once to ``target`` (or its stored dtype), with the
+    largest change that check found (:meth:`idinspect.forms.Form.fix`); ``workspace`` holds the float64
+    intermediates, reused layer after layer, where the form uses one."""
+    return form_of(layer).fix(layer, target, workspace)
 
 
 class LayerStream:
@@ -203,7 +110,7 @@ class LayerStream:
     def _submit(self, layer: int) -> Future:
         return self._pool.submit(self._fix, self.model.layer(layer))    # read here, on the caller's thread
 
-    def _fix(self, layer: AttentionLayer) -> FixedLayer:
+    def _fix(self, layer) -> FixedLayer:
         if not hasattr(self._local, "workspace"):
             self._local.workspace = Float64Buffers()
         return fix_layer(layer, self.target, self._local.workspace)

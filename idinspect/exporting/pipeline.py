@@ -34,20 +34,21 @@ from pathlib import Path
 
 import torch
 
-from ..sources.checkpoint import SafetensorsCheckpoint
-from ..sources.local_source import gguf_export_refusal
-from . import DTYPE_NAMES
-from ..sources.file_names import CONFIG_FILE, INDEX_FILE
 from ..errors import IdinspectError
+from ..forms import form_of
+from ..forms.per_head import Degeneracy
+from ..model import Model, load
+from ..sources.checkpoint import SafetensorsCheckpoint
+from ..sources.file_names import CONFIG_FILE, INDEX_FILE
+from ..sources.hub import EXPORT_PATTERNS
+from ..sources.local_source import gguf_export_refusal
+from ..sources.safetensors_format import tensor_spans
 from ..sources.validate import os_reason
+from . import DTYPE_NAMES
 from .claim import check_out, make_temp, publish
 from .files import config_text, copy_files, index_text, plan_copies
 from .layers import LayerStream
 from .provenance import verified_commit
-from ..gauge import GAUGE_NAME, GAUGE_VERSION, Degeneracy
-from ..gauge.latent import LATENT_GAUGE_NAME
-from ..sources.hub import EXPORT_PATTERNS
-from ..model import Model, load
 from .shard_writer import (
     ShardWriter,
     Slot,
@@ -56,7 +57,6 @@ from .shard_writer import (
     patch_slots,
     sync_file,
 )
-from ..sources.safetensors_format import tensor_spans
 
 DTYPES: dict[str, torch.dtype | None] = dict(zip(DTYPE_NAMES, (None, torch.float32, torch.float64, torch.bfloat16,
                                                                 torch.float16)))
@@ -87,7 +87,8 @@ class ExportResult:
     max_invariant_error: float
     worst_invariant: str
     degeneracies: list[Degeneracy] = field(default_factory=list)
-    gauge: str = GAUGE_NAME
+    gauge: str = "balanced"
+    gauge_version: int = 1
     #: Why the source's commit is not recorded (its bytes could not be verified), else None.
     revision_note: str | None = None
     #: ``export --whole-model``: what the whole-model fix fixed and left (:class:`~.whole_model.WholeModelFix`).
@@ -95,7 +96,7 @@ class ExportResult:
 
     def to_dict(self) -> dict:
         return {"out": str(self.out), "source": self.source, "revision": self.revision, "dtype": self.dtype,
-                "gauge": {"name": self.gauge, "version": GAUGE_VERSION}, "shards": self.shards,
+                "gauge": {"name": self.gauge, "version": self.gauge_version}, "shards": self.shards,
                 "total_size": self.total_size, "tensors": self.tensors,
                 "gauge_fixed_tensors": self.gauge_fixed_tensors, "copied_files": self.copied_files,
                 "skipped_files": self.skipped_files, "max_invariant_error": self.max_invariant_error,
@@ -204,7 +205,7 @@ def _export(model: Model, out: Path, dtype_name: str, target: torch.dtype | None
                         shards=list(reader.shard_files), total_size=total, tensors=count,
                         gauge_fixed_tensors=len(owner), copied_files=[CONFIG_FILE, *copies], skipped_files=skipped,
                         max_invariant_error=worst, worst_invariant=where, degeneracies=degeneracies,
-                        gauge=gauge_name(model), revision_note=revision_note,
+                        gauge=gauge_name(model), gauge_version=form_of(model).gauge_version, revision_note=revision_note,
                         whole_model=fixed[1].fix.to_dict() if fixed else None)
 
 
@@ -218,7 +219,7 @@ def _write_card(tmp: Path, model: Model, dtype_name: str, worst: float, where: s
     existing = readme.read_text(encoding="utf-8", errors="replace") if readme.is_file() else None
     figures = {"largest relative change of an invariant": f"{worst:.3g}", "where": where or "-",
                "canonical form unique": "yes" if not degeneracies else f"no ({len(degeneracies)} degeneracies)",
-               "dtype": dtype_name, "gauge": f"{gauge_name(model)} (version {GAUGE_VERSION})",
+               "dtype": dtype_name, "gauge": f"{gauge_name(model)} (version {form_of(model).gauge_version})",
                "check": f"idinspect verify {model.provenance.source} THIS_FOLDER"}
     readme.write_text(card_text(existing, str(model.provenance.source), figures), encoding="utf-8")
 
@@ -278,8 +279,9 @@ def _attention_owners(model: Model) -> dict[str, int]:
 
 
 def gauge_name(model: Model) -> str:
-    """``balanced`` (per-head form), or ``balanced-latent`` for multi-head latent attention (:mod:`idinspect.gauge.latent`)."""
-    return LATENT_GAUGE_NAME if getattr(model.adapter, "latent", False) else GAUGE_NAME
+    """The gauge-fixed form the export writes: its form's (``balanced`` for the per-head form,
+    ``balanced-latent`` for multi-head latent attention)."""
+    return form_of(model).gauge_name
 
 
 def _provenance(model: Model, dtype_name: str, revision: str | None,
@@ -292,7 +294,7 @@ def _provenance(model: Model, dtype_name: str, revision: str | None,
     """
     from .. import __version__
 
-    info = {"tool": "idinspect", "version": __version__, "gauge": {"name": gauge_name(model), "version": GAUGE_VERSION},
+    info = {"tool": "idinspect", "version": __version__, "gauge": {"name": gauge_name(model), "version": form_of(model).gauge_version},
             "source": model.provenance.source, "revision": revision, "dtype": dtype_name,
             **{key: None for key in SLOT_WIDTHS}}
     if whole_model:

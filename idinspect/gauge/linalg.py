@@ -19,7 +19,7 @@ import torch
 #: below this (so cond(A) = sqrt(cond(G)) < ~316): the balanced form is then exact to ~1e5 eps ~ 2e-11,
 #: inside the float64 tolerance of :func:`~idinspect.gauge.is_gauge_fixed`. Worse-conditioned (or
 #: rank-deficient) factors take the reference route. (A bound on the Gram matrix's condition; the
-#: analyzer's spectra bound the factor's own, :data:`idinspect.analysis.spectra.MAX_FACTOR_CONDITION`.)
+#: analyzer's spectra bound the factor's own, :data:`idinspect.forms.per_head.spectra.MAX_FACTOR_CONDITION`.)
 MAX_GRAM_CONDITION = 1e5
 
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import ClassVar, Literal
 
 import torch
 
@@ -195,6 +195,9 @@ class AttentionLayer:
     arithmetic. ``tensor_names`` maps each role (``"W_Q"``, ``"b_K"``, ...) to where it lives in the
     checkpoint, e.g. ``"h.0.attn.c_attn.bias[8:16]"`` for GPT-2's fused key bias.
     """
+
+    #: The form this layer is in (:func:`idinspect.forms.form_of` maps it to its mathematics).
+    form: ClassVar[str] = "per_head"
 
     index: int
     W_Q: torch.Tensor

@@ -5,7 +5,7 @@ Llama-1B W_Q) costs more in page faults than the arithmetic that fills it: the a
 buffers that large anew each time. A :class:`Float64Buffers` keeps one buffer per key and hands it
 out again while shape, memory layout and device match. Whatever a caller got from it is
 overwritten by the next computation that asks for the same key. The analyzer casts a few heads at
-a time into it (:func:`idinspect.analysis.spectra.gram_float64`); export keeps the float64 layer
+a time into it (:func:`idinspect.forms.per_head.spectra.gram_float64`); export keeps the float64 layer
 and the gauge-fixed factors in it (:mod:`idinspect.exporting.layers`).
 """
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import torch
 
@@ -42,6 +43,9 @@ LATENT_BIAS_ROLES = ("b_QA", "b_KVA", "b_KR", "b_O")
 @dataclass
 class LatentAttentionLayer:
     """One MLA block in canonical form (see the module docstring for the shapes)."""
+
+    #: The form this layer is in (:func:`idinspect.forms.form_of` maps it to its mathematics).
+    form: ClassVar[str] = "latent"
 
     index: int
     W_KVA: torch.Tensor
@@ -146,8 +150,3 @@ class LatentAttentionLayer:
                 raise ValueError(f"layer {self.index}: {role} has shape {tuple(t.shape)}, expected {shape}")
         if self.W_QA is not None and (self.g_Q is None or self.W_QB is None):
             raise ValueError(f"layer {self.index}: the query latent needs its norm gain and W_QB")
-
-
-def is_latent(layer) -> bool:
-    """True for a :class:`LatentAttentionLayer` (MLA), False for the per-head form."""
-    return isinstance(layer, LatentAttentionLayer)

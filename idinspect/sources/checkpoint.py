@@ -14,13 +14,13 @@ import torch
 from safetensors import SafetensorError, safe_open
 
 from ..errors import IdinspectError
+from . import pread
 from .file_names import INDEX_FILE, SINGLE_FILE
 from .local_source import require_safetensors
-from . import pread
 from .safetensors_format import DTYPES_BY_CODE, tensor_spans
 
 #: Bytes of read buffers a checkpoint keeps for reuse (:class:`.pread.BufferPool`): the tensors of
-#: the layers in flight (see :data:`idinspect.analysis.parallel.IN_FLIGHT_BYTES`).
+#: the layers in flight (see :data:`idinspect.numerics.parallel.IN_FLIGHT_BYTES`).
 READ_POOL_BYTES = 2**30
 
 

@@ -10,8 +10,8 @@ models' own ``inv_freq`` buffers bit for bit.
 The llama3 type (every Llama 3.x checkpoint) is also computed here when config.json states it
 completely in its one common form (:func:`llama3_rope_params`), with the same float32 tensor
 operations in the same order as ``ROPE_INIT_FUNCTIONS["llama3"]``, so the frequencies are the same
-bits (pinned by tests/test_rope_llama3.py over a grid of settings and by the AutoConfig comparisons
-of tests/test_config.py). Importing transformers costs ~0.3-0.65 s, a fifth of a Llama-3.2-1B
+bits (pinned by tests/forms/test_rope_llama3.py over a grid of settings and by the AutoConfig comparisons
+of tests/contract/test_config.py). Importing transformers costs ~0.3-0.65 s, a fifth of a Llama-3.2-1B
 inspection (issue 7); any other llama3 form, and every other scaled type, still goes to transformers.
 
 A :class:`~idinspect.sources.config.CheckpointConfig` (config.json as stored, possibly in the legacy

@@ -35,8 +35,8 @@ def estimate_model_bytes(source: str, *, token: str | None = None, cache_dir: st
     ``threads``: CPUs the inspecting process may use (the analyzer runs up to one layer per CPU).
     """
     from ..analysis.analyzer import layer_bytes_in_flight
-    from ..analysis.parallel import IN_FLIGHT_BYTES
     from ..model import load
+    from ..numerics.parallel import IN_FLIGHT_BYTES
 
     try:
         model = load(source, token=token, cache_dir=cache_dir, local_files_only=True)

@@ -84,7 +84,7 @@ class SurveyOptions:
     #: ``whole_model_form`` column ("not derived" where the family's form is not) and
     #: ``whole_model_symmetries`` (logits convention; null where not derived).
     whole_model: bool = False
-    #: Also fit the heavy-tailed spectra (:mod:`idinspect.analysis.heavy_tail`): the ``heavy_tail_*`` columns.
+    #: Also fit the heavy-tailed spectra (:mod:`idinspect.forms.per_head.heavy_tail`): the ``heavy_tail_*`` columns.
     heavy_tails: bool = False
 
 
@@ -203,7 +203,8 @@ def fingerprint_digest(model, opts: SurveyOptions) -> str:
     """The digest of the open model's fingerprint, the one ``idinspect fingerprint --digest`` prints
     (:func:`idinspect.compare.fingerprint_digest`; it leaves out source and revision, so it does not
     depend on how the survey named the model). Reads the attention tensors a second time."""
-    from ..compare import fingerprint_dict, fingerprint_digest as digest, model_invariants
+    from ..compare import fingerprint_dict, model_invariants
+    from ..compare import fingerprint_digest as digest
 
     inv = model_invariants(model, device=opts.device)
     return digest(fingerprint_dict(inv, model.provenance.revision))

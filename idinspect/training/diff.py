@@ -2,7 +2,7 @@
 
 Streams the layers of both checkpoints (O(d d_k^2) per group, never a d x d matrix; on a CPU one
 layer pair per core in flight, each with single-threaded kernels, within a memory bound, as
-``inspect`` does: :mod:`idinspect.analysis.parallel`) and returns the diff document (``idinspect/schemas/diff.schema.json``).
+``inspect`` does: :mod:`idinspect.numerics.parallel`) and returns the diff document (``idinspect/schemas/diff.schema.json``).
 """
 
 from __future__ import annotations
@@ -11,13 +11,14 @@ import math
 
 import torch
 
-from ..analysis.parallel import layer_workers, ordered_map
-from ..analysis.precision import comparison_precision
 from ..errors import IdinspectError
-from ..gauge.invariants import invariant_errors
-from ..gauge.step_invariants import step_invariant_errors
+from ..forms import require
+from ..forms.per_head.invariants import invariant_errors
+from ..forms.per_head.step_invariants import step_invariant_errors
 from ..layer.attention_layer import BIAS_ROLES, AttentionLayer
 from ..model import Model, load
+from ..numerics.parallel import layer_workers, ordered_map
+from ..numerics.precision import comparison_precision
 from . import step_products
 from .group_grams import group_grams, group_grams_from_products
 from .metrics import SIDES, check_modelled, check_same_shape, layer_metrics, pooled_rho
@@ -40,10 +41,10 @@ def diff_layer(a: AttentionLayer, b: AttentionLayer) -> dict:
 
     bfloat16/float16 pairs on a CPU with bf16/fp16 matrix units take the step's products straight
     from the stored weights (:mod:`.step_products`: exact products, float32 sums) and compare the
-    invariants without an alignment fit (:mod:`idinspect.gauge.step_invariants`), falling back to
+    invariants without an alignment fit (:mod:`idinspect.forms.per_head.step_invariants`), falling back to
     the fitted comparison where a difference is not resolved. Otherwise both layers are cast once,
     to float32 where both are stored in bfloat16/float16
-    (:func:`~idinspect.analysis.precision.comparison_precision`: their difference is exact there and
+    (:func:`~idinspect.numerics.precision.comparison_precision`: their difference is exact there and
     float32's rounding is far below what they can show), else float64; k x k work is float64 either way."""
     check_modelled(a)
     check_same_shape(a, b)
@@ -137,7 +138,7 @@ def diff(a, b, *, token: str | None = None, cache_dir: str | None = None, local_
     tau, mu for QK and VO, and the invariant change against the raw change."""
     kw = dict(token=token, cache_dir=cache_dir, local_files_only=local_files_only)
     with _opened(a, kw) as A, _opened(b, kw) as B:
-        A.require_per_head("diff")
+        require(A, "diff")
         _check_same_model(A, B)
         n = A.num_layers
         layers = []

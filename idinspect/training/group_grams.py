@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..gauge.step_invariants import with_row
+from ..forms.per_head.step_invariants import with_row
 from ..layer.attention_layer import AttentionLayer
 
 
@@ -38,7 +38,7 @@ class GroupGrams:
     MR: torch.Tensor | None = None
     step_sq: torch.Tensor | None = None
     #: The per-head factor's own Grams at A before the group sum [H, k, k] (queries with their bias
-    #: row for qk, W_O^h W_O^hT for vo): :func:`~idinspect.gauge.invariants.invariant_errors`'s ``grams_a``.
+    #: row for qk, W_O^h W_O^hT for vo): :func:`~idinspect.forms.per_head.invariants.invariant_errors`'s ``grams_a``.
     heads_a: torch.Tensor | None = None
 
 

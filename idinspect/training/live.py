@@ -12,6 +12,7 @@ import weakref
 
 import torch
 
+from ..forms import require
 from ..layer.attention_layer import AttentionLayer
 from ..model import Model, load
 
@@ -28,7 +29,7 @@ def opened(model: torch.nn.Module) -> Model:
     hit = _OPENED.get(model)
     if hit is not None and hit[0] == key:
         return hit[1]
-    view = load(model).require_per_head("the training callback")
+    view = require(load(model), "the training callback")
     _OPENED[model] = (key, view)
     return view
 

@@ -12,9 +12,9 @@ from dataclasses import dataclass, fields
 import torch
 
 from ..errors import IdinspectError
-from ..gauge.factors import augment
+from ..forms.per_head.factors import augment
+from ..forms.per_head.structure import unrotated_columns
 from ..layer.attention_layer import AttentionLayer
-from ..layer.structure import unrotated_columns
 from .group_grams import GroupGrams, group_grams
 from .orbit import Algebra, imbalance_batch, project_from_grams_batch
 
@@ -117,7 +117,7 @@ def side_metrics_all(a: AttentionLayer, side: str, b: AttentionLayer | None = No
 
     The factor-sized products (Gram matrices, L^T dL; :mod:`.group_grams`, all groups at once) are
     formed in ``dtype`` (float32 only for bfloat16/float16 layers,
-    :func:`~idinspect.analysis.precision.comparison_precision`), everything from the k x k matrices
+    :func:`~idinspect.numerics.precision.comparison_precision`), everything from the k x k matrices
     on in float64, batched over the groups. ``grams``: that result for the layer, when the caller
     already has it."""
     algebra = side_algebra(a, side)

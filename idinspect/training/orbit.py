@@ -1,7 +1,7 @@
 """Projection of a parameter step onto the tangent space of the gauge orbit, and the imbalance.
 
 One kv group's factors, in row-vector notation and bias-augmented (see
-:mod:`idinspect.gauge.factors`), form a pair (L [m, k], R [n, k]) on which the gauge acts as
+:mod:`idinspect.forms.per_head.factors`), form a pair (L [m, k], R [n, k]) on which the gauge acts as
 L -> L A, R -> R A^-T:
 
 - QK: L = Q~ (the group's query heads [W_Q^h; b_Q^h] stacked), R = K~ = [W_K^g; b_K^g], k = d_k;

@@ -7,11 +7,11 @@ For one head's (or group's) factor X [m, k] at A and at B, with dX = X_B - X_A, 
 each accurate against its own size (D is ||dX||^2-sized, M ||X_A|| ||dX||-sized; forming D as
 GB - ... would cancel). Both routes use only exact products of the stored numbers (a bf16 or fp16
 product fits float32) summed in float32, on the CPU's matrix units through MKL
-(:mod:`idinspect.analysis.low_precision_gemm`), several times faster than float32 arithmetic:
+(:mod:`idinspect.numerics.low_precision_gemm`), several times faster than float32 arithmetic:
 
 - **large steps**, tr D >= :data:`TAU` max(tr GA, tr GB) (two unrelated checkpoints): from GA, GB
   and C = X_A^T X_B alone, D = GA + GB - C - C^T and M = C - GA. A float32 sum of m products is off
-  by at most gamma ||x|| ||y|| (gamma = sqrt(m) u_32, as :mod:`idinspect.analysis.precision`), so
+  by at most gamma ||x|| ||y|| (gamma = sqrt(m) u_32, as :mod:`idinspect.numerics.precision`), so
   D is off by gamma (||X_A|| + ||X_B||)^2 <= (4 gamma / TAU) ||dX||^2, M by 2 gamma / sqrt(TAU) of
   max(||X_A||, ||X_B||) ||dX||.
 - **small steps** (fine-tunes, training steps): dX, exact in float32, is split into three bf16
@@ -21,8 +21,8 @@ product fits float32) summed in float32, on the CPU's matrix units through MKL
   head at a time, in cache.
 
 :attr:`StepProducts.gamma` is the invariant check's rounding unit
-(:meth:`idinspect.gauge.aligned.Alignment.errors` takes every Gram matrix X^T Y as off by at most
-gamma ||X|| ||Y||, and :mod:`idinspect.gauge.step_invariants` uses D and G2 = -(M^T + D) =
+(:meth:`idinspect.forms.per_head.aligned.Alignment.errors` takes every Gram matrix X^T Y as off by at most
+gamma ||X|| ||Y||, and :mod:`idinspect.forms.per_head.step_invariants` uses D and G2 = -(M^T + D) =
 -dX^T X_B): for large steps gamma (||X_A|| + ||X_B||)^2 / ||dX||^2 (D's bound; G2 = C - GB there is
 off by gamma ||X_B|| (||X_A|| + ||X_B||), within it), where pieces were used 3 (gamma + 2^-23)
 (||dX|| <= ||X_B|| there, so G2's gamma ||dX|| (||X_A|| + ||dX||) <= 3 gamma ||dX|| ||X_B||).
@@ -35,8 +35,8 @@ from dataclasses import dataclass
 
 import torch
 
-from ..analysis import low_precision_gemm as lp
-from ..analysis.precision import UNIT_ROUNDOFF_32
+from ..numerics import low_precision_gemm as lp
+from ..numerics.precision import UNIT_ROUNDOFF_32
 
 #: Relative step size (tr D / max(tr GA, tr GB)) from which the products of the stored factors
 #: alone give D and M.

@@ -1,1 +1,1 @@
-"""Tiny-model variants, one module per adapter family; tests/tiny.py collects their ``VARIANTS``."""
+"""Tiny-model variants, one module per adapter family; tests/support/tiny.py collects their ``VARIANTS``."""

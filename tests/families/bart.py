@@ -1,8 +1,8 @@
-"""Tiny encoder-decoder variants (BART, mBART, Marian, Whisper) for the generic tests (see tests/tiny.py)."""
+"""Tiny encoder-decoder variants (BART, mBART, Marian, Whisper) for the generic tests (see tests/support/tiny.py)."""
 
 import transformers as tf
 
-from tests.tiny import Variant
+from tests.support.tiny import Variant
 
 _SIZES = dict(vocab_size=64, d_model=16, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
               decoder_attention_heads=4, encoder_ffn_dim=32, decoder_ffn_dim=32)

@@ -1,9 +1,8 @@
-"""Tiny BERT/RoBERTa variants for the generic tests (see tests/tiny.py)."""
+"""Tiny BERT/RoBERTa variants for the generic tests (see tests/support/tiny.py)."""
 
 import transformers as tf
 
-from tests.tiny import Variant
-
+from tests.support.tiny import Variant
 
 
 def _bert(cls=tf.BertConfig, **kw):

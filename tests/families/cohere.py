@@ -1,9 +1,9 @@
-"""Tiny Cohere variants for the generic tests (see tests/tiny.py): interleaved RoPE, GQA; plain, and
+"""Tiny Cohere variants for the generic tests (see tests/support/tiny.py): interleaved RoPE, GQA; plain, and
 with use_qk_norm (per-head LayerNorm with gains per head) and all biases."""
 
 import transformers as tf
 
-from tests.tiny import Variant
+from tests.support.tiny import Variant
 
 ROPE_LM = frozenset({"rope", "lm"})
 

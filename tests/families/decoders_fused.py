@@ -1,8 +1,8 @@
-"""Tiny OPT, GPTBigCode, Falcon and BLOOM variants for the generic tests (see tests/tiny.py)."""
+"""Tiny OPT, GPTBigCode, Falcon and BLOOM variants for the generic tests (see tests/support/tiny.py)."""
 
 import transformers as tf
 
-from tests.tiny import Variant
+from tests.support.tiny import Variant
 
 LM = frozenset({"lm"})
 ROPE_LM = frozenset({"rope", "lm"})

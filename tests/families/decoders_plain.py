@@ -1,9 +1,9 @@
 """Tiny variants of the 2025-2026 decoders that store attention as the generic q/k/v/o decoder does
-(SmolLM3 with NoPE layers, Seed-OSS, the first OLMo) for the generic tests (see tests/tiny.py)."""
+(SmolLM3 with NoPE layers, Seed-OSS, the first OLMo) for the generic tests (see tests/support/tiny.py)."""
 
 import transformers as tf
 
-from tests.tiny import Variant
+from tests.support.tiny import Variant
 
 ROPE_LM = frozenset({"rope", "lm"})
 _SIZES = dict(hidden_size=16, intermediate_size=32, num_hidden_layers=2, num_attention_heads=4,

@@ -1,14 +1,14 @@
-"""Tiny DeepSeek-V2/V3 variants (multi-head latent attention) for the generic tests (see tests/tiny.py).
+"""Tiny DeepSeek-V2/V3 variants (multi-head latent attention) for the generic tests (see tests/support/tiny.py).
 
 Tag ``latent``: the block is a LatentAttentionLayer; generic tests that read per-head tensors skip
-these variants by that tag and name the reason, and tests/test_latent.py proves them instead.
+these variants by that tag and name the reason, and tests/forms/test_latent.py proves them instead.
 Width 16, 2 heads, n = qk_nope 4, e = qk_rope 4 (two rotary planes), v 4, latent ranks 8: 720
 parameters per block with the query latent (U = 140 exact + 2 nearly null), 656 without (U = 104 + 1).
 """
 
 import transformers as tf
 
-from tests.tiny import Variant
+from tests.support.tiny import Variant
 
 _MLA = dict(hidden_size=16, intermediate_size=32, moe_intermediate_size=8, num_hidden_layers=2,
             num_attention_heads=2, num_key_value_heads=2, kv_lora_rank=8, q_lora_rank=8, qk_nope_head_dim=4,

@@ -1,4 +1,4 @@
-"""Tiny Gemma (v1) and Gemma 2 variants for the generic tests (see tests/tiny.py).
+"""Tiny Gemma (v1) and Gemma 2 variants for the generic tests (see tests/support/tiny.py).
 
 Gemma: MQA with head_dim 8 != d / H. Gemma 2: GQA with biases on all four projections, soft-capped
 scores (attn_logit_softcapping 5: scores of these random weights reach the cap's non-linear range),
@@ -8,7 +8,7 @@ final-logit soft-capping.
 
 import transformers as tf
 
-from tests.tiny import Variant
+from tests.support.tiny import Variant
 
 _GEMMA = dict(hidden_size=16, intermediate_size=32, num_hidden_layers=2, num_attention_heads=4, head_dim=8,
               vocab_size=64, max_position_embeddings=64, pad_token_id=0, bos_token_id=2, eos_token_id=1)

@@ -1,9 +1,9 @@
-"""Tiny Gemma 3 (text) variants for the generic tests (see tests/tiny.py): per-head (1 + w) RMS q/k
+"""Tiny Gemma 3 (text) variants for the generic tests (see tests/support/tiny.py): per-head (1 + w) RMS q/k
 norm shared by all heads, query_pre_attn_scalar, sliding and full layers with their own RoPE."""
 
 import transformers as tf
 
-from tests.tiny import Variant
+from tests.support.tiny import Variant
 
 ROPE_LM = frozenset({"rope", "lm"})
 

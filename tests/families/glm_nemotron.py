@@ -1,9 +1,9 @@
-"""Tiny GLM, GLM-4 and Nemotron variants for the generic tests (see tests/tiny.py): RoPE over part of
+"""Tiny GLM, GLM-4 and Nemotron variants for the generic tests (see tests/support/tiny.py): RoPE over part of
 each head, interleaved pairs (GLM) or rotate_half (Nemotron)."""
 
 import transformers as tf
 
-from tests.tiny import Variant
+from tests.support.tiny import Variant
 
 ROPE_LM = frozenset({"rope", "lm"})
 _SIZES = dict(hidden_size=16, intermediate_size=32, num_hidden_layers=2, num_attention_heads=4,

@@ -1,8 +1,8 @@
-"""Tiny GPT-2 variants for the generic tests (see tests/tiny.py)."""
+"""Tiny GPT-2 variants for the generic tests (see tests/support/tiny.py)."""
 
 import transformers as tf
 
-from tests.tiny import Variant
+from tests.support.tiny import Variant
 
 VARIANTS = {
     "gpt2": Variant(lambda: tf.GPT2Config(n_embd=16, n_head=4, n_layer=2, vocab_size=64, n_positions=64),

@@ -1,8 +1,8 @@
-"""Tiny GPT-NeoX (Pythia) variants for the generic tests (see tests/tiny.py): per-head fused qkv, rotary_pct."""
+"""Tiny GPT-NeoX (Pythia) variants for the generic tests (see tests/support/tiny.py): per-head fused qkv, rotary_pct."""
 
 import transformers as tf
 
-from tests.tiny import Variant
+from tests.support.tiny import Variant
 
 ROPE_LM = frozenset({"rope", "lm"})
 

@@ -1,10 +1,10 @@
-"""A tiny gpt-oss variant for the generic tests (see tests/tiny.py): GQA, head_dim 8 != d / H, biases
+"""A tiny gpt-oss variant for the generic tests (see tests/support/tiny.py): GQA, head_dim 8 != d / H, biases
 on all four projections, attention sinks, YaRN RoPE, a 4-token window on layer 0 (layer_types
 alternate), two experts (MLPs, not read)."""
 
 import transformers as tf
 
-from tests.tiny import Variant
+from tests.support.tiny import Variant
 
 VARIANTS = {
     "gpt-oss": Variant(lambda: tf.GptOssConfig(

@@ -1,8 +1,8 @@
-"""Tiny GPT-J variants for the generic tests (see tests/tiny.py): interleaved RoPE on the first rotary_dim dims."""
+"""Tiny GPT-J variants for the generic tests (see tests/support/tiny.py): interleaved RoPE on the first rotary_dim dims."""
 
 import transformers as tf
 
-from tests.tiny import Variant
+from tests.support.tiny import Variant
 
 ROPE_LM = frozenset({"rope", "lm"})
 

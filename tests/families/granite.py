@@ -1,8 +1,8 @@
-"""Tiny Granite variants for the generic tests (see tests/tiny.py): attention_multiplier as the softmax scale."""
+"""Tiny Granite variants for the generic tests (see tests/support/tiny.py): attention_multiplier as the softmax scale."""
 
 import transformers as tf
 
-from tests.tiny import Variant
+from tests.support.tiny import Variant
 
 ROPE_LM = frozenset({"rope", "lm"})
 

@@ -1,8 +1,8 @@
-"""Tiny Llama/Mistral/Qwen2 variants for the generic tests (see tests/tiny.py)."""
+"""Tiny Llama/Mistral/Qwen2 variants for the generic tests (see tests/support/tiny.py)."""
 
 import transformers as tf
 
-from tests.tiny import Variant
+from tests.support.tiny import Variant
 
 _LLAMA = dict(hidden_size=16, intermediate_size=32, num_hidden_layers=2, num_attention_heads=4,
               num_key_value_heads=4, vocab_size=64, max_position_embeddings=64)

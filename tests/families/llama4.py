@@ -1,13 +1,13 @@
-"""Tiny Llama 4 variants for the generic tests (see tests/tiny.py): the text model (Llama4ForCausalLM)
+"""Tiny Llama 4 variants for the generic tests (see tests/support/tiny.py): the text model (Llama4ForCausalLM)
 and the multimodal model around the same text model (its vision tower not analysed). One RoPE layer
 (interleaved RoPE, weightless RMS q/k norm after RoPE, chunked attention) and one NoPE layer
 (temperature-tuned queries, full attention), GQA, no biases as in Llama 4's checkpoints (biases:
-tests/test_families_rope.py). Chunks of 4 and floor_scale 2 make the chunk mask and the temperature
+tests/contract/test_families_rope.py). Chunks of 4 and floor_scale 2 make the chunk mask and the temperature
 act within the tests' 8- and 9-token sequences."""
 
 import transformers as tf
 
-from tests.tiny import Variant
+from tests.support.tiny import Variant
 
 ROPE_LM = frozenset({"rope", "lm"})
 _TEXT = dict(hidden_size=16, intermediate_size=32, intermediate_size_mlp=32, num_hidden_layers=2, num_attention_heads=4,

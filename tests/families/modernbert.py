@@ -1,8 +1,8 @@
-"""Tiny ModernBERT variants for the generic tests (see tests/tiny.py): global and local layers."""
+"""Tiny ModernBERT variants for the generic tests (see tests/support/tiny.py): global and local layers."""
 
 import transformers as tf
 
-from tests.tiny import Variant
+from tests.support.tiny import Variant
 
 _MB = dict(hidden_size=16, num_attention_heads=4, num_hidden_layers=3, intermediate_size=32, vocab_size=64,
            max_position_embeddings=64, pad_token_id=0, bos_token_id=1, eos_token_id=2, cls_token_id=1, sep_token_id=2,

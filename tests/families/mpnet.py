@@ -1,9 +1,9 @@
-"""Tiny MPNet variants for the generic tests (see tests/tiny.py): 96-token sequences, so that the
+"""Tiny MPNet variants for the generic tests (see tests/support/tiny.py): 96-token sequences, so that the
 model-level relative-position table's 31 reachable buckets (distances up to 91) are all exercised."""
 
 import transformers as tf
 
-from tests.tiny import Variant
+from tests.support.tiny import Variant
 
 
 def _mpnet(**kw):

@@ -1,9 +1,9 @@
-"""Tiny MPT variants for the generic tests (see tests/tiny.py): fused Wqkv, no biases, ALiBi with
+"""Tiny MPT variants for the generic tests (see tests/support/tiny.py): fused Wqkv, no biases, ALiBi with
 MPT's own slopes (a head count that is not a power of two reorders them)."""
 
 import transformers as tf
 
-from tests.tiny import Variant
+from tests.support.tiny import Variant
 
 VARIANTS = {
     "mpt": Variant(lambda: tf.MptConfig(d_model=16, n_heads=4, n_layers=2, expansion_ratio=2, vocab_size=64,

@@ -1,9 +1,9 @@
-"""Tiny OLMo 2 / OLMo 3 / OLMoE variants for the generic tests (see tests/tiny.py): an RMSNorm over the whole
+"""Tiny OLMo 2 / OLMo 3 / OLMoE variants for the generic tests (see tests/support/tiny.py): an RMSNorm over the whole
 query projection and one over the whole key projection, before RoPE."""
 
 import transformers as tf
 
-from tests.tiny import Variant
+from tests.support.tiny import Variant
 
 ROPE_LM = frozenset({"rope", "lm"})
 _OLMO = dict(hidden_size=16, intermediate_size=32, num_hidden_layers=2, num_attention_heads=4,

@@ -1,8 +1,8 @@
-"""Tiny Phi variants for the generic tests (see tests/tiny.py): biases everywhere, partial RoPE."""
+"""Tiny Phi variants for the generic tests (see tests/support/tiny.py): biases everywhere, partial RoPE."""
 
 import transformers as tf
 
-from tests.tiny import Variant
+from tests.support.tiny import Variant
 
 ROPE_LM = frozenset({"rope", "lm"})
 

@@ -1,8 +1,8 @@
-"""Tiny Phi-3 variants for the generic tests (see tests/tiny.py): fused qkv_proj [Q|K|V], partial RoPE."""
+"""Tiny Phi-3 variants for the generic tests (see tests/support/tiny.py): fused qkv_proj [Q|K|V], partial RoPE."""
 
 import transformers as tf
 
-from tests.tiny import Variant
+from tests.support.tiny import Variant
 
 # intermediate_size 16: with N(0, 0.5) weights a wider MLP puts the float32 logits' own rounding noise
 # (float32 vs float64 forward of the same weights) near the 1e-6 bound of the float32 export test

@@ -1,8 +1,8 @@
-"""Tiny Qwen2-MoE variants for the generic tests (see tests/tiny.py): Qwen2 attention, MoE MLPs not read."""
+"""Tiny Qwen2-MoE variants for the generic tests (see tests/support/tiny.py): Qwen2 attention, MoE MLPs not read."""
 
 import transformers as tf
 
-from tests.tiny import Variant
+from tests.support.tiny import Variant
 
 ROPE_LM = frozenset({"rope", "lm"})
 

@@ -1,9 +1,9 @@
-"""Tiny Qwen3 / Qwen3-MoE variants for the generic tests (see tests/tiny.py): per-head RMS q/k norm
+"""Tiny Qwen3 / Qwen3-MoE variants for the generic tests (see tests/support/tiny.py): per-head RMS q/k norm
 with one gain vector shared by all heads, before RoPE."""
 
 import transformers as tf
 
-from tests.tiny import Variant
+from tests.support.tiny import Variant
 
 ROPE_LM = frozenset({"rope", "lm"})
 _QWEN3 = dict(hidden_size=16, intermediate_size=32, num_hidden_layers=2, num_attention_heads=4,

@@ -1,10 +1,10 @@
-"""Tiny Qwen2-VL, Qwen2.5-VL and Qwen3-VL variants for the generic tests (see tests/tiny.py): the text
+"""Tiny Qwen2-VL, Qwen2.5-VL and Qwen3-VL variants for the generic tests (see tests/support/tiny.py): the text
 model of the multimodal checkpoint, run on token ids (its vision tower not analysed), with M-RoPE
 sections that give each position stream its planes (equal streams for text)."""
 
 import transformers as tf
 
-from tests.tiny import Variant
+from tests.support.tiny import Variant
 
 _TEXT = dict(hidden_size=16, intermediate_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
              vocab_size=64, max_position_embeddings=64, rms_norm_eps=1e-6)

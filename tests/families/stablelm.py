@@ -1,8 +1,8 @@
-"""Tiny StableLM variants for the generic tests (see tests/tiny.py): partial RoPE, optional q/k/v biases, GQA."""
+"""Tiny StableLM variants for the generic tests (see tests/support/tiny.py): partial RoPE, optional q/k/v biases, GQA."""
 
 import transformers as tf
 
-from tests.tiny import Variant
+from tests.support.tiny import Variant
 
 ROPE_LM = frozenset({"rope", "lm"})
 

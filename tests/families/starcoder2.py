@@ -1,8 +1,8 @@
-"""Tiny StarCoder2 variants for the generic tests (see tests/tiny.py): biases, GQA, RoPE, sliding window."""
+"""Tiny StarCoder2 variants for the generic tests (see tests/support/tiny.py): biases, GQA, RoPE, sliding window."""
 
 import transformers as tf
 
-from tests.tiny import Variant
+from tests.support.tiny import Variant
 
 ROPE_LM = frozenset({"rope", "lm"})
 

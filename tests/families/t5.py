@@ -1,4 +1,4 @@
-"""Tiny T5 and mT5 variants for the generic tests (see tests/tiny.py).
+"""Tiny T5 and mT5 variants for the generic tests (see tests/support/tiny.py).
 
 8 relative-position buckets over distance 8: the tests' 8- and 9-token sequences reach every bucket
 of both stacks, so no bucket sits unused (an unused bucket would be an input-dependent null direction).
@@ -6,7 +6,7 @@ of both stacks, so no bucket sits unused (an unused bucket would be an input-dep
 
 import transformers as tf
 
-from tests.tiny import Variant
+from tests.support.tiny import Variant
 
 _T5 = dict(vocab_size=64, d_model=16, d_kv=4, d_ff=32, num_layers=2, num_heads=4, relative_attention_num_buckets=8,
            relative_attention_max_distance=8, pad_token_id=0, eos_token_id=1, decoder_start_token_id=0)

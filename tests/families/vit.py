@@ -1,12 +1,12 @@
-"""Tiny ViT variants for the generic tests (see tests/tiny.py): 8 x 8 images in 4 x 4 patches (5 tokens).
+"""Tiny ViT variants for the generic tests (see tests/support/tiny.py): 8 x 8 images in 4 x 4 patches (5 tokens).
 
 ``vit`` is saved as save_pretrained writes it (the original names, ``encoder.layer.i.attention.attention.query``);
-tests/test_vision.py saves the same models under transformers 5's names (``layers.i.attention.q_proj``).
+tests/forms/test_vision.py saves the same models under transformers 5's names (``layers.i.attention.q_proj``).
 """
 
 import transformers as tf
 
-from tests.tiny import Variant
+from tests.support.tiny import Variant
 
 
 def _vit(**kw):

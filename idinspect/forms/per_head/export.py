@@ -1,0 +1,97 @@
+"""Export of one per-head layer: canonicalise in float64, cast each tensor once, measure the change.
+
+:func:`fix_per_head_layer` is the per-head form's ``fix`` (:class:`idinspect.forms.Form`);
+:class:`FixedLayer`, :func:`refuse_unfixable` and :func:`check_representable` are what every
+form's export shares (the latent form's :mod:`idinspect.forms.latent.export` uses them too).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ...errors import IdinspectError
+from ...gauge.report import Degeneracy
+from ...layer.attention_layer import AttentionLayer
+from ...layer.buffers import Float64Buffers
+from ...numerics.precision import comparison_precision
+from .canonicalize import canonicalize
+from .findings import overflow_limit
+from .invariants import InvariantError, largest_invariant_error
+from .qk_gain_trade import cast_norm
+from .spectra import all_finite
+
+
+@dataclass
+class FixedLayer:
+    """One layer's gauge-fixed form cast to the output dtype, and what its check found."""
+
+    cast: AttentionLayer
+    error: InvariantError
+    degeneracies: list[Degeneracy]
+
+
+def check_representable(layer: AttentionLayer, role: str, exact: torch.Tensor, cast: torch.Tensor) -> None:
+    """Refuse (naming the tensor, the reason and the largest value) a gauge-fixed tensor that its output
+    dtype cannot hold: one that overflows it, or one whose largest entry is subnormal there (stored
+    with fewer significant bits than the dtype's precision, it no longer computes the same function
+    to that dtype's rounding)."""
+    name = layer.tensor_names.get(role, role)
+    kind = str(cast.dtype).removeprefix("torch.")
+    largest = float(exact.abs().max()) if exact.numel() else 0.0
+    if not all_finite(cast):
+        raise IdinspectError(f"layer {layer.index}: the gauge-fixed {name} is not finite in {kind} (the balanced "
+                             f"form's largest value {largest:.3g} overflows it, whose maximum is "
+                             f"{torch.finfo(cast.dtype).max:.3g}); export with --dtype float64, or keep the checkpoint as it is")
+    if cast.dtype.is_floating_point and 0 < largest < torch.finfo(cast.dtype).tiny:
+        raise IdinspectError(f"layer {layer.index}: the gauge-fixed {name} has largest value {largest:.3g}, below "
+                             f"{kind}'s smallest normal number {torch.finfo(cast.dtype).tiny:.3g}: stored as subnormals "
+                             f"it keeps too few significant bits to compute the same function; export with --dtype "
+                             "float64, or rescale the checkpoint")
+
+
+def refuse_unfixable(layer: AttentionLayer) -> None:
+    """Raise naming the tensor if an attention tensor holds NaN/Inf, or float64 values whose products
+    overflow (inspect reports both as findings; a gauge of undefined or overflowing numbers is no gauge)."""
+    limit = overflow_limit(max(layer.d_model, layer.d_k))
+    for role, t in layer.tensors().items():
+        name = layer.tensor_names.get(role, role)
+        if not all_finite(t):
+            raise IdinspectError(f"tensor {name} holds non-finite values (NaN or Inf); export refuses to gauge-fix "
+                                 f"it and wrote nothing: run 'idinspect MODEL' to see where, and repair or "
+                                 "re-download the checkpoint")
+        if t.dtype == torch.float64 and t.numel() and float(t.abs().max()) > limit:
+            raise IdinspectError(f"tensor {name} holds values up to {float(t.abs().max()):.3g}, beyond {limit:.3g} "
+                                 "where its products overflow float64; export refuses to gauge-fix it and wrote "
+                                 "nothing: repair or re-download the checkpoint")
+
+
+def fix_per_head_layer(layer: AttentionLayer, target: torch.dtype | None, workspace: Float64Buffers | None = None) -> FixedLayer:
+    """Canonicalise ``layer`` in float64, cast each tensor once (to ``target``, or its stored dtype),
+    and measure the largest invariant change between the original and the cast result.
+
+    The float64 intermediates go into ``workspace`` (reused layer after layer) when given; the
+    result holds none of them.
+    """
+    refuse_unfixable(layer)
+    ws = workspace or Float64Buffers()
+    original = layer.replace(**{role: ws.widen(f"input {role}", t) for role, t in layer.tensors().items()})
+    fixed, report = canonicalize(original, workspace=ws)
+    cast = fixed.replace(**{role: t.to(target or getattr(layer, role).dtype, copy=True)   # never a workspace buffer
+                            for role, t in fixed.tensors().items()})
+    if fixed.qk_norm is not None:                           # the balanced norm gains, cast the same way
+        cast = cast.replace(qk_norm=cast_norm(fixed.qk_norm, layer.qk_norm, target))
+    for role, t in cast.tensors().items():
+        check_representable(layer, role, getattr(fixed, role), t)
+    if comparison_precision(layer.W_Q.dtype, cast.W_Q.dtype) == torch.float32:   # bf16/fp16 in and out:
+        error = largest_invariant_error(layer, cast, grams_a=report.head_grams,   # the same values, half the
+                                        precision=torch.float32)                   # bytes to widen
+    else:
+        for role, t in fixed.tensors().items():             # the cast values in float64, written into
+            t.copy_(getattr(cast, role))                    # canonicalize's own buffers (no new ones)
+        if fixed.qk_norm is not None:
+            fixed = fixed.replace(qk_norm=cast.qk_norm.to(torch.float64))
+        error = largest_invariant_error(original, fixed, overwrite_a=True,   # original is ours and done with;
+                                        grams_a=report.head_grams)           # its Grams from canonicalize
+    return FixedLayer(cast, error, report.degeneracies)

@@ -1,0 +1,93 @@
+"""The fast route to the balanced form: k x k Gram matrices -> k x k transforms -> one matmul per factor.
+
+Every step of the recipe in docs/mathematics.md ("The gauge-fixed form") depends on the factors
+only through their k x k Gram matrices, except the signs (step 5), which need the key-side and
+output-side factors after the transform. So per layer (k = d_k or d_v):
+
+1. Gram matrices, one batched matmul each: G_Q = Q~_g^T Q~_g (summed over the group's heads),
+   G_K = K~_g^T K~_g, G_V = V~_g^T V~_g, G_O = O~_g O~_g^T;
+2. per group, block-diagonal k x k transforms: on the unrotated dims T_Q, T_K from the Cholesky
+   factors and the core SVD (:func:`~idinspect.gauge.linalg.balancing_transforms`); on each rotary
+   plane the 2 x 2 scale-and-rotation (:func:`~idinspect.gauge.planes.plane_transforms`); T_V, T_O
+   likewise for VO;
+3. apply: K~ T_K and O~^T T_O first, read off the signs (which fold into T_Q, T_V), then Q~ T_Q
+   and V~ T_V.
+
+Cost O(d k^2) per group in a handful of batched matmuls over all heads and planes at once. The
+factors are handled transposed (W_Q^T [H, d_k, d] is the checkpoint's own row layout) and W_O
+keeps its input's memory layout, so the results come out in the layout the adapters write,
+without a copy. Returns None where a Gram
+matrix is too ill-conditioned for this route; the caller then takes the reference route
+(:mod:`.reference_route`, thin QR of the stacked factors, the recipe read step by step).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ...gauge.linalg import balancing_transforms, blocks, gram, put_blocks
+from ...gauge.planes import plane_transforms
+from ...gauge.signs import leading_signs
+from ...layer.attention_layer import AttentionLayer
+from ...layer.buffers import Float64Buffers
+from .balanced import Balanced
+from .structure import unrotated_columns
+
+
+def balance_fast(L: AttentionLayer, v_live: bool, workspace: Float64Buffers | None = None) -> Balanced | None:
+    """Steps 2-5 on a float64 layer whose biases are already fixed (step 1); None if ill-conditioned.
+
+    With a ``workspace`` the transformed W_Q and W_O are written into its buffers.
+    """
+    H, G, r, k, dv = L.n_heads, L.n_kv_heads, L.group_size, L.d_k, L.d_v
+    kv = torch.arange(H) // r
+    Qt, Kt, Vt = L.W_Q.transpose(1, 2), L.W_K.transpose(1, 2), L.W_V.transpose(1, 2)   # [n, width, d]
+    b_V = L.b_V if v_live else None
+
+    Go_h = gram(L.W_O)                                            # [H, d_v, d_v] per head
+    Tv, To, s_vo, ok = balancing_transforms(gram(Vt, b_V), Go_h.reshape(G, r, dv, dv).sum(1))
+    if not bool(ok.all()):
+        return None
+    Gq_h = gram(Qt, L.b_Q)                                        # [H, k, k] per head
+    Gq = Gq_h.reshape(G, r, k, k).sum(1)                          # [G, k, k]
+    Gk = gram(Kt, L.b_K)
+    Tq, Tk = Gq.new_zeros(G, k, k), Gq.new_zeros(G, k, k)
+    s_qk = principal = dead = planes = None
+    cols = unrotated_columns(L)
+    if len(cols):
+        U = torch.tensor(list(cols))[None]                        # one block [1, n_U]
+        tq, tk, s_qk, ok = balancing_transforms(blocks(Gq, U)[:, 0], blocks(Gk, U)[:, 0])
+        if not bool(ok.all()):
+            return None
+        put_blocks(Tq, U, tq[:, None])
+        put_blocks(Tk, U, tk[:, None])
+    if L.positional.kind == "rope":
+        planes = torch.tensor(L.positional.rotary.plane_columns())  # [P, 2]
+        tq, tk, principal, dead = plane_transforms(blocks(Gq, planes), blocks(Gk, planes))
+        put_blocks(Tq, planes, tq)
+        put_blocks(Tk, planes, tk)
+
+    # key side first: its leading signs fix each column pair, and each plane's half-turn
+    Kt2 = Tk.transpose(1, 2) @ Kt                                 # [G, k, d]
+    b_K2 = None if L.b_K is None else (L.b_K[:, None, :] @ Tk)[:, 0]
+    s = leading_signs(Kt2, G, b_K2)                               # [G, k]
+    if planes is not None:
+        s[:, planes[:, 1]] = s[:, planes[:, 0]]                   # K_p's first column decides the plane
+    Kt2 *= s[:, :, None]
+    b_K2 = None if b_K2 is None else b_K2 * s
+    Tq = Tq * s[:, None, :]
+    Qt2 = torch.empty_like(Qt) if workspace is None else workspace.like("balanced W_Q^T", Qt)
+    torch.bmm(Tq[kv].transpose(1, 2), Qt, out=Qt2)                # [H, k, d]
+    b_Q2 = None if L.b_Q is None else (L.b_Q[:, None, :] @ Tq[kv])[:, 0]
+
+    # output side first: its leading signs fix each VO column pair
+    O2 = torch.empty_like(L.W_O) if workspace is None else workspace.like("balanced W_O", L.W_O)   # input's layout
+    torch.bmm(To[kv].transpose(1, 2), L.W_O, out=O2)
+    so = leading_signs(O2, G)                                     # [G, d_v]
+    O2 *= so[kv][:, :, None]
+    Tv = Tv * so[:, None, :]
+    Vt2 = Tv.transpose(1, 2) @ Vt                                 # [G, d_v, d]
+    b_V2 = None if b_V is None else (b_V[:, None, :] @ Tv)[:, 0]
+    return Balanced(W_Q=Qt2.transpose(1, 2), b_Q=b_Q2, W_K=Kt2.transpose(1, 2), b_K=b_K2,
+                    W_V=Vt2.transpose(1, 2), b_V=b_V2, W_O=O2, s_qk=s_qk, principal=principal, dead=dead,
+                    s_vo=s_vo, head_grams=(Gq_h, Go_h))

@@ -1,0 +1,212 @@
+"""--auto: the adapter inferred from the transformers module and proven on a twin before counting.
+
+Agreement: on real transformers classes whose hand-written adapter is hidden from the registry, the
+inferred adapter gives the same counts as the hand-written one. Refusal: where the module does something
+idinspect does not model (ALiBi, sinks, a relative-position table) or the inference is wrong, nothing is
+counted and the error names what was found. Live models of a config class registered with
+``AutoConfig.register``, and a checkpoint folder whose code is in the repository (auto_map), which only
+runs with --trust-remote-code.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+import subprocess
+import sys
+import textwrap
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+from idinspect.adapters import ADAPTERS
+
+import idinspect
+from idinspect.errors import IdinspectError
+from tests.support.tiny import build
+
+#: Hand-written families the automatic adapter must match: plain, GQA/MQA, biases, fused rows (Conv1D
+#: and Linear), partial RoPE, q/k norms per head, sliding windows, encoders, a vision tower.
+AGREEING = ["llama-mqa", "qwen3-bias-window", "phi3-partial-mqa", "gpt2", "gpt-neox", "bert", "vit", "olmo2",
+            "gemma2-softcap"]
+
+
+@contextlib.contextmanager
+def hidden(model_type: str):
+    """The registry without ``model_type``'s hand-written adapter, restored on exit."""
+    cls = ADAPTERS._adapters.pop(model_type)
+    try:
+        yield
+    finally:
+        ADAPTERS.remove_automatic(model_type)
+        ADAPTERS._adapters[model_type] = cls
+
+
+def _counts(model) -> tuple:
+    r = idinspect.inspect(model)
+    totals = {k: v for k, v in r["totals"].items() if k != "stacks"}
+    return totals, [{k: v for k, v in x.items() if k != "stack"} for x in r["layers"]]   # every per-layer figure
+
+
+@pytest.mark.parametrize("variant", AGREEING)
+def test_the_inferred_adapter_counts_what_the_hand_written_one_counts(variant):
+    hf = build(variant)
+    by_hand = _counts(idinspect.load(hf))
+    with hidden(hf.config.model_type):
+        with pytest.raises(IdinspectError, match="--auto"):
+            idinspect.load(hf)             # without --auto: refused, and the refusal names --auto
+        model = idinspect.load(hf, auto=True)
+        assert model.adapter.family == "automatic"
+        assert _counts(model) == by_hand
+        evidence = model.adapter_provider()["automatic"]
+        assert evidence["proven_on_twin"] is True
+        assert evidence["jacobian_nullity"] == evidence["structural_unidentified"]
+        assert evidence["reference_error"] <= 1e-10
+
+
+@pytest.mark.parametrize(("variant", "found"), [
+    ("bloom", "no positional scheme"),                 # ALiBi
+    ("gpt-oss", "self_attn.sinks"),                    # attention sinks
+    ("t5-encoder", "relative_attention_bias"),         # a relative-position table
+    ("bart", "2 stacks of layers"),                    # encoder-decoder
+    ("deepseek-v3", "query/key/value outputs"),        # multi-head latent attention
+])
+def test_what_idinspect_does_not_model_is_refused_naming_what_was_found(variant, found):
+    hf = build(variant)
+    with hidden(hf.config.model_type):
+        with pytest.raises(IdinspectError, match=found) as info:
+            idinspect.load(hf, auto=True)
+        assert hf.config.model_type not in ADAPTERS          # nothing was registered
+    assert "\n" not in str(info.value)
+
+
+def test_a_wrong_inference_is_caught_before_anything_is_counted():
+    """Every candidate that misreads the module (no RoPE on a RoPE model, the wrong scale, no causal
+    mask) fails the reproduction: settle refuses with the closest attempt."""
+    from idinspect.adapters.example_inputs import example_inputs
+
+    from idinspect.automatic import trace_twin
+    from idinspect.automatic.infer import candidates, settle
+
+    hf = build("llama-gqa")
+    twin = trace_twin(hf.config, type(hf))
+    g = torch.Generator().manual_seed(0)
+    inputs = example_inputs(twin, torch.randint(2, 32, (2, 8), generator=g), g)
+    layouts, found = candidates(twin, inputs, "llama")
+    right = settle(twin, layouts, found)[0].found
+    wrong = [replace(right, positional="none"), replace(right, causal=False), replace(right, scale=right.scale * 1.01),
+             replace(right, positional="interleaved")]
+    with pytest.raises(IdinspectError, match="closest"):
+        settle(twin, wrong, found)
+
+
+def test_a_live_model_of_a_registered_config_class():
+    from transformers import AutoConfig, LlamaConfig, LlamaForCausalLM
+
+    class ToyConfig(LlamaConfig):
+        model_type = "idinspect-toy-llama"
+
+    class ToyModel(LlamaForCausalLM):
+        config_class = ToyConfig
+
+    AutoConfig.register("idinspect-toy-llama", ToyConfig, exist_ok=True)
+    cfg = {"hidden_size": 32, "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 32,
+           "num_hidden_layers": 2, "vocab_size": 64, "attention_bias": True}
+    toy = ToyModel(ToyConfig(**cfg)).to(torch.float64)
+    twin = LlamaForCausalLM(LlamaConfig(**cfg)).to(torch.float64)
+    twin.load_state_dict(toy.state_dict())
+    try:
+        with pytest.raises(IdinspectError, match="not supported"):
+            idinspect.load(toy)
+        model = idinspect.load(toy, auto=True)
+        assert _counts(model) == _counts(idinspect.load(twin))
+        assert model.adapter_provider()["name"] == "automatic"
+    finally:
+        ADAPTERS.remove_automatic("idinspect-toy-llama")
+
+
+REMOTE_CONFIG = '''
+from transformers import LlamaConfig
+
+
+class RemoteToyConfig(LlamaConfig):
+    model_type = "idinspect-remote-toy"
+'''
+
+REMOTE_MODEL = '''
+from transformers import LlamaForCausalLM, LlamaModel
+
+from .configuration_toy import RemoteToyConfig
+
+
+class RemoteToyModel(LlamaModel):
+    config_class = RemoteToyConfig
+
+
+class RemoteToyForCausalLM(LlamaForCausalLM):
+    config_class = RemoteToyConfig
+'''
+
+
+@pytest.fixture(scope="module")
+def remote_code_checkpoint(tmp_path_factory):
+    """A checkpoint whose configuration and modelling code live in the folder (auto_map)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    folder = tmp_path_factory.mktemp("remote-toy")
+    cfg = LlamaConfig(hidden_size=32, num_attention_heads=4, num_key_value_heads=2, intermediate_size=32,
+                      num_hidden_layers=2, vocab_size=64)
+    torch.manual_seed(0)
+    LlamaForCausalLM(cfg).save_pretrained(folder)
+    settings = json.loads((folder / "config.json").read_text())
+    settings.update(model_type="idinspect-remote-toy", architectures=["RemoteToyForCausalLM"],
+                    auto_map={"AutoConfig": "configuration_toy.RemoteToyConfig",
+                              "AutoModel": "modeling_toy.RemoteToyModel",
+                              "AutoModelForCausalLM": "modeling_toy.RemoteToyForCausalLM"})
+    (folder / "config.json").write_text(json.dumps(settings))
+    (folder / "configuration_toy.py").write_text(textwrap.dedent(REMOTE_CONFIG))
+    (folder / "modeling_toy.py").write_text(textwrap.dedent(REMOTE_MODEL))
+    return folder
+
+
+def _cli(*args, env_home):
+    env = {"HF_HOME": str(env_home), "HF_MODULES_CACHE": str(env_home / "modules"), "HF_HUB_OFFLINE": "1",
+           "PATH": "/usr/bin:/bin"}
+    return subprocess.run([sys.executable, "-m", "idinspect", *args], capture_output=True, text=True, env=env,
+                          timeout=600, check=False)
+
+
+def test_remote_code_runs_only_with_trust_remote_code(remote_code_checkpoint, tmp_path):
+    plain = _cli(str(remote_code_checkpoint), env_home=tmp_path)
+    assert plain.returncode == 2 and "--auto" in plain.stderr
+    untrusted = _cli(str(remote_code_checkpoint), "--auto", env_home=tmp_path)
+    assert untrusted.returncode == 2
+    assert "--trust-remote-code" in untrusted.stderr and "Traceback" not in untrusted.stderr
+    assert not (tmp_path / "modules").exists() or not any((tmp_path / "modules").rglob("modeling_toy.py"))
+    out = tmp_path / "report.json"
+    trusted = _cli(str(remote_code_checkpoint), "--auto", "--trust-remote-code", "--json", str(out), env_home=tmp_path)
+    assert trusted.returncode == 0, trusted.stderr
+    assert "automatic, proven on a twin" in trusted.stdout       # the terminal report marks the counts
+    report = json.loads(out.read_text())
+    adapter = report["model"]["adapter"]
+    assert adapter["name"] == "automatic" and adapter["automatic"]["proven_on_twin"] is True
+    assert adapter["automatic"]["jacobian_nullity"] == adapter["automatic"]["structural_unidentified"]
+    # the same weights read as Llama, by the hand-written adapter, give the same counts
+    as_llama = tmp_path / "as-llama"
+    shutil.copytree(remote_code_checkpoint, as_llama, ignore=shutil.ignore_patterns("*.py"))
+    settings = json.loads((as_llama / "config.json").read_text())
+    settings.update(model_type="llama", architectures=["LlamaForCausalLM"])
+    del settings["auto_map"]
+    (as_llama / "config.json").write_text(json.dumps(settings))
+    by_hand = idinspect.inspect(idinspect.load(as_llama))
+    assert report["totals"] == {k: v for k, v in by_hand["totals"].items() if k != "stacks"}
+    jsonschema = pytest.importorskip("jsonschema")
+    schema = json.loads((Path(idinspect.__file__).parent / "schemas" / "report.schema.json").read_text())
+    jsonschema.validate(report, schema)
+
+
+def test_trust_remote_code_needs_auto(remote_code_checkpoint, tmp_path):
+    run = _cli(str(remote_code_checkpoint), "--trust-remote-code", env_home=tmp_path)
+    assert run.returncode == 2 and "--auto" in run.stderr
