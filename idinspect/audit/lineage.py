@@ -14,6 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import IdinspectError
+from ..rules import default_severity
 
 README = "README.md"
 
@@ -61,7 +62,7 @@ def base_model_findings(model, directory: Path | None, load_options: dict, cwd: 
         evidence = ("no layer has heads of the same width" if t is None else
                     f"lineage p = {t.p_value:.3g} (alpha {alpha:g}; {t.statistic} of {t.heads} heads nearest in their "
                     f"own layer, {t.expected:.1f} by chance)")
-        out.append({"rule": "base-model-unrelated", "severity": "error", "layer": None, "tensor": None, "file": README,
+        out.append({"rule": "base-model-unrelated", "severity": default_severity("base-model-unrelated"), "layer": None, "tensor": None, "file": README,
                     "base_model": base, "p_value": None if t is None else t.p_value,
                     "message": f"the model card declares base_model {base!r}, but the weights are unrelated to it: "
                                f"{evidence}"})

@@ -112,11 +112,11 @@ def test_rule_metadata_for_code_scanning(zoo):
     assert "example.invalid" not in json.dumps(log)
     ids = [r["id"] for r in driver["rules"]]
     assert ids == ["non-finite", "overflow", "noop-bias", "rank-deficient-head", "absorbable-bias", "unsupported-architecture",
-                   "not-gauge-fixed", "identification-ratio"]
+                   "not-gauge-fixed", "identification-ratio", "base-model-unrelated"]
     levels = {r["id"]: r["defaultConfiguration"]["level"] for r in driver["rules"]}
     assert levels == {"non-finite": "error", "overflow": "error", "noop-bias": "warning", "rank-deficient-head": "warning",
                       "absorbable-bias": "note", "unsupported-architecture": "error", "not-gauge-fixed": "error",
-                      "identification-ratio": "error"}
+                      "identification-ratio": "error", "base-model-unrelated": "error"}
     for rule in driver["rules"]:
         assert rule["shortDescription"]["text"] and rule["fullDescription"]["text"] and rule["help"]["text"]
         assert rule["properties"]["tags"]
