@@ -66,9 +66,13 @@ def markdown(rows: list[dict], auto: bool) -> str:
     types, types refused by hand with why, and the rest (unknown, or refused by --auto: first clause)."""
     import transformers
 
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+
     counts = Counter(r["state"] for r in rows)
+    own = sorted(r["model_type"] for r in rows if r["model_type"] not in CONFIG_MAPPING_NAMES)
+    also = f" (and {', '.join(f'`{t}`' for t in own)}, named by idinspect only)" if own else ""
     out = [BEGIN, "",
-           f"transformers {transformers.__version__} ships {len(rows)} model types: "
+           f"transformers {transformers.__version__} ships {len(rows) - len(own)} model types{also}: "
            + ", ".join(f"{counts.get(s, 0)} {s}" for s in STATES) + ".", ""]
     by_module: dict[str, list[str]] = {}
     for r in rows:
