@@ -65,7 +65,6 @@ def markdown(rows: list[dict], auto: bool) -> str:
     """docs/families.md's generated part: counts per state, then supported types by module, automatic
     types, types refused by hand with why, and the rest (unknown, or refused by --auto: first clause)."""
     import transformers
-
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
 
     counts = Counter(r["state"] for r in rows)
