@@ -31,7 +31,14 @@ from .machine import describe, load_average
 from .measure import idinspect_argv, run_child, task_argv
 
 RESULTS = Path(__file__).resolve().parent / "results"
-MODEL = Path("/tmp/fresh/bench/cache/models/llama-1b-16l-54f1066677")
+
+
+def default_model() -> Path:
+    """The bench cache's 16-layer Llama-3.2-1B-shaped checkpoint (built by :mod:`bench.build` if missing)."""
+    from .build import ensure_checkpoint_in_child
+    from .specs import FULL
+
+    return ensure_checkpoint_in_child(next(s for s in FULL if s.name == "llama-1b-16l"))
 
 
 def _log(msg: str) -> None:
@@ -69,12 +76,12 @@ def synthetic_entries(model_dir: Path, n: int, seed: int = 0) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.scan_bench", description=__doc__.split("\n\n")[0])
-    p.add_argument("--model", default=str(MODEL))
+    p.add_argument("--model", default=None, help="checkpoint folder (default: the bench cache's llama-1b-16l)")
     p.add_argument("--entries", type=int, default=300)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--no-write", action="store_true")
     args = p.parse_args(argv)
-    model = Path(args.model)
+    model = Path(args.model) if args.model else default_model()
     machine = describe()
     scratch = Path(tempfile.mkdtemp(prefix="idinspect-scan-bench-"))
     names = scratch / "names.json"
