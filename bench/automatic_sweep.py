@@ -16,7 +16,6 @@ goes through the same inference; "automatic" (proven) or "refused" (why).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import resource
 import time
@@ -30,42 +29,22 @@ PER_TYPE_SECONDS = 60
 MEMORY_CAP = 6 * 2**30
 
 
-@contextlib.contextmanager
-def hidden(model_type: str):
-    """The registry without ``model_type``'s hand-written adapter (restored on exit)."""
-    from idinspect.adapters import ADAPTERS
-
-    cls = ADAPTERS._adapters.pop(model_type)
-    try:
-        yield
-    finally:
-        ADAPTERS.remove_automatic(model_type)
-        ADAPTERS._adapters[model_type] = cls
-
-
-def _totals(model) -> dict:
-    import idinspect
-
-    r = idinspect.inspect(model)
-    totals = {k: v for k, v in r["totals"].items() if k != "stacks"}   # stack names are a hand-written adapter's words
-    return {"totals": totals, "layers": [{k: v for k, v in x.items() if k != "stack"} for x in r["layers"]]}
-
-
 def supported() -> list[dict]:
     import idinspect
     from idinspect.errors import IdinspectError
-    from tests.tiny import VARIANTS, build
+    from tests.support.automatic import counted, hidden
+    from tests.support.tiny import VARIANTS, build
 
     rows = []
     for name in sorted(VARIANTS):
         model = build(name)
         model_type = model.config.model_type
         start = time.perf_counter()
-        by_hand = _totals(idinspect.load(model))
+        by_hand = counted(idinspect.load(model))
         row = {"variant": name, "model_type": model_type}
         with hidden(model_type):
             try:
-                auto = _totals(idinspect.load(model, auto=True))
+                auto = counted(idinspect.load(model, auto=True))
                 row["outcome"] = "agrees" if auto == by_hand else "DISAGREES"
                 if auto != by_hand:
                     row["by_hand"], row["automatic"] = by_hand["totals"], auto["totals"]

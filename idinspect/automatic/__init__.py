@@ -20,7 +20,6 @@ with it; every report marks its counts "automatic, proven on a twin".
 
 from __future__ import annotations
 
-import warnings
 from pathlib import Path
 
 import torch
@@ -29,6 +28,7 @@ from ..adapters import ADAPTERS
 from ..adapters.example_inputs import example_inputs
 from ..adapters.inferred import twin_settings_from
 from ..errors import IdinspectError, one_line
+from ..numerics.twin import instantiate
 from .infer import candidates, settle, sizes
 
 #: The twin the trace runs on: heads, key/value groups (where the model groups them), head width, width.
@@ -58,24 +58,21 @@ def infer_adapter(model_type: str, hf_config, model_class, trust_remote_code: bo
     cls.twin_model_class = model_class
     cls.trust_remote_code = trust_remote_code
     ADAPTERS.add_automatic(cls, {"proven_on_twin": False})
+    proven = False
     try:
         from ..testing import check_adapter
 
         result = check_adapter(hf)
-    except AssertionError as exc:
-        ADAPTERS.remove_automatic(model_type)
+        proven = True
+    except (AssertionError, IdinspectError) as exc:
         raise IdinspectError(f"--auto: the inferred adapter of {model_type!r} is not proven ({one_line(exc)}); "
                              f"found {found}; an adapter must be written by hand") from None
-    except IdinspectError as exc:
-        ADAPTERS.remove_automatic(model_type)
-        raise IdinspectError(f"--auto: the inferred adapter of {model_type!r} is not proven ({exc}); found {found}") from None
     except Exception as exc:  # noqa: BLE001 - the model's own code failing on the proof's twin, in one line
-        ADAPTERS.remove_automatic(model_type)
         raise IdinspectError(f"--auto: proving the inferred adapter of {model_type!r} failed ({type(exc).__name__}: "
                              f"{one_line(exc)}); found {found}; an adapter must be written by hand") from None
-    except BaseException:
-        ADAPTERS.remove_automatic(model_type)
-        raise
+    finally:
+        if not proven:
+            ADAPTERS.remove_automatic(model_type)
     proof = result["proof"]
     ADAPTERS.add_automatic(cls, {
         "proven_on_twin": True,
@@ -114,26 +111,7 @@ def trace_twin(hf_config, model_class):
     except Exception as exc:  # noqa: BLE001 - whatever a config class's validation raises, in one line
         raise IdinspectError(f"--auto: transformers' {type(hf_config).__name__} refuses the trace twin {shape} "
                              f"({one_line(exc)}); an adapter must be written by hand") from None
-    config._experts_implementation = "eager"
-    hf = None
-    for implementation in ("sdpa", "eager"):
-        config._attn_implementation = implementation
-        try:
-            hf = model_class._from_config(config)
-            break
-        except ValueError:
-            continue
-    if hf is None:
-        raise IdinspectError(f"--auto: {model_class.__name__} cannot be built from its config with sdpa or eager "
-                             "attention; an adapter must be written by hand")
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="Casting complex values to real")
-        hf = hf.to(torch.float64).eval()
-    g = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        for p in hf.parameters():
-            p.copy_(0.5 * torch.randn(p.shape, generator=g, dtype=torch.float64))
-    return hf
+    return instantiate(config, model_class._from_config)
 
 
 def folder_model_class(folder: Path, trust_remote_code: bool) -> tuple[object, type]:

@@ -12,7 +12,7 @@ import torch
 from ..adapters.inferred import FoundLayout, FoundNorm, inferred_adapter
 from ..adapters.layout import Projection, fused_rows
 from ..errors import IdinspectError
-from .trace import Trace, affine_kind, find_roles, trace
+from .trace import Trace, affine_kind, find_roles, first_calls, trace
 
 #: Config keys that may hold a soft cap on the attention scores (tried, not trusted: the reproduction decides).
 SOFTCAP_KEYS = ("attn_logit_softcapping", "attention_logit_softcapping", "logit_softcap")
@@ -125,33 +125,21 @@ def _component(module: torch.nn.Module, path: str, in_layer: bool) -> str:
     return "mlp" if in_layer else "projection"
 
 
-def qk_norms(hf, inputs: dict, t: Trace, attention: str, proj: tuple[Projection, ...], cfg) -> list[FoundNorm | None]:
-    """The candidate q/k norms: parametrised modules inside the attention module whose input is the
-    query (key) projection's output, per head or whole; [None] where there are none."""
+def qk_norms(t: Trace, module: torch.nn.Module, attention: str, seen: dict[str, tuple],
+             proj: tuple[Projection, ...], cfg) -> list[FoundNorm | None]:
+    """The candidate q/k norms: parametrised modules inside the attention ``module`` whose input (in
+    ``seen``, :func:`norm_candidates`' first calls) is the query (key) projection's output, per head or
+    whole; [None] where there are none."""
     _, _, hd, _ = sizes(cfg)
     by_role = {r: p for p in proj for r in p.roles}
     if by_role["q"].roles != "q" or by_role["k"].roles != "k":
         return [None]
-    module = hf.get_submodule(f"{t.layer_path}.{attention}") if attention else hf.get_submodule(t.layer_path)
-    seen: dict[str, torch.Tensor] = {}
-    handles = []
-    for path, m in module.named_modules():
-        if path and affine_kind(m) is None and list(m.parameters(recurse=False)):
-            def keep(mod, args, out, path=path) -> None:
-                seen.setdefault(path, args[0].detach().clone())
-
-            handles.append(m.register_forward_hook(keep))
-    try:
-        with torch.no_grad():
-            hf(**inputs, use_cache=False)
-    finally:
-        for h in handles:
-            h.remove()
     found = {}
     for role in "qk":
         target = t.outputs[by_role[role].module]
-        for path, x in seen.items():
-            if x.numel() == target.numel() and any(torch.equal(v.reshape(target.shape), target) for v in _layouts(x)):
+        for path, (x, _) in seen.items():
+            if x is not None and x.numel() == target.numel() and any(
+                    torch.equal(v.reshape(target.shape), target) for v in _layouts(x)):
                 found[role] = (path, "head" if x.shape[-1] == hd else "projection", module.get_submodule(path))
     if set(found) != {"q", "k"}:
         return [None]
@@ -163,14 +151,20 @@ def qk_norms(hf, inputs: dict, t: Trace, attention: str, proj: tuple[Projection,
             for kind, offset in itertools.product(("rms", "layer"), (0.0, 1.0))]
 
 
+def norm_candidates(module: torch.nn.Module) -> dict[str, torch.nn.Module]:
+    """The submodules of the attention ``module`` with parameters of their own that are not affine."""
+    return {path: m for path, m in module.named_modules()
+            if path and affine_kind(m) is None and list(m.parameters(recurse=False))}
+
+
 def _layouts(x: torch.Tensor) -> list[torch.Tensor]:
     """``x`` as [B, T, ...] : itself, and [B, H, T, d_k] heads-first transposed back (Gemma 3's norms)."""
     return [x, x.transpose(1, 2)] if x.dim() == 4 else [x]
 
 
-def extra_parameters(hf, t: Trace, attention: str, proj: tuple[Projection, ...], norm: FoundNorm | None) -> list[str]:
-    """Parameters of the attention module that no projection or q/k norm holds."""
-    module = hf.get_submodule(f"{t.layer_path}.{attention}") if attention else hf.get_submodule(t.layer_path)
+def extra_parameters(module: torch.nn.Module, attention: str, proj: tuple[Projection, ...],
+                     norm: FoundNorm | None) -> list[str]:
+    """Parameters of the attention ``module`` that no projection or q/k norm holds."""
     pre = f"{attention}." if attention else ""
     placed = {p.module for p in proj} | ({norm.q_module, norm.k_module} if norm else set())
     return [pre + n for n, _ in module.named_parameters() if not any((pre + n).startswith(m + ".") for m in placed)]
@@ -185,9 +179,15 @@ def candidates(hf, inputs: dict, model_type: str) -> tuple[list[FoundLayout], di
     kv = kv_heads_mode(roles, cfg)
     proj = projections(t, roles, o_path, cfg, kv)
     attention = common_parent([p.module for p in proj if p.roles != "o"])
-    output = _output_module(hf, inputs, t, attention, o_path)
-    norms = qk_norms(hf, inputs, t, attention, proj, cfg)
-    extra = extra_parameters(hf, t, attention, proj, norms[0])
+    module = hf.get_submodule(f"{t.layer_path}.{attention}" if attention else t.layer_path)
+    seen = first_calls(hf, inputs, {**norm_candidates(module), "": module})
+    _, y = seen.pop("")
+    o = t.outputs[o_path]
+    # the module's output is W_O's, or W_O is applied outside it (BERT's attention.output.dense) or before
+    # a residual add inside it (BLOOM's dense): then the adapter names W_O as the block's output module
+    output = None if y.shape == o.shape and torch.equal(y, o) else o_path
+    norms = qk_norms(t, module, attention, seen, proj, cfg)
+    extra = extra_parameters(module, attention, proj, norms[0])
     found = {"layers": t.layer_container, "attention": attention or "(the layer)", "output": o_path,
              "projections": {p.module: p.roles + (f" ({p.layout})" if len(p.roles) > 1 else "") for p in proj},
              "qk_norm": norms[0].q_module if norms[0] else None}
@@ -198,7 +198,6 @@ def candidates(hf, inputs: dict, model_type: str) -> tuple[list[FoundLayout], di
     if norms[0] is not None:
         read |= {f"{norms[0].q_module}.{w}" for w in ("weight", "bias")} | {f"{norms[0].k_module}.{w}" for w in ("weight", "bias")}
     tensors = model_tensors(hf, t, read)
-    module = hf.get_submodule(f"{t.layer_path}.{attention}" if attention else t.layer_path)
     _, _, hd, _ = sizes(cfg)
     scales = list(dict.fromkeys(s for s in (getattr(module, "scaling", None), hd ** -0.5, 1.0)
                                 if isinstance(s, (int, float))))
@@ -213,24 +212,6 @@ def candidates(hf, inputs: dict, model_type: str) -> tuple[list[FoundLayout], di
                for (pos, part), causal, scale, norm, window, cap
                in itertools.product(positionals, (True, False), scales, norms, windows, caps)]
     return layouts, found
-
-
-def _output_module(hf, inputs: dict, t: Trace, attention: str, o_path: str) -> str | None:
-    """None where the attention module's output is W_O's output, else W_O's path (BERT's
-    ``attention.output.dense`` outside ``attention.self``; BLOOM's ``dense`` before a residual add)."""
-    module = hf.get_submodule(f"{t.layer_path}.{attention}" if attention else t.layer_path)
-    seen = {}
-    def keep(mod, args, out) -> None:
-        seen.setdefault("y", out[0] if isinstance(out, tuple) else out)
-
-    handle = module.register_forward_hook(keep)
-    try:
-        with torch.no_grad():
-            hf(**inputs, use_cache=False)
-    finally:
-        handle.remove()
-    y, o = seen["y"], t.outputs[o_path]
-    return None if y.shape == o.shape and torch.equal(y, o) else o_path
 
 
 def settle(hf, layouts: list[FoundLayout], found: dict, tokens: int = 8):

@@ -114,6 +114,25 @@ def record(hf, inputs: dict, layer_path: str, move: tuple[str, torch.Tensor] | N
     return ins, outs, order
 
 
+def first_calls(hf, inputs: dict, modules: dict[str, torch.nn.Module]) -> dict[str, tuple]:
+    """One forward pass: the first (positional input or None, output) of each module in ``modules``."""
+    seen: dict[str, tuple] = {}
+    handles = []
+    for name, module in modules.items():
+        def keep(mod, args, out, name=name) -> None:
+            out = out[0] if isinstance(out, tuple) else out
+            seen.setdefault(name, (args[0].detach().clone() if args else None, out.detach().clone()))
+
+        handles.append(module.register_forward_hook(keep))
+    try:
+        with torch.no_grad():
+            hf(**inputs, use_cache=False)
+    finally:
+        for h in handles:
+            h.remove()
+    return seen
+
+
 def trace(hf, inputs: dict) -> Trace:
     """Record layer 0 of ``hf`` once (see :func:`record`)."""
     container, _ = layer_list(hf)
@@ -209,4 +228,4 @@ def _scale(x: torch.Tensor) -> float:
     return max(float(x.abs().max()), 1e-300)
 
 
-__all__ = ["Affine", "Trace", "affine_kind", "find_roles", "layer_list", "record", "trace"]
+__all__ = ["Affine", "Trace", "affine_kind", "find_roles", "first_calls", "layer_list", "record", "trace"]

@@ -87,8 +87,13 @@ def build_twin(model, seed: int = 0, shape: dict | None = None):
     defaults to :func:`twin_shape` (multi-head latent attention passes its own)."""
     shape = shape or twin_shape(model)
     config = _twin_config(model, shape)
+    return instantiate(config, _twin_builder(model, config), seed), shape
+
+
+def instantiate(config, build, seed: int = 0):
+    """``build(config)`` in float64 eval mode with sdpa attention (eager where the class has no sdpa
+    path) and N(0, 0.5) parameters drawn from ``seed``: a twin the proofs differentiate exactly."""
     config._experts_implementation = "eager"   # MoE grouped_mm kernels take no float64
-    build = _twin_builder(model, config)
     try:
         config._attn_implementation = "sdpa"
         hf = build(config)
@@ -102,7 +107,7 @@ def build_twin(model, seed: int = 0, shape: dict | None = None):
     with torch.no_grad():
         for p in hf.parameters():
             p.copy_(0.5 * torch.randn(p.shape, generator=g, dtype=torch.float64))
-    return hf, shape
+    return hf
 
 
 def _twin_builder(model, config):

@@ -10,7 +10,6 @@ runs with --trust-remote-code.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import shutil
 import subprocess
@@ -25,6 +24,7 @@ from idinspect.adapters import ADAPTERS
 
 import idinspect
 from idinspect.errors import IdinspectError
+from tests.support.automatic import counted, hidden
 from tests.support.tiny import build
 
 #: Hand-written families the automatic adapter must match: plain, GQA/MQA, biases, fused rows (Conv1D
@@ -33,33 +33,16 @@ AGREEING = ["llama-mqa", "qwen3-bias-window", "phi3-partial-mqa", "gpt2", "gpt-n
             "gemma2-softcap"]
 
 
-@contextlib.contextmanager
-def hidden(model_type: str):
-    """The registry without ``model_type``'s hand-written adapter, restored on exit."""
-    cls = ADAPTERS._adapters.pop(model_type)
-    try:
-        yield
-    finally:
-        ADAPTERS.remove_automatic(model_type)
-        ADAPTERS._adapters[model_type] = cls
-
-
-def _counts(model) -> tuple:
-    r = idinspect.inspect(model)
-    totals = {k: v for k, v in r["totals"].items() if k != "stacks"}
-    return totals, [{k: v for k, v in x.items() if k != "stack"} for x in r["layers"]]   # every per-layer figure
-
-
 @pytest.mark.parametrize("variant", AGREEING)
 def test_the_inferred_adapter_counts_what_the_hand_written_one_counts(variant):
     hf = build(variant)
-    by_hand = _counts(idinspect.load(hf))
+    by_hand = counted(idinspect.load(hf))
     with hidden(hf.config.model_type):
         with pytest.raises(IdinspectError, match="--auto"):
             idinspect.load(hf)             # without --auto: refused, and the refusal names --auto
         model = idinspect.load(hf, auto=True)
         assert model.adapter.family == "automatic"
-        assert _counts(model) == by_hand
+        assert counted(model) == by_hand
         evidence = model.adapter_provider()["automatic"]
         assert evidence["proven_on_twin"] is True
         assert evidence["jacobian_nullity"] == evidence["structural_unidentified"]
@@ -121,7 +104,7 @@ def test_a_live_model_of_a_registered_config_class():
         with pytest.raises(IdinspectError, match="not supported"):
             idinspect.load(toy)
         model = idinspect.load(toy, auto=True)
-        assert _counts(model) == _counts(idinspect.load(twin))
+        assert counted(model) == counted(idinspect.load(twin))
         assert model.adapter_provider()["name"] == "automatic"
     finally:
         ADAPTERS.remove_automatic("idinspect-toy-llama")
