@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import tempfile
 import time
 from collections import deque
 from collections.abc import Callable
@@ -42,10 +43,26 @@ class BackendStats:
     restarts: int = 0
 
 
+#: Longest path a Unix socket may have on Linux and macOS (``sun_path`` less its NUL byte).
+UNIX_SOCKET_PATH_MAX = 103
+#: What multiprocessing adds to the temporary folder for the fork server's socket:
+#: ``/pymp-XXXXXXXX/listener-XXXXXXXX``.
+_FORKSERVER_SOCKET_SUFFIX = len("/pymp-12345678/listener-12345678")
+
+
+def forkserver_socket_fits(tempdir: str | None = None) -> bool:
+    """Whether the fork server's Unix socket, which multiprocessing places under the temporary folder
+    (``TMPDIR``), stays within :data:`UNIX_SOCKET_PATH_MAX`; a deeper ``TMPDIR`` makes starting it fail
+    with "AF_UNIX path too long"."""
+    base = tempdir if tempdir is not None else tempfile.gettempdir()
+    return len(os.fsencode(base)) + _FORKSERVER_SOCKET_SUFFIX <= UNIX_SOCKET_PATH_MAX
+
+
 def worker_context():
     """Workers forked from a fork server that has imported torch and idinspect's analysis once (no
-    torch threads started there, so forking it is safe); spawned where there is no fork server."""
-    if "forkserver" in multiprocessing.get_all_start_methods():
+    torch threads started there, so forking it is safe); spawned where there is no fork server, or
+    where ``TMPDIR`` is too deep for its socket (:func:`forkserver_socket_fits`)."""
+    if "forkserver" in multiprocessing.get_all_start_methods() and forkserver_socket_fits():
         context = multiprocessing.get_context("forkserver")
         context.set_forkserver_preload(["idinspect.survey.rows", "idinspect.analysis.inspection"])
         return context

@@ -8,6 +8,7 @@ behind: no ``pymp-*`` folder of multiprocessing, no stray file beside the inputs
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -16,24 +17,33 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.hostile import case_dir, tree_hashes
+from tests.support.hostile import case_dir, private_tmpdir, tree_hashes
 from tests.support.hub_server import Fault, LocalHub, served_files
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
-def survey(tmp_path: Path, *args, env=None, timeout: float = 120) -> subprocess.CompletedProcess:
-    """``idinspect survey ARGS`` in ``tmp_path`` (cwd), TMPDIR private; asserts no traceback and an empty TMPDIR."""
-    tmpdir = tmp_path / "tmpdir"
-    tmpdir.mkdir(exist_ok=True)
-    full_env = {**os.environ, "TMPDIR": str(tmpdir), "PYTHONPATH": str(REPO_ROOT), **(env or {})}
-    r = subprocess.run([sys.executable, "-m", "idinspect", "survey", *map(str, args)], cwd=tmp_path, env=full_env,
-                       capture_output=True, text=True, timeout=timeout)
-    both = r.stdout + r.stderr
-    assert "Traceback" not in both and "internal error" not in both, both[-3000:]
-    left = sorted(p.name for p in tmpdir.iterdir())
-    assert not left, f"left behind in TMPDIR: {left}"
+def survey(tmp_path: Path, *args, env=None, timeout: float = 120, tmpdir: Path | None = None) -> subprocess.CompletedProcess:
+    """``idinspect survey ARGS`` in ``tmp_path`` (cwd), TMPDIR private (``tmpdir``, else a short one of
+    :func:`private_tmpdir`); asserts no traceback and an empty TMPDIR."""
+    with contextlib.ExitStack() as stack:
+        if tmpdir is None:
+            tmpdir = stack.enter_context(private_tmpdir())
+        tmpdir.mkdir(parents=True, exist_ok=True)
+        full_env = {**os.environ, "TMPDIR": str(tmpdir), "PYTHONPATH": str(REPO_ROOT), **(env or {})}
+        r = subprocess.run([sys.executable, "-m", "idinspect", "survey", *map(str, args)], cwd=tmp_path, env=full_env,
+                           capture_output=True, text=True, timeout=timeout)
+        both = r.stdout + r.stderr
+        assert "Traceback" not in both and "internal error" not in both, both[-3000:]
+        left = sorted(p.name for p in tmpdir.iterdir())
+        assert not left, f"left behind in TMPDIR: {left}"
     return r
+
+
+@pytest.fixture
+def short_tmpdir():
+    with private_tmpdir() as path:
+        yield path
 
 
 def rows(path: Path) -> list[dict]:
@@ -56,6 +66,19 @@ LISTS = {
     "not-utf8": (b"ok\n\xff\xfe\n", 2, 0),
     "control-chars": (b"ok\nx\x1b]52;c;QUFB\x07\n", 1, 2),
 }
+
+
+def test_deep_tmpdir_takes_the_spawn_route(ok_model, tmp_path):
+    """A ``TMPDIR`` too deep for the fork server's Unix socket ("AF_UNIX path too long") is no error: the
+    workers are spawned instead, the survey runs, and nothing is left behind."""
+    from idinspect.survey.pool import forkserver_socket_fits
+
+    deep = tmp_path / ("d" * 90)
+    assert not forkserver_socket_fits(str(deep))
+    (tmp_path / "list.txt").write_text("ok\nok\n")
+    r = survey(tmp_path, "--from", "list.txt", "--jsonl", "out.jsonl", "--workers", "2", tmpdir=deep)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert [row["status"] for row in rows(tmp_path / "out.jsonl")] == ["ok"]
 
 
 @pytest.mark.parametrize("case", list(LISTS))
@@ -154,15 +177,14 @@ def _descendants(pid: int) -> list[int]:
     return out
 
 
-def test_killed_worker_is_retried_and_leaves_nothing(hub, tmp_path):
+def test_killed_worker_is_retried_and_leaves_nothing(hub, tmp_path, short_tmpdir):
     """A worker killed mid-model (as the kernel's OOM killer would): the model is retried and
     surveyed; multiprocessing's folders are removed when the command ends."""
     import signal
     import time
 
     hub.faults.append(Fault("drip", host="hub", path="/api/models/", delay=0.2, times=1))
-    tmpdir = tmp_path / "tmpdir"
-    tmpdir.mkdir()
+    tmpdir = short_tmpdir
     env = {**os.environ, "TMPDIR": str(tmpdir), "PYTHONPATH": str(REPO_ROOT), "HF_ENDPOINT": hub.endpoint,
            "IDINSPECT_HUB_DEADLINE": "600", "HF_HUB_CACHE": str(tmp_path / "cache")}
     proc = subprocess.Popen([sys.executable, "-m", "idinspect", "survey", "org/slow", "--jsonl", "out.jsonl"],

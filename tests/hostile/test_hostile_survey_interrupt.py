@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.hostile import tree_hashes
+from tests.support.hostile import private_tmpdir, tree_hashes
 
 MODELS = 24
 
@@ -41,13 +41,19 @@ def _rows(path: Path) -> list[dict]:
     return [json.loads(line) for line in text.splitlines()]
 
 
+@pytest.fixture
+def short_tmpdir():
+    with private_tmpdir() as path:
+        yield path
+
+
 @pytest.mark.parametrize("trial", list(TRIALS))
-def test_ctrl_c_keeps_finished_rows_in_one_line(tiny_dir, tmp_path, trial):
+def test_ctrl_c_keeps_finished_rows_in_one_line(tiny_dir, tmp_path, short_tmpdir, trial):
     workers, whom, after, extra = TRIALS[trial]
     base = tiny_dir("bert")
     before = tree_hashes(base)
-    zoo, work, tmp = tmp_path / "zoo", tmp_path / "work", tmp_path / "tmp"
-    for folder in (zoo, work, tmp):
+    zoo, work, tmp = tmp_path / "zoo", tmp_path / "work", short_tmpdir
+    for folder in (zoo, work):
         folder.mkdir()
     models = []
     for i in range(MODELS):

@@ -15,6 +15,7 @@ import hashlib
 import json
 import os
 import shutil
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -219,3 +220,15 @@ def _env(changes: dict[str, str]):
 def visible(text: str) -> bool:
     """True when ``text`` holds no raw control character other than newline (no ESC, BEL, CSI...)."""
     return not any((ord(c) < 32 and c not in "\n") or 0x7f <= ord(c) < 0xa0 for c in text)
+
+
+@contextlib.contextmanager
+def private_tmpdir():
+    """A private, short ``TMPDIR`` for a child process, removed afterwards. pytest's own folders (deeper
+    still under pytest-xdist) would push multiprocessing's fork-server socket past the Unix path limit,
+    where the survey takes the spawn route instead (tested on purpose with a deep ``TMPDIR``)."""
+    path = Path(tempfile.mkdtemp(prefix="idinspect-tmp-"))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
