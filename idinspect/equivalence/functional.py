@@ -30,7 +30,7 @@ from pathlib import Path
 import torch
 
 from ..errors import IdinspectError
-from ..sources.hf_logging import quiet_transformers
+from .loading import BackgroundLoad, load_for_probe
 
 #: Part of the available memory a model's copy in the compute dtype (float64, or float32 for bf16/fp16
 #: checkpoints: :func:`compute_dtype`) may take before it is streamed instead.
@@ -86,17 +86,6 @@ def probe_ids(config, tokens: int, decode: int, seed: int, batch: int = 2) -> to
 def is_causal_lm(config) -> bool:
     archs = getattr(config, "architectures", None) or []
     return bool(archs) and archs[0].endswith(("ForCausalLM", "LMHeadModel"))
-
-
-def model_class(config):
-    """The transformers class named by ``config.architectures[0]``, else AutoModel."""
-    import transformers
-
-    archs = getattr(config, "architectures", None) or []
-    cls = getattr(transformers, archs[0], None) if archs else None
-    if isinstance(cls, type) and issubclass(cls, transformers.PreTrainedModel):
-        return cls
-    return transformers.AutoModel
 
 
 def compute_dtype(stored: torch.dtype) -> torch.dtype:
@@ -207,36 +196,27 @@ def run_model(path: Path, ids: torch.Tensor, decode: int, plan: LoadPlan,
 
 def run_model_editions(path: Path, ids: torch.Tensor, decode: int, plan: LoadPlan,
                        edits: list[Callable[[torch.nn.Module], None] | None],
-                       follow: torch.Tensor | None = None) -> list[Outputs]:
+                       follow: torch.Tensor | None = None, preloaded: BackgroundLoad | None = None) -> list[Outputs]:
     """:func:`run_model` for several editions of one checkpoint, loaded once: the probe runs after each
     ``edit`` in turn (None: as loaded), each edit applied on top of the ones before (verify's rounding
     baseline is A's weights rounded, run after A itself: one load instead of two). The first edition
-    decodes on its own (or follows ``follow``); every later one follows the first edition's continuation."""
+    decodes on its own (or follows ``follow``); every later one follows the first edition's continuation.
+    ``preloaded``: the same checkpoint already loading on a background thread (:class:`.loading.BackgroundLoad`)."""
     with private_compile_caches(), kernel_threads(forward_threads()):
-        return _run_model(path, ids, decode, plan, edits, follow)
+        return _run_model(path, ids, decode, plan, edits, follow, preloaded)
 
 
 def _run_model(path: Path, ids: torch.Tensor, decode: int, plan: LoadPlan,
                edits: list[Callable[[torch.nn.Module], None] | None],
-               follow: torch.Tensor | None = None) -> list[Outputs]:
-    from transformers import AutoConfig
-
-    config = AutoConfig.from_pretrained(str(path))
-    cls = model_class(config)
-    kwargs: dict = {"dtype": "auto" if plan.streamed else plan.compute_dtype, "attn_implementation": "sdpa" if getattr(cls, "_supports_sdpa", False) else "eager",
-                    "experts_implementation": "eager"}   # MoE grouped_mm kernels take no float64
+               follow: torch.Tensor | None = None, preloaded: BackgroundLoad | None = None) -> list[Outputs]:
     offload_dir = None
     if plan.offload:
         offload_dir = tempfile.TemporaryDirectory(prefix="idinspect-offload-")
-        kwargs.update(device_map="auto", max_memory={"cpu": plan.max_memory}, offload_folder=offload_dir.name)
     try:
-        try:
-            with quiet_transformers():   # no loading bars or config chatter from a library call either
-                model = cls.from_pretrained(str(path), **kwargs)
-        except (OSError, ValueError, RuntimeError, KeyError) as exc:
-            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            raise IdinspectError(f"{path}: transformers cannot load it ({first})") from None
-        model.eval()
+        if preloaded is not None:
+            config, model = preloaded.take()
+        else:
+            config, model = load_for_probe(path, plan, offload_dir.name if offload_dir is not None else None)
         results = []
         for edit in edits:
             if edit is not None:

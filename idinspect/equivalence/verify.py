@@ -51,6 +51,7 @@ from .checks import Check, Progress, no_progress
 from ..forms import form_of, require
 from .config_keys import full_settings, split_differences
 from .invariant_check import invariant_check
+from .loading import BackgroundLoad
 from .undefined import non_finite, undefined_outputs
 
 
@@ -119,20 +120,29 @@ def _verify(A: Model, B: Model, functional: bool, tokens: int, decode: int, seed
     structure = _structure_check(A, B)
     checks.append(structure)
     if structure.passed:
-        checks.append(_tensor_check(A, B, progress))
-        amps: tuple[list[float], list[float]] = ([], [])
-        checks.append(Check("invariants", None, detail=f"skipped: {no_invariants}; judged by the functional check")
-                      if no_invariants else invariant_check(A, B, dtype, progress, amps))
         gguf = [side for side, m in (("A", A), ("B", B)) if _is_gguf(m)]
-        if functional and gguf:
-            checks.append(Check("functional", None, detail=f"skipped: {' and '.join(gguf)} is a GGUF file, which stock "
-                                "transformers would dequantise and re-map on its own; the tensors and invariants decide"))
-        elif functional:
-            if dtype in BOUNDED_DTYPES and len(amps[0]) != A.num_layers:
-                amps = (_amplifications(A), _amplifications(B))
-            checks += _functional_checks(A, B, dtype, tokens, decode, seed, max_memory, amps, progress, memory)
-        else:
-            checks.append(Check("functional", None, detail="skipped (--no-functional)"))
+        plan = _functional_plan(A, B, dtype, max_memory, memory) if functional and not gguf else None
+        # A loads for the functional check on a thread of its own while the tensors and invariants are compared
+        preload = (BackgroundLoad(A.provenance.path, plan)
+                   if plan is not None and not plan.offload and A.provenance.path is not None else None)
+        try:
+            checks.append(_tensor_check(A, B, progress))
+            amps: tuple[list[float], list[float]] = ([], [])
+            checks.append(Check("invariants", None, detail=f"skipped: {no_invariants}; judged by the functional check")
+                          if no_invariants else invariant_check(A, B, dtype, progress, amps))
+            if functional and gguf:
+                checks.append(Check("functional", None, detail=f"skipped: {' and '.join(gguf)} is a GGUF file, which "
+                                    "stock transformers would dequantise and re-map on its own; the tensors and "
+                                    "invariants decide"))
+            elif functional:
+                if dtype in BOUNDED_DTYPES and len(amps[0]) != A.num_layers:
+                    amps = (_amplifications(A), _amplifications(B))
+                checks += _functional_checks(A, B, dtype, tokens, decode, seed, plan, amps, progress, preload)
+            else:
+                checks.append(Check("functional", None, detail="skipped (--no-functional)"))
+        finally:
+            if preload is not None:
+                preload.drop()
     return VerifyResult(A.provenance.source, B.provenance.source, str(dtype).removeprefix("torch."), checks)
 
 
@@ -254,19 +264,25 @@ def _amplifications(model: Model) -> list[float]:
     return [layer_amplification(model.layer(i)) for i in range(model.num_layers)]
 
 
-def _functional_checks(A: Model, B: Model, dtype: torch.dtype, tokens: int, decode: int, seed: int,
-                       max_memory: int | None, amps: tuple[list[float], list[float]],
-                       progress: Progress = no_progress, memory: str = "auto") -> list[Check]:
-    """The outputs of A and B within the rounding bound (float32/float64, :func:`~.bounds.output_bound`
-    from the per-layer amplifications ``amps``) or against the rounding baseline (bf16/fp16)."""
-    ids = fn.probe_ids(A.hf_config, tokens, decode, seed)
+def _functional_plan(A: Model, B: Model, dtype: torch.dtype, max_memory: int | None, memory: str) -> fn.LoadPlan:
+    """How the functional check loads A and B (:func:`.functional.plan_loading`): the larger of the two in
+    the compute dtype of B's stored ``dtype`` against ``max_memory``, or the route ``memory`` names."""
     compute = fn.compute_dtype(dtype)
     width = compute.itemsize
     size = max(_parameter_bytes_as(A, width), _parameter_bytes_as(B, width))
     stored = max(_parameter_bytes(A), _parameter_bytes(B))
     largest = max(_largest_tensor_as(A, width), _largest_tensor_as(B, width))
-    plan = fn.plan_loading(size, max_memory, stored_bytes=stored, largest_bytes=largest, mode=memory,
+    return fn.plan_loading(size, max_memory, stored_bytes=stored, largest_bytes=largest, mode=memory,
                            compute=compute)
+
+
+def _functional_checks(A: Model, B: Model, dtype: torch.dtype, tokens: int, decode: int, seed: int,
+                       plan: fn.LoadPlan, amps: tuple[list[float], list[float]],
+                       progress: Progress = no_progress, preload: BackgroundLoad | None = None) -> list[Check]:
+    """The outputs of A and B within the rounding bound (float32/float64, :func:`~.bounds.output_bound`
+    from the per-layer amplifications ``amps``) or against the rounding baseline (bf16/fp16). ``preload``:
+    A already loading in the background (:class:`.loading.BackgroundLoad`)."""
+    ids = fn.probe_ids(A.hf_config, tokens, decode, seed)
     how = plan.describe()
     with_baseline = dtype not in BOUNDED_DTYPES and not plan.offload
     runs = 3 if with_baseline else 2
@@ -274,7 +290,7 @@ def _functional_checks(A: Model, B: Model, dtype: torch.dtype, tokens: int, deco
     # A, then A's rounding baseline on the same loaded model (bf16/fp16 only): one load of A for both.
     # A decodes greedily; the baseline and B check A's continuation in one teacher-forced pass each
     editions = [None, lambda m: _apply_baseline(m, A, dtype)] if with_baseline else [None]
-    outs_a = fn.run_model_editions(A.provenance.path, ids, decode, plan, editions)
+    outs_a = fn.run_model_editions(A.provenance.path, ids, decode, plan, editions, preloaded=preload)
     out_a, base_out = outs_a[0], (outs_a[1] if with_baseline else None)
     progress("functional", runs - 1, runs)
     out_b = fn.run_model(B.provenance.path, ids, decode, plan, follow=out_a.decoded)
