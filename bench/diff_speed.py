@@ -35,8 +35,10 @@ _CHILD = r"""
 import json, resource, sys, time
 import idinspect
 mode, a, b = sys.argv[1:4]
-if mode != "floor":
-    from idinspect.training.diff import diff        # the floor imports only what reading needs
+if mode == "floor":
+    import idinspect.automatic.loading               # what reading needs (torch, the readers), not diff's modules
+else:
+    from idinspect.training.diff import diff
 t0, c0 = time.perf_counter(), time.process_time()
 if mode == "floor":
     with idinspect.load(a) as A, idinspect.load(b) as B:
