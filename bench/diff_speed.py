@@ -151,6 +151,12 @@ def main(argv: list[str] | None = None) -> dict:
             b = mirror(a, Path(tmp) / f"b{k}") if b == "-" else tiny_step(a, Path(tmp) / f"b{k}") if b == "+" else Path(b)
             name = f"{a.name} -> {label or b.name}"
             names.append(name)
+            for folder in (a, b):           # warm page cache: every file read once first (as bench.run does)
+                for f in sorted(folder.iterdir()):
+                    with open(f, "rb", buffering=0) as fh:
+                        buf = bytearray(1 << 24)
+                        while fh.readinto(buf):
+                            pass
             samples = {"floor": [], "diff": [], "cli": []}
             for _ in range(args.repeats):
                 for mode, taken in samples.items():

@@ -36,7 +36,7 @@ def main(argv: list[str]) -> dict:
     src, out = Path(argv[0]), Path(argv[1])
     totals: dict[str, float] = defaultdict(float)
     counts: dict[str, int] = defaultdict(int)
-    cpu: dict[str, float] = defaultdict(float)          # the calling thread's CPU time (user + system)
+    stage_cpu: dict[str, float] = defaultdict(float)          # the calling thread's CPU time (user + system)
     lock = threading.Lock()
 
     def timed(stage: str, fn):
@@ -48,7 +48,7 @@ def main(argv: list[str]) -> dict:
             finally:
                 with lock:
                     totals[stage] += time.perf_counter() - t0
-                    cpu[stage] += time.thread_time() - c0
+                    stage_cpu[stage] += time.thread_time() - c0
                     counts[stage] += 1
         return wrapper
 
@@ -88,7 +88,7 @@ def main(argv: list[str]) -> dict:
     shutil.rmtree(out, ignore_errors=True)
     result = {"imports_s": imported, "imports_cpu_s": imported_cpu, "export_s": wall, "export_cpu_s": cpu,
               "stages_s": {k: round(v, 4) for k, v in sorted(totals.items(), key=lambda kv: -kv[1])},
-              "stages_cpu_s": {k: round(v, 4) for k, v in sorted(cpu.items(), key=lambda kv: -kv[1])},
+              "stages_cpu_s": {k: round(v, 4) for k, v in sorted(stage_cpu.items(), key=lambda kv: -kv[1])},
               "calls": dict(counts)}
     print(json.dumps(result))
     return result
