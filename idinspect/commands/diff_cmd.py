@@ -35,21 +35,19 @@ def diff_command(a: str, b: str, token: str | None, cache_dir: str | None, offli
     for model in (a, b):
         check_local_source(model)   # refusals the file system decides, before torch loads
     from ..errors import IdinspectError
-    from ..reports.atomic import write_text_atomic
-    from ..reports.diff_html import write_diff_html
-    from ..reports.diff_text import render_diff
-    from ..training.diff import diff
-    from ..textsafe import visible
     from ..progress import ProgressReporter, silence_library_progress
+    from ..reports.atomic import write_text_atomic
+    from ..reports.diff_text import render_diff
+    from ..textsafe import visible
+    from ..training.diff import diff
 
     silence_library_progress()
-    with ProgressReporter("never" if quiet else progress) as bars:
-        with bars.stage(f"diff {a} -> {b}"):
-            doc = diff(a, b, token=token, cache_dir=cache_dir, local_files_only=offline,
-                       progress=lambda done, n: bars.on_layer(done - 1, n))
+    with ProgressReporter("never" if quiet else progress) as bars, bars.stage(f"diff {a} -> {b}"):
+        doc = diff(a, b, token=token, cache_dir=cache_dir, local_files_only=offline,
+                   progress=lambda done, n: bars.on_layer(done - 1, n))
     text = json.dumps(doc, indent=1, allow_nan=False)
     for kind, path, write in (("JSON", json_path, lambda p: write_text_atomic(p, text + "\n")),
-                              ("HTML", html_path, lambda p: write_diff_html(doc, p))):
+                              ("HTML", html_path, lambda p: _write_html(doc, p))):
         if path is None:
             continue
         try:
@@ -60,3 +58,10 @@ def diff_command(a: str, b: str, token: str | None, cache_dir: str | None, offli
         if not quiet:
             click.echo(f"wrote the {kind} report to {visible(path)}", err=True)
     click.echo(text if fmt == "json" else visible(render_diff(doc, heads=heads), newlines=True))
+
+
+def _write_html(doc: dict, path: str) -> None:
+    """The HTML report, its modules (SVG charts, the page template) imported only when one is asked for."""
+    from ..reports.diff_html import write_diff_html
+
+    write_diff_html(doc, path)

@@ -14,6 +14,7 @@ import torch
 from ..errors import IdinspectError
 from ..forms import require
 from ..forms.per_head.invariants import invariant_errors
+from ..forms.per_head.spectra import all_finite
 from ..forms.per_head.step_invariants import step_invariant_errors
 from ..layer.attention_layer import BIAS_ROLES, AttentionLayer
 from ..model import Model, load
@@ -111,7 +112,7 @@ def _step_factors(a: AttentionLayer, b: AttentionLayer) -> tuple[dict, float] | 
 def _norms_from_products(a: AttentionLayer, b: AttentionLayer, products: dict) -> tuple[float, float]:
     """(||a||^2, ||b - a||^2) over the layer's tensors: the weights' from the traces of GA and D, the
     biases' directly in float64."""
-    trace = lambda G: float(G.diagonal(dim1=-2, dim2=-1).sum())  # noqa: E731
+    trace = lambda G: float(G.diagonal(dim1=-2, dim2=-1).sum())
     norm_sq = sum(trace(GA) for GA, _, _, _ in products.values())
     step_sq = sum(trace(D) for _, _, _, D in products.values())
     for role in BIAS_ROLES:
@@ -136,7 +137,7 @@ def diff(a, b, *, token: str | None = None, cache_dir: str | None = None, local_
          progress=None) -> dict:
     """The diff document of checkpoints (or models) ``a`` -> ``b``: per layer and kv group rho, beta,
     tau, mu for QK and VO, and the invariant change against the raw change."""
-    kw = dict(token=token, cache_dir=cache_dir, local_files_only=local_files_only)
+    kw = {"token": token, "cache_dir": cache_dir, "local_files_only": local_files_only}
     with _opened(a, kw) as A, _opened(b, kw) as B:
         require(A, "diff")
         _check_same_model(A, B)
@@ -172,7 +173,7 @@ def _diff_finite(A: Model, B: Model, i: int) -> dict:
     la, lb = A.layer(i), B.layer(i)
     for side, model, layer in (("A", A, la), ("B", B, lb)):
         for role, t in layer.tensors().items():
-            if not bool(torch.isfinite(t).all()):
+            if not all_finite(t):        # one summing pass (the elementwise test over per-head views: 0.16 s of a 2-layer diff's 0.38)
                 raise IdinspectError(f"{side} ({model.provenance.source}) layer {i} {role} holds NaN or Inf; diff needs "
                                      "finite weights ('idinspect inspect' names the tensors)")
     try:

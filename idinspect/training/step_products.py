@@ -18,7 +18,8 @@ product fits float32) summed in float32, on the CPU's matrix units through MKL
   pieces hi = bf16(dX), lo = bf16(dX - hi), lo2 = dX - hi - lo (exact: 3 x 8 bits hold float32's
   24); then M = X_A^T (hi + lo + lo2) and D = the products of the pieces but lo^T lo2, lo2^T lo and
   lo2^T lo2 (below 2^-23 of D), off by (gamma + 2^-23) of their sizes. The pieces are made one
-  head at a time, in cache.
+  head at a time, in cache (a whole batch at once, 16-24 MB of temporaries per role at 1B width,
+  took twice the CPU); a head whose dX is exactly zero (an unchanged head) has M = D = 0 and no products.
 
 :attr:`StepProducts.gamma` is the invariant check's rounding unit
 (:meth:`idinspect.forms.per_head.aligned.Alignment.errors` takes every Gram matrix X^T Y as off by at most
@@ -88,6 +89,9 @@ def _small_step(xa: torch.Tensor, xb: torch.Tensor) -> tuple[torch.Tensor, torch
     column_major = xa.stride(0) == 1 and xa.stride(1) >= m
     dx = torch.empty_strided((m, k), (1, m) if column_major else (k, 1), dtype=torch.float32)
     dx.copy_(xb).sub_(xa)                                 # exact: a float32 difference of two bf16 numbers
+    if not bool(dx.any()):                                # an unchanged head: M and D are exactly zero
+        zero = torch.zeros(k, k, dtype=torch.float64)
+        return zero, zero.clone()
     pieces = (torch.empty(3 * k, m, dtype=xa.dtype).t() if column_major
               else torch.empty(m, 3 * k, dtype=xa.dtype))  # [hi lo lo2], [m, 3k] in xa's orientation
     hi, lo, lo2 = pieces[:, :k], pieces[:, k:2 * k], pieces[:, 2 * k:]

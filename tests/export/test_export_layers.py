@@ -33,3 +33,27 @@ def test_summary_computes_layers_never_asked_for(tiny_dir):
         worst, _, _ = stream.summary()
     assert sorted(stream.errors) == list(range(model.num_layers))
     assert 1e-4 < worst < 1e-2                                # one bf16 rounding of the gauge-fixed form
+
+
+def test_largest_magnitude_matches_abs_max_on_strided_views():
+    """export's representability check takes max |t| from one min/max pass over the memory in order; the
+    same value as |t|.max() on the strided per-head views export hands it, NaN kept, 0 for an empty tensor."""
+    import math
+
+    import torch
+
+    from idinspect.forms.per_head.export import largest_magnitude
+
+    g = torch.Generator().manual_seed(0)
+    flat = torch.randn(8 * 16, 40, generator=g, dtype=torch.float64)
+    flat[37, 5] = -9.5                                        # the largest magnitude is negative
+    views = [flat, flat.view(8, 16, 40).transpose(1, 2),      # [H, m, k] column-major per head, as W_Q^h
+             flat.t().reshape(40, 8, 16).permute(1, 2, 0),    # another permutation of a dense buffer
+             flat[:, ::3]]                                    # not dense: reduced as it is
+    for t in views:
+        assert largest_magnitude(t) == float(t.abs().max())
+    assert largest_magnitude(views[1]) == 9.5
+    assert largest_magnitude(torch.empty(0, 3)) == 0.0
+    bad = flat.clone()
+    bad[3, 3] = float("nan")
+    assert math.isnan(largest_magnitude(bad.view(8, 16, 40).transpose(1, 2)))

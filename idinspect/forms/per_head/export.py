@@ -7,6 +7,7 @@ form's export shares (the latent form's :mod:`idinspect.forms.latent.export` use
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -39,7 +40,7 @@ def check_representable(layer: AttentionLayer, role: str, exact: torch.Tensor, c
     to that dtype's rounding)."""
     name = layer.tensor_names.get(role, role)
     kind = str(cast.dtype).removeprefix("torch.")
-    largest = float(exact.abs().max()) if exact.numel() else 0.0
+    largest = largest_magnitude(exact)
     if not all_finite(cast):
         raise IdinspectError(f"layer {layer.index}: the gauge-fixed {name} is not finite in {kind} (the balanced "
                              f"form's largest value {largest:.3g} overflows it, whose maximum is "
@@ -49,6 +50,23 @@ def check_representable(layer: AttentionLayer, role: str, exact: torch.Tensor, c
                              f"{kind}'s smallest normal number {torch.finfo(cast.dtype).tiny:.3g}: stored as subnormals "
                              f"it keeps too few significant bits to compute the same function; export with --dtype "
                              "float64, or rescale the checkpoint")
+
+
+def largest_magnitude(t: torch.Tensor) -> float:
+    """max |t| (0 for an empty tensor, NaN where t holds one) from one min/max pass: no |t| copy (for a
+    float64 layer the abs-then-max route took ~7x longer, a fifth of a layer's export)."""
+    if not t.numel():
+        return 0.0
+    lo, hi = (float(v) for v in torch.aminmax(_dense_flat(t)))
+    return math.nan if math.isnan(lo) or math.isnan(hi) else max(-lo, hi)
+
+
+def _dense_flat(t: torch.Tensor) -> torch.Tensor:
+    """``t``'s entries as one flat view in memory order where ``t`` is a permuted dense tensor (a reduction
+    over a strided view, e.g. a per-head [H, m, k] view of a [H k, m] weight, ran ~7x slower), else ``t``."""
+    order = sorted(range(t.dim()), key=lambda i: -t.stride(i))
+    dense = t.permute(order)
+    return dense.view(-1) if dense.is_contiguous() else t
 
 
 def refuse_unfixable(layer: AttentionLayer) -> None:
@@ -61,8 +79,8 @@ def refuse_unfixable(layer: AttentionLayer) -> None:
             raise IdinspectError(f"tensor {name} holds non-finite values (NaN or Inf); export refuses to gauge-fix "
                                  f"it and wrote nothing: run 'idinspect MODEL' to see where, and repair or "
                                  "re-download the checkpoint")
-        if t.dtype == torch.float64 and t.numel() and float(t.abs().max()) > limit:
-            raise IdinspectError(f"tensor {name} holds values up to {float(t.abs().max()):.3g}, beyond {limit:.3g} "
+        if t.dtype == torch.float64 and (largest := largest_magnitude(t)) > limit:
+            raise IdinspectError(f"tensor {name} holds values up to {largest:.3g}, beyond {limit:.3g} "
                                  "where its products overflow float64; export refuses to gauge-fix it and wrote "
                                  "nothing: repair or re-download the checkpoint")
 
