@@ -12,7 +12,9 @@ same structure and head counts, and every head of E has some head of M (and ever
 head of E) whose W_QK and W_OV values all lie within their summed radii (+ the stored values'
 relative rounding), as a perfect matching within tolerance needs. Where it fails, the lineage test
 alone decides (the same statistic and tail bound as ``compare``), and the similarity reported is
-the mean nearest-head similarity instead of the matched one. And no Monte Carlo re-pairings by
+the mean nearest-head similarity instead of the matched one; its head distances are those of
+``compare`` bit for bit, with the model's side prepared once (:class:`.nearest.Target`). An entry
+of another depth (layers dropped or repeated) is compared in full, as ``compare`` aligns its layers. And no Monte Carlo re-pairings by
 default (:data:`SCAN_PERMUTATIONS`): their p-value cannot go below 1 / (K + 1), far above any usable
 alpha, so they never change a verdict.
 """
@@ -26,6 +28,7 @@ from pathlib import Path
 import torch
 
 from ..errors import IdinspectError
+from . import alignment
 from .comparison import ALPHA, _structure_notes, compare_invariants, truncated
 from .fingerprint import fingerprint_from_document, read_fingerprint
 from .fingerprint_check import MAX_FILE_BYTES, parse_document
@@ -145,7 +148,7 @@ def scan(model: ModelInvariants, db: str | Path, *, alpha: float = ALPHA, permut
                 reduced[k] = (m, Target(m.layers))
             m, target = reduced[k]
             e = entry
-            if could_be_same_function(e, m):
+            if could_be_same_function(e, m) or alignment.applies(e, m):     # depth changes: compare aligns layers
                 r = compare_invariants(e, m, alpha=alpha, permutations=permutations, seed=seed)
                 row = {"verdict": r.verdict, "p_value": None if r.lineage is None else r.lineage.p_value,
                        "similarity": r.similarity, "statistic": None if r.lineage is None else r.lineage.statistic,
