@@ -102,9 +102,16 @@ _BRACKET = re.compile(r"[\[\]{}]")
 
 
 def _bracket_depth(text: str) -> int:
-    """Deepest nesting of ``[``/``{`` outside strings: strings removed, then a scan of the brackets left."""
+    """Deepest nesting of ``[``/``{`` outside strings: strings removed, then a scan of the brackets left.
+    Without a backslash every quote opens or closes a string, so splitting at the quotes removes them
+    (an odd last quote opens none: the text after it is outside, as the string pattern leaves it)."""
+    if "\\" not in text:
+        parts = text.split('"')
+        outside = "".join(parts[0::2]) + (parts[-1] if len(parts) % 2 == 0 else "")
+    else:
+        outside = _JSON_STRING.sub("", text)
     depth = deepest = 0
-    for c in _BRACKET.findall(_JSON_STRING.sub("", text)):
+    for c in _BRACKET.findall(outside):
         if c in "[{":
             depth += 1
             deepest = max(deepest, depth)

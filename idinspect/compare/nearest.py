@@ -52,8 +52,10 @@ class Target:
             a_norm = a.pow(2).sum(-1, keepdim=True)                                    # [N_A, 1]
             num = torch.cat([a.mul(-2), a_norm, torch.ones_like(a_norm)], -1).matmul(b_side)
             num.clamp_min_(0).sqrt_()
-            den = ((a * a).sum(1)[:, None] + b_norm[None, :]).sqrt_()
-            if finite and float(den.min()) >= _TINY:       # where and nan_to_num would change nothing
+            a_sq = (a * a).sum(1)
+            den = (a_sq[:, None] + b_norm[None, :]).sqrt_()
+            # min(den) = sqrt(min a_sq + min b_norm) (rounded sums and sqrt are monotone): without a pass over den
+            if finite and float((a_sq.min() + b_norm.min()).sqrt()) >= _TINY:   # where, nan_to_num: no change
                 d = num.div_(den).clamp_(0.0, 1.0)
             else:
                 d = torch.where(den > 0, num / den.clamp_min(_TINY), torch.zeros_like(num))
