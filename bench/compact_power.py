@@ -78,6 +78,19 @@ def main_1b(args: argparse.Namespace) -> int:
     at = sorted(set(args.at))
     trained = {"seconds": 0.0, "last": time.perf_counter()}
 
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+
+    def record(done: bool) -> None:
+        """The result file, rewritten after every row (a run stopped early keeps what it measured)."""
+        out = {"benchmark": "compact-power-1b", "config": config.to_dict(), "lr": args.lr, "complete": done,
+               "optimizer": "AdamW (weight decay 0.01), batch 8 x 32 tokens, corpus seed 7 (bench.disguise_controls)",
+               "compact_values": 8, "seconds": round(time.perf_counter() - t0, 1), "rows": rows}
+        if not args.no_write:
+            RESULTS.mkdir(exist_ok=True)
+            tmp = RESULTS / f".{stamp}-compact-power-1b.json.tmp"
+            tmp.write_text(json.dumps(out, indent=1) + "\n")
+            tmp.replace(RESULTS / f"{stamp}-compact-power-1b.json")
+
     def checkpoint(step: int, model, loss: float) -> None:
         if step not in at:
             return
@@ -87,17 +100,13 @@ def main_1b(args: argparse.Namespace) -> int:
                      "loss": loss, "train_seconds": round(trained["seconds"], 1),
                      "relative_change": relative_change(A, model), **both(root / "A", root / "B")})
         print(f"[compact-power 1b] {rows[-1]}", file=sys.stderr, flush=True)
+        record(False)
         trained["last"] = time.perf_counter()
 
+    record(False)
     train(copy.deepcopy(A), max(at), args.lr, corpus_seed=7, batch_seed=300, batch=8, length=32,
           optimizer=torch.optim.AdamW, on_step=checkpoint)
-    out = {"benchmark": "compact-power-1b", "config": config.to_dict(), "lr": args.lr,
-           "optimizer": "AdamW (weight decay 0.01), batch 8 x 32 tokens, corpus seed 7 (bench.disguise_controls)",
-           "compact_values": 8, "seconds": round(time.perf_counter() - t0, 1), "rows": rows}
-    if not args.no_write:
-        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-        RESULTS.mkdir(exist_ok=True)
-        (RESULTS / f"{stamp}-compact-power-1b.json").write_text(json.dumps(out, indent=1) + "\n")
+    record(True)
     print(json.dumps(rows, indent=1))
     for f in sorted(root.rglob("*"), reverse=True):
         f.unlink() if f.is_file() else f.rmdir()
