@@ -16,9 +16,13 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Callable
 from functools import cache
 from pathlib import Path
 from typing import Any
+
+#: A compiled schema node: returns if the value holds, raises :class:`_Invalid` otherwise.
+Check = Callable[[Any], None]
 
 SCHEMAS = Path(__file__).resolve().parent.parent / "schemas"
 _CHECKED = {"type", "const", "enum", "required", "properties", "additionalProperties", "items", "minItems",
@@ -95,10 +99,10 @@ class _Invalid(Exception):
 
 
 #: id(schema) -> (schema, its compiled check); the schema is held so that its id is never reused.
-_COMPILED: dict[int, tuple[dict, Any]] = {}
+_COMPILED: dict[int, tuple[dict, Check]] = {}
 
 
-def _compiled(schema: dict):
+def _compiled(schema: dict) -> Check:
     hit = _COMPILED.get(id(schema))
     if hit is None or hit[0] is not schema:
         if len(_COMPILED) > 64:
@@ -107,10 +111,10 @@ def _compiled(schema: dict):
     return hit[1]
 
 
-def _compile(s: dict, root: dict, defs: dict):
+def _compile(s: dict, root: dict, defs: dict) -> Check:
     """One check ``f(value)`` for the schema node ``s``: the keywords in the order the format's errors
     name them ($ref, type, const, enum, number limits, string limits, array items, object keys)."""
-    checks = []
+    checks: list[Check] = []
     if "$ref" in s:
         ref = s["$ref"]
         if not ref.startswith("#/$defs/"):
@@ -153,7 +157,7 @@ def _compile(s: dict, root: dict, defs: dict):
     return node
 
 
-def _type_check(types: list[str]):
+def _type_check(types: list[str]) -> Check:
     preds = [_TYPES[t] for t in types]
     expected = " or ".join(_NAMES[t] for t in types)
     if types == ["number"]:                                    # the common case, without a call per test
@@ -170,7 +174,7 @@ def _type_check(types: list[str]):
     return type_check
 
 
-def _number_check(s: dict):
+def _number_check(s: dict) -> Check:
     low, above, high = s.get("minimum"), s.get("exclusiveMinimum"), s.get("maximum")
 
     def check(v):
@@ -184,7 +188,7 @@ def _number_check(s: dict):
     return check
 
 
-def _string_check(s: dict):
+def _string_check(s: dict) -> Check:
     longest, pattern = s.get("maxLength"), s.get("pattern")
     compiled = None if pattern is None else re.compile(pattern)
 
@@ -197,7 +201,7 @@ def _string_check(s: dict):
     return check
 
 
-def _array_check(s: dict, root: dict, defs: dict):
+def _array_check(s: dict, root: dict, defs: dict) -> Check:
     most, least, unique = s.get("maxItems"), s.get("minItems"), s.get("uniqueItems")
     item = _compile(s["items"], root, defs) if isinstance(s.get("items"), dict) else None
 
@@ -219,7 +223,7 @@ def _array_check(s: dict, root: dict, defs: dict):
     return check
 
 
-def _object_check(s: dict, root: dict, defs: dict):
+def _object_check(s: dict, root: dict, defs: dict) -> Check:
     required = list(s.get("required", []))
     props = {key: _compile(sub, root, defs) for key, sub in s.get("properties", {}).items()}
     extra = s.get("additionalProperties", True)
