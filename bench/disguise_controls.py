@@ -38,15 +38,18 @@ def small_llama(seed: int):
     return tf.LlamaForCausalLM(config).float()
 
 
-def train(model, steps: int, lr: float, corpus_seed: int, batch_seed: int, batch: int = 8, length: int = 12):
-    """Adam on next-token prediction over the corpus of ``corpus_seed`` (its token map), batches of ``batch_seed``."""
+def train(model, steps: int, lr: float, corpus_seed: int, batch_seed: int, batch: int = 8, length: int = 12,
+          optimizer=torch.optim.Adam, on_step=None):
+    """Adam (or ``optimizer``) on next-token prediction over the corpus of ``corpus_seed`` (its token map),
+    batches of ``batch_seed``; ``on_step(step, model, loss)`` after each step (1-based); returns (the model
+    in eval mode, the last step's loss)."""
     V = model.config.vocab_size
     c = torch.Generator().manual_seed(corpus_seed)
     a, b = int(torch.randint(1, V, (1,), generator=c)), int(torch.randint(0, V, (1,), generator=c))
     gen = torch.Generator().manual_seed(batch_seed)
-    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    opt = optimizer(model.parameters(), lr=lr)
     model.train()
-    for _ in range(steps):
+    for step in range(steps):
         ids = [torch.randint(0, V, (batch, 1), generator=gen)]
         for _ in range(length - 1):
             ids.append((a * ids[-1] + b) % V)
@@ -57,6 +60,8 @@ def train(model, steps: int, lr: float, corpus_seed: int, batch_seed: int, batch
         opt.zero_grad()
         loss.backward()
         opt.step()
+        if on_step is not None:
+            on_step(step + 1, model, float(loss))
     return model.eval(), float(loss)
 
 

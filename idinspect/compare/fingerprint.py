@@ -36,9 +36,19 @@ import numpy as np
 import torch
 
 from ..errors import IdinspectError
-from .fingerprint_check import (array_shapes, canonical_digest, cap_radius, check_declared_sizes, check_figures,
-                                check_integrity, check_schema, compact_values, decode, read_document,
-                                unit_roundoff_of)
+from .fingerprint_check import (
+    array_shapes,
+    canonical_digest,
+    cap_radius,
+    check_declared_sizes,
+    check_integrity,
+    check_layers_figures,
+    check_schema,
+    compact_values,
+    decode,
+    read_document,
+    unit_roundoff_of,
+)
 from .invariants import LayerInvariants, ModelInvariants
 
 FORMAT = "idinspect-fingerprint"
@@ -147,7 +157,15 @@ def fingerprint_from_document(p, data) -> ModelInvariants:
                              f"({unit_roundoff_of(data['dtype'])!r}); a fingerprint cannot claim another precision; "
                              "write it again with 'idinspect fingerprint MODEL -o FILE'")
     values = compact_values(data)
-    layers = [_layer(p, entry, data["dtype"], values) for entry in data["layers"]]
+    decoded = []
+    for entry in data["layers"]:
+        try:
+            decoded.append(_decoded(p, entry, values))
+        except IdinspectError:                          # an earlier layer's bad figure is named first
+            _check(p, data["layers"], decoded, data["dtype"], values)
+            raise
+    _check(p, data["layers"], decoded, data["dtype"], values)
+    layers = [_layer(entry, arrays, finite) for entry, (_, arrays, finite) in zip(data["layers"], decoded)]
     inv = ModelInvariants(source=str(data.get("source") or p), model=dict(data.get("model") or {}),
                           dtype=data["dtype"], unit_roundoff=unit_roundoff_of(data["dtype"]),
                           gains_folded=data["gains_folded"], layers=layers, value_rtol=FLOAT32_RTOL,
@@ -159,8 +177,8 @@ def fingerprint_from_document(p, data) -> ModelInvariants:
     return inv
 
 
-def _layer(path: Path, entry: dict, dtype: str, values: int | None = None) -> LayerInvariants:
-    """One layer's arrays, decoded at their declared shapes (sizes checked already) and checked."""
+def _decoded(path: Path, entry: dict, values: int | None) -> tuple[int, dict[str, torch.Tensor], torch.Tensor]:
+    """One layer's (index, arrays decoded at their declared shapes (sizes checked already), finite heads [H])."""
     s = entry["structure"]
     index = int(entry["index"])
     arrays = {key: decode(path, f"layer {index} {key}", entry[key], shape)
@@ -168,10 +186,22 @@ def _layer(path: Path, entry: dict, dtype: str, values: int | None = None) -> La
     finite = torch.ones(int(s["heads"]), dtype=torch.bool)
     for h in entry.get("nonfinite_heads") or []:
         finite[int(h)] = False
-    check_figures(path, index, arrays, finite, dtype,
-                  None if values is None else {"qk": int(s["d_k"]), "ov": int(s["d_v"])})
+    return index, arrays, finite
+
+
+def _check(path: Path, entries: list[dict], decoded: list, dtype: str, values: int | None) -> None:
+    """The figures of the decoded layers (:func:`.fingerprint_check.check_layers_figures`; a compact
+    fingerprint's radius range counts the d_k, d_v values each head had)."""
+    full = [None if values is None else {"qk": int(e["structure"]["d_k"]), "ov": int(e["structure"]["d_v"])}
+            for e in entries[:len(decoded)]]
+    check_layers_figures(path, decoded, dtype, full)
+
+
+def _layer(entry: dict, arrays: dict[str, torch.Tensor], finite: torch.Tensor) -> LayerInvariants:
+    """One layer's invariants from its checked arrays."""
+    s = entry["structure"]
     structure = {k: (int(v) if k in _INTEGER_KEYS and v is not None else v) for k, v in s.items()}
-    return LayerInvariants(index=index, qk=arrays["qk"], ov=arrays["ov"], planes=arrays.get("planes"),
+    return LayerInvariants(index=int(entry["index"]), qk=arrays["qk"], ov=arrays["ov"], planes=arrays.get("planes"),
                            radius_qk=arrays["radius_qk"], radius_ov=arrays["radius_ov"],
                            radius_planes=arrays.get("radius_planes"), finite=finite, structure=structure)
 

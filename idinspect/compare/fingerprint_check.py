@@ -34,6 +34,7 @@ import base64
 import hashlib
 import json
 import math
+import re
 import stat
 from pathlib import Path
 from typing import Any
@@ -94,17 +95,27 @@ def parse_document(path, text: str) -> Any:
     return data
 
 
-def _bracket_depth(text: str) -> int:
-    """Deepest nesting of ``[``/``{`` outside strings (a linear scan over the structural characters)."""
-    import re
+#: A JSON string (quotes, escapes): the same language as ``"(?:[^"\\]|\\.)*"``, unrolled so that a long
+#: base64 string is one run of a character class rather than one alternation per character.
+_JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
+_BRACKET = re.compile(r"[\[\]{}]")
 
+
+def _bracket_depth(text: str) -> int:
+    """Deepest nesting of ``[``/``{`` outside strings: strings removed, then a scan of the brackets left.
+    Without a backslash every quote opens or closes a string, so splitting at the quotes removes them
+    (an odd last quote opens none: the text after it is outside, as the string pattern leaves it)."""
+    if "\\" not in text:
+        parts = text.split('"')
+        outside = "".join(parts[0::2]) + (parts[-1] if len(parts) % 2 == 0 else "")
+    else:
+        outside = _JSON_STRING.sub("", text)
     depth = deepest = 0
-    for m in re.finditer(r'"(?:[^"\\]|\\.)*"|[\[\]{}]', text):
-        c = m.group(0)
+    for c in _BRACKET.findall(outside):
         if c in "[{":
             depth += 1
             deepest = max(deepest, depth)
-        elif c in "]}":
+        else:
             depth -= 1
     return deepest
 
@@ -276,3 +287,35 @@ def check_figures(path: Path, index: int, arrays: dict[str, torch.Tensor], finit
                 at = tuple(mask.nonzero()[0].tolist())
                 raise IdinspectError(f"{path}: layer {index} head {at[0]}: radius_{kind} {float(r[at]):.3g} is {what} "
                                      f"rounding radius its values allow in {dtype} ({float(bound[at]):.3g}): {why}; {FIX}")
+
+
+def check_layers_figures(path: Path, layers: list[tuple[int, dict[str, torch.Tensor], torch.Tensor]], dtype: str,
+                         full: list[dict[str, int] | None]) -> None:
+    """:func:`check_figures` of every layer (index, arrays, finite) with its ``full``: one stacked check
+    [L, H, ...] where the layers' shapes agree (a fingerprint's usual case), and layer by layer, in
+    order, where they do not or where the stacked check finds a problem (to name the first one)."""
+    if len(layers) > 1 and all(f == full[0] for f in full) and \
+            len({tuple((k, tuple(a.shape)) for k, a in arrays.items()) for _, arrays, _ in layers}) == 1:
+        stacked = {key: torch.stack([arrays[key] for _, arrays, _ in layers]) for key in layers[0][1]}
+        if _figures_hold(stacked, torch.stack([finite for _, _, finite in layers]), dtype, full[0]):
+            return
+    for (index, arrays, finite), f in zip(layers, full):
+        check_figures(path, index, arrays, finite, dtype, f)
+
+
+def _figures_hold(arrays: dict[str, torch.Tensor], finite: torch.Tensor, dtype: str, full: dict[str, int] | None) -> bool:
+    """Whether :func:`check_figures` passes, for arrays of any leading shape ``finite.shape`` ([H] or [L, H])."""
+    for a in arrays.values():
+        rows = a[finite]
+        if not bool(torch.isfinite(rows).all()) or bool((rows < 0).any()):
+            return False
+    u = unit_roundoff_of(dtype)
+    for kind, u_kind in (("qk", u), ("ov", 0.0), ("planes", u)):
+        if kind not in arrays:
+            continue
+        lower, upper = radius_range(arrays[kind], u, u_kind, (full or {}).get(kind))
+        r = arrays[f"radius_{kind}"]
+        live = finite.reshape(*finite.shape, *[1] * (r.dim() - finite.dim()))
+        if bool((live & ((r > upper * (1 + STORED_SLACK)) | (r < lower * (1 - STORED_SLACK)))).any()):
+            return False
+    return True

@@ -16,9 +16,13 @@ from __future__ import annotations
 import json
 import math
 import re
-from functools import lru_cache
+from collections.abc import Callable
+from functools import cache
 from pathlib import Path
 from typing import Any
+
+#: A compiled schema node: returns if the value holds, raises :class:`_Invalid` otherwise.
+Check = Callable[[Any], None]
 
 SCHEMAS = Path(__file__).resolve().parent.parent / "schemas"
 _CHECKED = {"type", "const", "enum", "required", "properties", "additionalProperties", "items", "minItems",
@@ -48,7 +52,7 @@ class SchemaError(ValueError):
         self.where, self.problem = where, problem
 
 
-@lru_cache(maxsize=None)
+@cache
 def load_schema(name: str) -> dict:
     """``idinspect/schemas/NAME``, with every keyword it uses checked to be one this module checks."""
     schema = json.loads((SCHEMAS / name).read_text(encoding="utf-8"))
@@ -70,8 +74,180 @@ def _check_keywords(node: Any, name: str) -> None:
 
 
 def validate(document: Any, schema: dict) -> None:
-    """Raise :class:`SchemaError` at the first value ``document`` holds against ``schema``."""
-    _validate(document, schema, schema, "")
+    """Raise :class:`SchemaError` at the first value ``document`` holds against ``schema``.
+
+    The schema is compiled once into nested checks (:func:`_compile`, cached per schema object); a
+    failure records its JSON path only on the way out, so a valid document costs one call per value."""
+    try:
+        _compiled(schema)(document)
+    except _Invalid as exc:
+        raise SchemaError(exc.where(), exc.problem) from None
+
+
+class _Invalid(Exception):
+    """A failed check; ``parts`` (keys and item indices) are appended innermost first as it propagates."""
+
+    def __init__(self, problem: str, parts: list | None = None):
+        super().__init__(problem)
+        self.problem, self.parts = problem, parts or []
+
+    def where(self) -> str:
+        path = ""
+        for part in reversed(self.parts):
+            path = f"{path}[{part}]" if isinstance(part, int) else (f"{path}.{part}" if path else part)
+        return path
+
+
+#: id(schema) -> (schema, its compiled check); the schema is held so that its id is never reused.
+_COMPILED: dict[int, tuple[dict, Check]] = {}
+
+
+def _compiled(schema: dict) -> Check:
+    hit = _COMPILED.get(id(schema))
+    if hit is None or hit[0] is not schema:
+        if len(_COMPILED) > 64:
+            _COMPILED.clear()
+        hit = _COMPILED[id(schema)] = (schema, _compile(schema, schema, {}))
+    return hit[1]
+
+
+def _compile(s: dict, root: dict, defs: dict) -> Check:
+    """One check ``f(value)`` for the schema node ``s``: the keywords in the order the format's errors
+    name them ($ref, type, const, enum, number limits, string limits, array items, object keys)."""
+    checks: list[Check] = []
+    if "$ref" in s:
+        ref = s["$ref"]
+        if not ref.startswith("#/$defs/"):
+            raise RuntimeError(f"unsupported $ref {ref}")
+        name = ref[len("#/$defs/"):]
+        if name not in defs:
+            defs[name] = None                                  # a cycle resolves at call time
+            defs[name] = _compile(root["$defs"][name], root, defs)
+        checks.append(defs[name] if defs[name] is not None else (lambda v, n=name: defs[n](v)))
+    if "type" in s:
+        checks.append(_type_check(s["type"] if isinstance(s["type"], list) else [s["type"]]))
+    if "const" in s:
+        const = s["const"]
+
+        def const_check(v):
+            if not _equal(v, const):
+                raise _Invalid(f"is {_show(v)}, expected {json.dumps(const)}")
+        checks.append(const_check)
+    if "enum" in s:
+        enum = s["enum"]
+
+        def enum_check(v):
+            if not any(_equal(v, e) for e in enum):
+                raise _Invalid(f"is {_show(v)}, not one of {', '.join(json.dumps(e) for e in enum)}")
+        checks.append(enum_check)
+    if any(k in s for k in ("minimum", "exclusiveMinimum", "maximum")):
+        checks.append(_number_check(s))
+    if "maxLength" in s or "pattern" in s:
+        checks.append(_string_check(s))
+    if any(k in s for k in ("maxItems", "minItems", "uniqueItems", "items")):
+        checks.append(_array_check(s, root, defs))
+    if any(k in s for k in ("required", "properties", "additionalProperties")):
+        checks.append(_object_check(s, root, defs))
+    if len(checks) == 1:
+        return checks[0]
+
+    def node(v):
+        for check in checks:
+            check(v)
+    return node
+
+
+def _type_check(types: list[str]) -> Check:
+    preds = [_TYPES[t] for t in types]
+    expected = " or ".join(_NAMES[t] for t in types)
+    if types == ["number"]:                                    # the common case, without a call per test
+        def number_check(v):
+            if type(v) is not float and not (isinstance(v, (int, float)) and not isinstance(v, bool)):
+                raise _Invalid(f"is {_show(v)}, not {expected}")
+        return number_check
+
+    def type_check(v):
+        for pred in preds:
+            if pred(v):
+                return
+        raise _Invalid(f"is {_show(v)}, not {expected}")
+    return type_check
+
+
+def _number_check(s: dict) -> Check:
+    low, above, high = s.get("minimum"), s.get("exclusiveMinimum"), s.get("maximum")
+
+    def check(v):
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            if low is not None and v < low:
+                raise _Invalid(f"is {_show(v)}, below the minimum {low}")
+            if above is not None and v <= above:
+                raise _Invalid(f"is {_show(v)}, not above {above}")
+            if high is not None and v > high:
+                raise _Invalid(f"is {_show(v)}, above the maximum {high}")
+    return check
+
+
+def _string_check(s: dict) -> Check:
+    longest, pattern = s.get("maxLength"), s.get("pattern")
+    compiled = None if pattern is None else re.compile(pattern)
+
+    def check(v):
+        if isinstance(v, str):
+            if longest is not None and len(v) > longest:
+                raise _Invalid(f"is a string of {len(v)} characters, more than {longest}")
+            if compiled is not None and not compiled.search(v):
+                raise _Invalid(f"is {_show(v)}, which does not match {pattern}")
+    return check
+
+
+def _array_check(s: dict, root: dict, defs: dict) -> Check:
+    most, least, unique = s.get("maxItems"), s.get("minItems"), s.get("uniqueItems")
+    item = _compile(s["items"], root, defs) if isinstance(s.get("items"), dict) else None
+
+    def check(v):
+        if isinstance(v, list):
+            if most is not None and len(v) > most:
+                raise _Invalid(f"has {len(v)} items, more than {most}")
+            if least is not None and len(v) < least:
+                raise _Invalid(f"has {len(v)} items, fewer than {least}")
+            if unique and len({json.dumps(x, sort_keys=True) for x in v}) != len(v):
+                raise _Invalid("repeats an item")
+            if item is not None:
+                for i, x in enumerate(v):
+                    try:
+                        item(x)
+                    except _Invalid as exc:
+                        exc.parts.append(i)
+                        raise
+    return check
+
+
+def _object_check(s: dict, root: dict, defs: dict) -> Check:
+    required = list(s.get("required", []))
+    props = {key: _compile(sub, root, defs) for key, sub in s.get("properties", {}).items()}
+    extra = s.get("additionalProperties", True)
+    extra_check = _compile(extra, root, defs) if isinstance(extra, dict) else None
+
+    def check(v):
+        if isinstance(v, dict):
+            for key in required:
+                if key not in v:
+                    raise _Invalid(f"has no {json.dumps(key)}")
+            for key, x in v.items():
+                sub = props.get(key)
+                if sub is None:
+                    if extra is False:
+                        raise _Invalid("is not a key of this format", [key])
+                    sub = extra_check
+                    if sub is None:
+                        continue
+                try:
+                    sub(x)
+                except _Invalid as exc:
+                    exc.parts.append(key)
+                    raise
+    return check
 
 
 _TYPES = {
@@ -96,58 +272,6 @@ def _show(value: Any) -> str:
         return f"a{'n object' if isinstance(value, dict) else 'n array'} of {len(value)}"
     text = json.dumps(value) if not isinstance(value, str) else json.dumps(value[:40] + ("..." if len(value) > 40 else ""))
     return text
-
-
-def _validate(v: Any, s: dict, root: dict, where: str) -> None:
-    if "$ref" in s:
-        ref = s["$ref"]
-        if not ref.startswith("#/$defs/"):
-            raise RuntimeError(f"unsupported $ref {ref}")
-        _validate(v, root["$defs"][ref[len("#/$defs/"):]], root, where)
-    if "type" in s:
-        types = s["type"] if isinstance(s["type"], list) else [s["type"]]
-        if not any(_TYPES[t](v) for t in types):
-            raise SchemaError(where, f"is {_show(v)}, not {' or '.join(_NAMES[t] for t in types)}")
-    if "const" in s and not _equal(v, s["const"]):
-        raise SchemaError(where, f"is {_show(v)}, expected {json.dumps(s['const'])}")
-    if "enum" in s and not any(_equal(v, e) for e in s["enum"]):
-        raise SchemaError(where, f"is {_show(v)}, not one of {', '.join(json.dumps(e) for e in s['enum'])}")
-    if isinstance(v, (int, float)) and not isinstance(v, bool):
-        if "minimum" in s and v < s["minimum"]:
-            raise SchemaError(where, f"is {_show(v)}, below the minimum {s['minimum']}")
-        if "exclusiveMinimum" in s and v <= s["exclusiveMinimum"]:
-            raise SchemaError(where, f"is {_show(v)}, not above {s['exclusiveMinimum']}")
-        if "maximum" in s and v > s["maximum"]:
-            raise SchemaError(where, f"is {_show(v)}, above the maximum {s['maximum']}")
-    if isinstance(v, str):
-        if "maxLength" in s and len(v) > s["maxLength"]:
-            raise SchemaError(where, f"is a string of {len(v)} characters, more than {s['maxLength']}")
-        if "pattern" in s and not re.search(s["pattern"], v):
-            raise SchemaError(where, f"is {_show(v)}, which does not match {s['pattern']}")
-    if isinstance(v, list):
-        if "maxItems" in s and len(v) > s["maxItems"]:
-            raise SchemaError(where, f"has {len(v)} items, more than {s['maxItems']}")
-        if "minItems" in s and len(v) < s["minItems"]:
-            raise SchemaError(where, f"has {len(v)} items, fewer than {s['minItems']}")
-        if s.get("uniqueItems") and len({json.dumps(x, sort_keys=True) for x in v}) != len(v):
-            raise SchemaError(where, "repeats an item")
-        if isinstance(s.get("items"), dict):
-            for i, item in enumerate(v):
-                _validate(item, s["items"], root, f"{where}[{i}]")
-    if isinstance(v, dict):
-        for key in s.get("required", []):
-            if key not in v:
-                raise SchemaError(where, f"has no {json.dumps(key)}")
-        props = s.get("properties", {})
-        extra = s.get("additionalProperties", True)
-        for key, item in v.items():
-            path = f"{where}.{key}" if where else key
-            if key in props:
-                _validate(item, props[key], root, path)
-            elif extra is False:
-                raise SchemaError(path, "is not a key of this format")
-            elif isinstance(extra, dict):
-                _validate(item, extra, root, path)
 
 
 def _equal(a: Any, b: Any) -> bool:

@@ -67,17 +67,18 @@ class LineageTest:
 
 
 def lineage_test(distance: torch.Tensor, layer_a: torch.Tensor, layer_b: torch.Tensor, *,
-                 permutations: int = PERMUTATIONS, seed: int = 0) -> LineageTest:
-    """The test for a distance matrix [N_A, N_B] and each head's layer index (layer_a [N_A], layer_b [N_B])."""
+                 permutations: int = PERMUTATIONS, seed: int = 0, nearest: torch.Tensor | None = None) -> LineageTest:
+    """The test for a distance matrix [N_A, N_B] and each head's layer index (layer_a [N_A], layer_b [N_B]);
+    ``nearest`` [N_A]: ``distance.argmin(dim=1)`` where the caller has it already."""
     n_a, n_b = distance.shape
-    nn = distance.argmin(dim=1)                                        # [N_A] first minimum: deterministic
+    nn = distance.argmin(dim=1) if nearest is None else nearest       # [N_A] first minimum: deterministic
     n_layers = int(max(int(layer_a.max()), int(layer_b.max()))) + 1
     # hit[j, l] = 1 if some i in layer l of A has nn(i) = j; a[j, p] = hit[j, layer_B(p)]
     hit = torch.zeros(n_b, n_layers, dtype=torch.int64)
     hit[nn, layer_a] = 1
-    a = hit[:, layer_b]                                                # [N_B, N_B]
     x = int(hit[torch.arange(n_b), layer_b].sum())
-    expected = float(a.sum()) / n_b
+    # sum_{j,p} a[j, p] = sum_{j,l} hit[j, l] #{p : layer_B(p) = l}: the same integer without a [N_B, N_B] matrix
+    expected = float(int((hit * torch.bincount(layer_b, minlength=n_layers)).sum())) / n_b
     t = x - expected
     bound = 1.0 if t <= 0 else min(1.0, 2.0 * math.exp(-t * t / (4.0 * expected + 2.0 * t)))
     # p_MC >= 1 / (K + 1): when the bound is already smaller, min(bound, p_MC) is the bound

@@ -12,7 +12,9 @@ same structure and head counts, and every head of E has some head of M (and ever
 head of E) whose W_QK and W_OV values all lie within their summed radii (+ the stored values'
 relative rounding), as a perfect matching within tolerance needs. Where it fails, the lineage test
 alone decides (the same statistic and tail bound as ``compare``), and the similarity reported is
-the mean nearest-head similarity instead of the matched one. And no Monte Carlo re-pairings by
+the mean nearest-head similarity instead of the matched one; its head distances are those of
+``compare`` bit for bit, with the model's side prepared once (:class:`.nearest.Target`). An entry
+of another depth (layers dropped or repeated) is compared in full, as ``compare`` aligns its layers. And no Monte Carlo re-pairings by
 default (:data:`SCAN_PERMUTATIONS`): their p-value cannot go below 1 / (K + 1), far above any usable
 alpha, so they never change a verdict.
 """
@@ -26,12 +28,14 @@ from pathlib import Path
 import torch
 
 from ..errors import IdinspectError
+from . import alignment
 from .comparison import ALPHA, _structure_notes, compare_invariants, truncated
 from .fingerprint import fingerprint_from_document, read_fingerprint
 from .fingerprint_check import MAX_FILE_BYTES, parse_document
 from .invariants import ModelInvariants, head_vectors
 from .lineage import lineage_test
 from .matching import distance_matrix
+from .nearest import Target
 
 #: Most entries read from one database.
 MAX_ENTRIES = 100_000
@@ -73,14 +77,15 @@ def read_database(db: str | Path) -> Iterator[tuple[str, ModelInvariants]]:
 
 
 def could_be_same_function(a: ModelInvariants, b: ModelInvariants) -> bool:
-    """The necessary condition of the module docstring (False: ``compare`` cannot say same-function)."""
-    if len(a.layers) != len(b.layers) or _structure_notes(a, b):
+    """The necessary condition of the module docstring (False: ``compare`` cannot say same-function).
+    The structures are compared last: an unrelated entry usually fails the first layer's values."""
+    if len(a.layers) != len(b.layers):
         return False
     for A, B in zip(a.layers, b.layers):
         if A.n_heads != B.n_heads or A.head_shape() != B.head_shape():
             return False
         if not bool(A.finite.all() and B.finite.all()):
-            return True                       # leave the non-finite heads to compare's own reasoning
+            break                             # leave the non-finite heads to compare's own reasoning
         feasible = torch.ones(A.n_heads, B.n_heads, dtype=torch.bool)
         for kind in ("qk", "ov"):
             xa, xb = getattr(A, kind), getattr(B, kind)
@@ -90,10 +95,17 @@ def could_be_same_function(a: ModelInvariants, b: ModelInvariants) -> bool:
             feasible &= ((xa[:, None, :] - xb[None, :, :]).abs() <= tol).all(dim=-1)
         if not bool(feasible.any(dim=1).all() and feasible.any(dim=0).all()):
             return False
-    return True
+    return not _structure_notes(a, b)
 
 
-def _lineage_only(a: ModelInvariants, b: ModelInvariants, alpha: float, permutations: int, seed: int) -> dict:
+def _lineage_only(a: ModelInvariants, b: ModelInvariants, alpha: float, permutations: int, seed: int,
+                  target: Target | None = None) -> dict:
+    """The lineage test alone (``compare``'s statistic and tail bound); ``target``: B's side prepared
+    (:class:`.nearest.Target`), used where it fits A (the same distances, bit for bit)."""
+    if target is not None and target.fits(a.layers):
+        D = target.distances(a.layers)
+        return _lineage_row(D, torch.cat([torch.full((L.n_heads,), i) for i, L in enumerate(a.layers)]),
+                            target.layer, alpha, permutations, seed)
     comparable = [i for i in range(min(len(a.layers), len(b.layers)))
                   if a.layers[i].head_shape()[:2] == b.layers[i].head_shape()[:2]]
     if not comparable:
@@ -103,9 +115,16 @@ def _lineage_only(a: ModelInvariants, b: ModelInvariants, alpha: float, permutat
     D = distance_matrix(head_vectors(La), head_vectors(Lb), exact=False)
     layer_a = torch.cat([torch.full((L.n_heads,), i) for i, L in enumerate(La)])
     layer_b = torch.cat([torch.full((L.n_heads,), i) for i, L in enumerate(Lb)])
-    t = lineage_test(D, layer_a, layer_b, permutations=permutations, seed=seed)
+    return _lineage_row(D, layer_a, layer_b, alpha, permutations, seed)
+
+
+def _lineage_row(D: torch.Tensor, layer_a: torch.Tensor, layer_b: torch.Tensor, alpha: float, permutations: int,
+                 seed: int) -> dict:
+    nn = torch.from_numpy(D.numpy().argmin(axis=1))          # first minimum, as torch's argmin; numpy's is ~5x faster
+    nearest = D[torch.arange(D.shape[0]), nn]
+    t = lineage_test(D, layer_a, layer_b, permutations=permutations, seed=seed, nearest=nn)
     return {"verdict": "same-lineage" if t.p_value < alpha else "unrelated", "p_value": t.p_value,
-            "similarity": 1.0 - float(D.min(dim=1).values.mean()), "statistic": t.statistic, "heads": t.heads,
+            "similarity": 1.0 - float(nearest.mean()), "statistic": t.statistic, "heads": t.heads,
             "compared": "lineage test (same function ruled out per head)"}
 
 
@@ -121,19 +140,22 @@ def scan(model: ModelInvariants, db: str | Path, *, alpha: float = ALPHA, permut
     from ..numerics.parallel import single_threaded_kernels
 
     rows = []
-    reduced: dict[int, ModelInvariants] = {}
+    reduced: dict[int | None, tuple[ModelInvariants, Target]] = {}
     with single_threaded_kernels():
         for name, entry in read_database(db):
-            k = entry.compact_values
-            m = model if k is None else reduced.setdefault(k, truncated(model, k))
-            e = entry if k is None else truncated(entry, k)
-            if could_be_same_function(e, m):
+            k = entry.compact_values                  # an entry read holds k values per head already
+            if k not in reduced:
+                m = model if k is None else truncated(model, k)
+                reduced[k] = (m, Target(m.layers))
+            m, target = reduced[k]
+            e = entry
+            if could_be_same_function(e, m) or alignment.applies(e, m):     # depth changes: compare aligns layers
                 r = compare_invariants(e, m, alpha=alpha, permutations=permutations, seed=seed)
                 row = {"verdict": r.verdict, "p_value": None if r.lineage is None else r.lineage.p_value,
                        "similarity": r.similarity, "statistic": None if r.lineage is None else r.lineage.statistic,
                        "heads": None if r.lineage is None else r.lineage.heads, "compared": "in full"}
             else:
-                row = _lineage_only(e, m, alpha, permutations, seed)
+                row = _lineage_only(e, m, alpha, permutations, seed, target)
             rows.append({"entry": name, "source": entry.source, "compact_values": k, **row})
     order = {"same-function": 0, "same-lineage": 1, "unrelated": 2}
     rows.sort(key=lambda r: (order[r["verdict"]], 1.0 if r["p_value"] is None else r["p_value"],

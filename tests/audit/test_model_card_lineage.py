@@ -10,7 +10,7 @@ import json
 import pytest
 import torch
 import transformers as tf
-from huggingface_hub import ModelCard
+from huggingface_hub import ModelCard, ModelCardData, metadata_load
 
 from idinspect.exporting.pipeline import export
 from tests.support.cli import run_cli
@@ -43,6 +43,11 @@ def test_export_writes_a_model_card(folders, tmp_path):
     assert card.data.license == "mit"                            # the source card's metadata kept
     assert "Some words." in card.text and "## idinspect export" in card.text
     assert "largest relative change of an invariant" in card.text
+    # what ModelCard.validate() would send to the Hub (unreachable here): a YAML header that parses on its own
+    # (metadata_load, independent of ModelCard) and round-trips through ModelCardData unchanged
+    meta = metadata_load(folders["fixed"] / "README.md")
+    assert meta["base_model"] == str(folders["A"]) and meta["tags"] == ["text-generation", "idinspect", "gauge-fixed"]
+    assert ModelCardData(**meta).to_dict() == meta == card.data.to_dict()
     # exporting the export again: one figures section, tags not repeated, the new source declared
     export(folders["fixed"], tmp_path / "twice")
     again = ModelCard.load(tmp_path / "twice" / "README.md")
