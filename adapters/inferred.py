@@ -15,6 +15,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from functools import cached_property
 
+from ..errors import IdinspectError, one_line
 from ..layer.attention_layer import Positional, QKNorm
 from .base import Adapter, Site, rope_positional
 from .layout import Block, Projection
@@ -23,6 +24,17 @@ from .layout import Block, Projection
 POSITIONAL_CHOICES = ("none", "half", "interleaved")
 #: Which layers see config.sliding_window: none, all, or those ``layer_types`` marks "sliding_attention".
 WINDOW_CHOICES = ("none", "all", "layer_types")
+#: Where the RoPE frequencies come from: the config's RoPE settings as its class resolves them
+#: ("config"), its ``rope_parameters`` keyed by layer type, each layer's by ``layer_types[i]``
+#: ("layer_type"), or transformers' default base 10000 over the rotated dims, for a module that builds
+#: its own table from no RoPE setting at all ("default", GPT-J's sinusoid table).
+ROPE_SOURCES = ("config", "layer_type", "default")
+#: How the score scale follows from the config: d_k^-1/2 ("head_dim"), 1 ("one"), a setting's value
+#: ("key:<name>") or its inverse square root ("rsqrt:<name>"); "constant" keeps the twin's number,
+#: only where no law explains it (then a model whose d_k differs from the twin's is not covered).
+SCALE_LAWS = ("head_dim", "one", "key:", "rsqrt:", "constant")
+#: Settings that may name the rotated dims of each head (tried, not trusted: the reproduction decides).
+ROTARY_DIM_KEYS = ("rotary_dim",)
 
 
 @dataclass(frozen=True)
@@ -56,6 +68,12 @@ class FoundLayout:
     window: str = "none"                        # one of WINDOW_CHOICES
     softcap: str | None = None                  # the config key of the scores' soft cap c (s -> c tanh(s / c))
     kv_heads: str = "config"                    # "config": num_key_value_heads (else H); "one": multi-query
+    rope: str = "config"                        # one of ROPE_SOURCES
+    rotary_dim_key: str | None = None           # a setting naming the rotated dims of each head (GPT-J's rotary_dim)
+    rope_layers_key: str | None = None          # a per-layer 0/1 setting: 1 = RoPE, 0 = none (SmolLM3's no_rope_layers)
+    scale_law: str = "constant"                 # one of SCALE_LAWS (with the setting's name)
+    scale_by_layer: bool = False                # the scale divided by layer index + 1 (GPT-2's inverse layer scale)
+    window_offset: int = 0                      # the window the module applies is config.sliding_window + this
 
 
 class InferredAdapter(Adapter):
@@ -67,8 +85,9 @@ class InferredAdapter(Adapter):
     twin_model_class: type | None = None
     #: The model's configuration and modelling code come from its repository (--trust-remote-code).
     trust_remote_code: bool = False
-    #: The model's norm classes, whose float32 casts the proofs skip on float64 inputs.
-    norm_classes: tuple[type, ...] = ()
+    #: The model's norm classes and its attention class, whose float32 casts the proofs skip on float64
+    #: inputs (RoPE applied in float32 inside the attention module: Cohere, ModernBERT).
+    exact_classes: tuple[type, ...] = ()
 
     @property
     def n_kv_heads(self) -> int:
@@ -81,37 +100,98 @@ class InferredAdapter(Adapter):
 
     def sliding_window(self, site: Site) -> int | None:
         window = self.optional("sliding_window")
-        if self.found.window == "all":
-            return window
+        if window is None or self.found.window == "none":
+            return None
         if self.found.window == "layer_types":
             types = self.optional("layer_types")
-            return window if types and types[site.layer] == "sliding_attention" else None
-        return None
+            if not (types and types[site.layer] == "sliding_attention"):
+                return None
+        return int(window) + self.found.window_offset
 
     def exact_float64(self):
-        """The model's norms' own formulas with their float32 casts skipped on float64 inputs."""
+        """The model's norms' and attention's own formulas with their float32 casts skipped on float64 inputs."""
         from .float64 import casts_kept_in
 
-        return casts_kept_in(self.norm_classes)
+        return casts_kept_in(self.exact_classes)
 
     @property
     def head_dim(self) -> int:
         return int(self.optional("head_dim") or self.hidden_size // self.n_heads)
 
     def scale(self, site: Site) -> float:
-        return self.found.scale
+        """The score scale by ``found.scale_law`` (:data:`SCALE_LAWS`), over layer index + 1 where
+        ``found.scale_by_layer``."""
+        law = self.found.scale_law
+        if law == "head_dim":
+            s = self.head_dim ** -0.5
+        elif law == "one":
+            s = 1.0
+        elif law.startswith("key:"):
+            s = float(self.setting(law[4:]))
+        elif law.startswith("rsqrt:"):
+            s = float(self.setting(law[6:])) ** -0.5
+        else:
+            s = self.found.scale
+        return s / (site.layer + 1) if self.found.scale_by_layer else s
 
     def causal(self, site: Site) -> bool:
         return self.found.causal
 
     @cached_property
-    def _positional(self) -> Positional:
-        if self.found.positional == "none":
-            return Positional("absolute")
-        return rope_positional(self.config, self.found.positional, self.found.partial_rotary)
+    def _ropes(self) -> dict[str | None, Positional]:
+        return {}
 
     def positional(self, site: Site | None = None) -> Positional:
-        return self._positional
+        """RoPE (or nothing) for the layer of ``site`` (the first where None), by ``found``: the
+        frequencies from :data:`ROPE_SOURCES`, none on the layers ``found.rope_layers_key`` flags 0."""
+        found, layer = self.found, site.layer if site is not None else 0
+        if found.positional == "none":
+            return Positional("absolute")
+        if found.rope_layers_key is not None and not self._rope_flags[layer]:
+            return Positional("none")
+        kind = self._layer_types[layer] if found.rope == "layer_type" else None
+        if kind not in self._ropes:
+            self._ropes[kind] = self._rope(kind)
+        return self._ropes[kind]
+
+    @cached_property
+    def _layer_types(self) -> list:
+        types = list(self.optional("layer_types") or [])
+        if len(types) < self.num_layers:
+            raise IdinspectError(f"config.json: layer_types is {types!r}; it needs one entry per layer "
+                                 f"({self.num_layers}); fix the config")
+        return types
+
+    @cached_property
+    def _rope_flags(self) -> list[bool]:
+        key = self.found.rope_layers_key
+        flags = list(self.optional(key) or [])
+        if len(flags) < self.num_layers or any(isinstance(v, float) or v not in (0, 1) for v in flags):
+            raise IdinspectError(f"config.json: {key} is {flags!r}; it needs one entry per layer ({self.num_layers}), "
+                                 "1 for a RoPE layer and 0 for a layer without; fix the config")
+        return [bool(v) for v in flags]
+
+    def _rope(self, layer_type: str | None) -> Positional:
+        found = self.found
+        if found.rope == "layer_type":
+            from ..sources.rope_config import rotary_spec_for_layer_type
+
+            config = self.config.full_config() if hasattr(self.config, "full_config") else self.config
+            try:
+                return Positional("rope", rotary=rotary_spec_for_layer_type(config, layer_type, found.positional))
+            except (KeyError, TypeError, ValueError, ZeroDivisionError) as exc:
+                raise IdinspectError(f"config.json: rope_parameters[{layer_type!r}] is not usable by transformers "
+                                     f"({type(exc).__name__}: {one_line(exc)}); fix the config") from None
+        if found.rope == "default":
+            from ..sources.rope_config import DEFAULT_THETA, default_rotary_spec
+
+            stored = self.optional(found.rotary_dim_key) if found.rotary_dim_key else None
+            dim = stored or self.head_dim
+            if isinstance(dim, bool) or not isinstance(dim, int) or dim < 2 or dim % 2 or dim > self.head_dim:
+                raise IdinspectError(f"config.json: {found.rotary_dim_key} is {stored!r}; the module rotates an even "
+                                     f"number of dims of each head, at most head_dim {self.head_dim}; fix the config")
+            return Positional("rope", rotary=default_rotary_spec(DEFAULT_THETA, dim, found.positional))
+        return rope_positional(self.config, found.positional, found.partial_rotary)
 
     def qk_norm(self, site: Site) -> QKNorm | None:
         norm = self.found.qk_norm
@@ -153,9 +233,15 @@ def twin_settings_from(hf_config, shape: dict, layers: int = 1) -> dict:
         kw["head_dim"] = shape["head_dim"]
     if hasattr(hf_config, "num_key_value_heads") and not isinstance(getattr(type(hf_config), "num_key_value_heads", None), property):
         kw["num_key_value_heads"] = shape["kv_heads"]
+    rotated = max(2, shape["head_dim"] // 4 * 2)      # two planes of a head of 8 (one of a head of 4)
     rope = kw.get("rope_parameters")
     if isinstance(rope, dict) and 0 < float(rope.get("partial_rotary_factor", 1.0)) < 1:
-        kw["rope_parameters"] = {**rope, "partial_rotary_factor": 2 / shape["head_dim"]}   # one rotated plane
+        kw["rope_parameters"] = {**rope, "partial_rotary_factor": rotated / shape["head_dim"]}
+    real_hd = _head_dim(hf_config)
+    for key in ROTARY_DIM_KEYS:      # rotated dims named by count (GPT-J's rotary_dim)
+        v = kw.get(key)
+        if isinstance(v, int) and not isinstance(v, bool) and real_hd:
+            kw[key] = rotated if v < real_hd else shape["head_dim"]
     layer_types = getattr(hf_config, "layer_types", None)
     if layer_types:
         kw["layer_types"] = list(layer_types[:layers])
@@ -166,6 +252,23 @@ def twin_settings_from(hf_config, shape: dict, layers: int = 1) -> dict:
     if isinstance(pad, int) and 0 <= pad < 32:     # a family that derives positions from padding (RoBERTa)
         kw["pad_token_id"] = pad
     return kw
+
+
+def _head_dim(hf_config) -> int | None:
+    heads = getattr(hf_config, "num_attention_heads", None)
+    return getattr(hf_config, "head_dim", None) or (int(hf_config.hidden_size) // int(heads) if heads else None)
+
+
+def rotates_part(hf_config) -> bool:
+    """Whether ``hf_config`` asks for RoPE on part of each head (``partial_rotary_factor`` < 1, or a
+    :data:`ROTARY_DIM_KEYS` setting below head_dim): its twin then needs heads of 8 dims, two of whose
+    planes rotate, for rotate-half and interleaved pairs to differ."""
+    rope = getattr(hf_config, "rope_parameters", None)
+    if isinstance(rope, dict) and 0 < float(rope.get("partial_rotary_factor", 1.0) or 1.0) < 1:
+        return True
+    hd = _head_dim(hf_config)
+    return any(isinstance(v, int) and not isinstance(v, bool) and hd and v < hd
+               for v in (getattr(hf_config, k, None) for k in ROTARY_DIM_KEYS))
 
 
 def inferred_adapter(found: FoundLayout) -> type[InferredAdapter]:
@@ -183,5 +286,5 @@ def inferred_adapter(found: FoundLayout) -> type[InferredAdapter]:
     return type(name, (InferredAdapter,), attrs)
 
 
-__all__ = ["POSITIONAL_CHOICES", "FoundLayout", "FoundNorm", "InferredAdapter", "inferred_adapter",
-           "twin_settings_from"]
+__all__ = ["POSITIONAL_CHOICES", "ROPE_SOURCES", "ROTARY_DIM_KEYS", "SCALE_LAWS", "FoundLayout", "FoundNorm",
+           "InferredAdapter", "inferred_adapter", "rotates_part", "twin_settings_from"]

@@ -26,7 +26,7 @@ import torch
 
 from ..adapters import ADAPTERS
 from ..adapters.example_inputs import example_inputs
-from ..adapters.inferred import twin_settings_from
+from ..adapters.inferred import rotates_part, twin_settings_from
 from ..errors import IdinspectError, one_line
 from ..numerics.twin import instantiate
 from .infer import candidates, settle, sizes
@@ -96,6 +96,8 @@ def trace_twin(hf_config, model_class):
                              "--auto reads single-tower models")
     H, G, _, _ = sizes(hf_config)
     shape = {**TRACE_SHAPE, "kv_heads": TRACE_SHAPE["kv_heads"] if G < H else TRACE_SHAPE["heads"]}
+    if rotates_part(hf_config):    # two rotated planes and some unrotated dims: pairings and partial rotation differ
+        shape.update(head_dim=2 * TRACE_SHAPE["head_dim"], hidden_size=2 * TRACE_SHAPE["hidden_size"])
     pad = getattr(hf_config, "pad_token_id", None)
     settings = {**twin_settings_from(hf_config, shape, TRACE_LAYERS), "num_hidden_layers": TRACE_LAYERS, "vocab_size": 32,
                 "bos_token_id": None, "eos_token_id": None,

@@ -6,10 +6,16 @@ live module's output on both of the twin's layers to :data:`~idinspect.testing.R
 from __future__ import annotations
 
 import itertools
+import math
 
 import torch
 
-from ..adapters.inferred import FoundLayout, FoundNorm, inferred_adapter
+from ..adapters.inferred import (
+    ROTARY_DIM_KEYS,
+    FoundLayout,
+    FoundNorm,
+    inferred_adapter,
+)
 from ..adapters.layout import Projection, fused_rows
 from ..errors import IdinspectError
 from .trace import Trace, affine_kind, find_roles, first_calls, trace
@@ -199,19 +205,68 @@ def candidates(hf, inputs: dict, model_type: str) -> tuple[list[FoundLayout], di
         read |= {f"{norms[0].q_module}.{w}" for w in ("weight", "bias")} | {f"{norms[0].k_module}.{w}" for w in ("weight", "bias")}
     tensors = model_tensors(hf, t, read)
     _, _, hd, _ = sizes(cfg)
-    scales = list(dict.fromkeys(s for s in (getattr(module, "scaling", None), hd ** -0.5, 1.0)
-                                if isinstance(s, (int, float))))
-    rope = bool(getattr(cfg, "rope_parameters", None) or getattr(cfg, "rope_theta", None))
-    partial = "partial_rotary_factor" in (getattr(cfg, "rope_parameters", None) or {})
-    positionals = ([(p, q) for p in ("half", "interleaved") for q in ((False, True) if partial else (False,))]
-                   if rope else []) + [("none", False)]
-    windows = ("layer_types", "all", "none") if getattr(cfg, "sliding_window", None) else ("none",)
-    caps = [None] + [k for k in SOFTCAP_KEYS if getattr(cfg, k, None)]
-    layouts = [FoundLayout(model_type, t.layer_container, attention, output, proj, pos, part, float(scale), causal,
-                           norm, tensors, window=window, kv_heads=kv, softcap=cap)
-               for (pos, part), causal, scale, norm, window, cap
-               in itertools.product(positionals, (True, False), scales, norms, windows, caps)]
+    layouts = [FoundLayout(model_type, t.layer_container, attention, output, proj, pos["positional"], pos["partial"],
+                           scale["scale"], causal, norm, tensors, window=window, kv_heads=kv, softcap=cap,
+                           rope=pos["rope"], rotary_dim_key=pos["rotary_dim_key"], rope_layers_key=pos["rope_layers_key"],
+                           scale_law=scale["law"], scale_by_layer=by_layer, window_offset=offset)
+               for pos, causal, scale, by_layer, norm, (window, offset), cap
+               in itertools.product(positionals(cfg), (True, False), scale_laws(module, cfg, hd), (False, True), norms,
+                                    windows(cfg), [None] + [k for k in SOFTCAP_KEYS if getattr(cfg, k, None)])]
     return layouts, found
+
+
+def positionals(cfg) -> list[dict]:
+    """The positional schemes worth trying on ``cfg`` (best guess first): RoPE with rotate-half or
+    interleaved pairs, its frequencies from the config (as a whole, or per layer type where
+    ``rope_parameters`` is keyed by ``layer_types``' values), or from the default base over the
+    rotated dims a setting may name; on every layer, or on those a per-layer 0/1 setting flags; and
+    no positions inside attention at all. Tried, not trusted: the reproduction decides."""
+    params = getattr(cfg, "rope_parameters", None)
+    types = list(getattr(cfg, "layer_types", None) or [])
+    by_type = isinstance(params, dict) and bool(types) and set(types) <= set(params)
+    sources = ["layer_type"] if by_type else (["config"] if params or getattr(cfg, "rope_theta", None) else [])
+    sources.append("default")
+    partial = [False, True] if isinstance(params, dict) and "partial_rotary_factor" in params else [False]
+    dim_keys = [None] + [k for k in ROTARY_DIM_KEYS if isinstance(getattr(cfg, k, None), int)]
+    n = int(cfg.num_hidden_layers)
+    flag_keys = [None] + [k for k, v in cfg.to_dict().items()
+                          if isinstance(v, list) and len(v) == n and set(v) == {0, 1}
+                          and not any(isinstance(x, (bool, float)) for x in v)]
+    out = []
+    for pairing, source, flags in itertools.product(("half", "interleaved"), sources, flag_keys):
+        for part, key in itertools.product(partial if source == "config" else [False],
+                                           dim_keys if source == "default" else [None]):
+            out.append({"positional": pairing, "partial": part, "rope": source, "rotary_dim_key": key,
+                        "rope_layers_key": flags})
+    return out + [{"positional": "none", "partial": False, "rope": "config", "rotary_dim_key": None,
+                   "rope_layers_key": None}]
+
+
+def scale_laws(module: torch.nn.Module, cfg, hd: int) -> list[dict]:
+    """The score scales worth trying (:data:`~adapters.inferred.SCALE_LAWS`): d_k^-1/2, the attention
+    module's own ``scaling`` explained by a numeric setting (its value or inverse square root), 1, and
+    the module's number as a constant where no law explains it."""
+    laws = [{"law": "head_dim", "scale": hd ** -0.5}]
+    own = getattr(module, "scaling", None)
+    if isinstance(own, (int, float)) and not isinstance(own, bool) and not math.isclose(own, hd ** -0.5, rel_tol=1e-12):
+        for key, v in cfg.to_dict().items():
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0:
+                if math.isclose(v, own, rel_tol=1e-12):
+                    laws.append({"law": f"key:{key}", "scale": float(own)})
+                elif math.isclose(v ** -0.5, own, rel_tol=1e-12):
+                    laws.append({"law": f"rsqrt:{key}", "scale": float(own)})
+        if len(laws) == 1 and not math.isclose(own, 1.0):
+            laws.append({"law": "constant", "scale": float(own)})
+    return laws + [{"law": "one", "scale": 1.0}]
+
+
+def windows(cfg) -> list[tuple[str, int]]:
+    """(which layers, offset) of the sliding windows worth trying: none, or config.sliding_window (plus
+    0 or 1: ModernBERT's module adds one to its config's half window) on every layer or on the layers
+    ``layer_types`` marks sliding."""
+    if not getattr(cfg, "sliding_window", None):
+        return [("none", 0)]
+    return [("layer_types", 0), ("all", 0), ("layer_types", 1), ("all", 1), ("none", 0)]
 
 
 def settle(hf, layouts: list[FoundLayout], found: dict, tokens: int = 8):
@@ -224,13 +279,18 @@ def settle(hf, layouts: list[FoundLayout], found: dict, tokens: int = 8):
     best = (float("inf"), None)
     reader = StateDictReader(hf.state_dict())
     norms = tuple({type(m) for m in hf.modules() if "norm" in type(m).__name__.lower() and affine_kind(m) is None})
+    exact, blocks = None, None
     for layout in layouts:
         cls = inferred_adapter(layout)
-        cls.norm_classes = norms
         try:
             adapter = cls(hf.config, reader)
+            if exact is None:     # the norms' and the attention module's own float32 casts skipped on float64
+                exact = (*norms, type(adapter.live_modules(hf, 0)[0]))
+            cls.exact_classes = exact
+            if blocks is None:    # every candidate reads the same modules: one forward pass for all
+                blocks = captured_blocks(hf, adapter, tokens, 0)
             worst = 0.0
-            for n, (x, y, x_kv) in enumerate(captured_blocks(hf, adapter, tokens, 0)):
+            for n, (x, y, x_kv) in enumerate(blocks):
                 out = reference_attention(adapter.read_layer(n), x, x_kv=x_kv)
                 worst = max(worst, float((out - y).abs().max() / y.abs().max().clamp_min(1e-300)))
         except (IdinspectError, ValueError, RuntimeError, KeyError):
@@ -239,8 +299,9 @@ def settle(hf, layouts: list[FoundLayout], found: dict, tokens: int = 8):
             return cls, worst
         if worst < best[0]:
             best = (worst, layout)
-    what = ("" if best[1] is None else f"; closest: positional {best[1].positional}, causal {best[1].causal}, "
-            f"scale {best[1].scale:.4g}, window {best[1].window}, relative error {best[0]:.1e}")
+    what = ("" if best[1] is None else f"; closest: positional {best[1].positional} (RoPE from {best[1].rope}), causal "
+            f"{best[1].causal}, scale {best[1].scale:.4g} ({best[1].scale_law}{', by layer' if best[1].scale_by_layer else ''}), "
+            f"window {best[1].window}, relative error {best[0]:.1e}")
     raise IdinspectError(f"--auto: no positional scheme, scale or causality idinspect models reproduces the attention "
                          f"module (found {found}{what}); an adapter must be written by hand")
 
