@@ -228,6 +228,12 @@ def twin_settings_from(hf_config, shape: dict, layers: int = 1) -> dict:
     for k, v in list(kw.items()):
         if n > 1 and isinstance(v, list) and len(v) == n:
             kw[k] = (v * layers)[:layers] if layers > n else v[:layers]
+    width = getattr(hf_config, "hidden_size", None)
+    for k, v in list(kw.items()):
+        # a width stated equal to the model's (OPT's word_embed_proj_dim) follows the twin's: equal widths
+        # mean no projection between them, in the twin as in the model
+        if k.endswith(("_dim", "_size")) and isinstance(v, int) and not isinstance(v, bool) and v == width:
+            kw[k] = shape["hidden_size"]
     kw.update({"hidden_size": shape["hidden_size"], "num_attention_heads": shape["heads"], "intermediate_size": 16})
     if not isinstance(getattr(type(hf_config), "head_dim", None), property):
         kw["head_dim"] = shape["head_dim"]

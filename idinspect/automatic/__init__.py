@@ -87,9 +87,10 @@ def infer_adapter(model_type: str, hf_config, model_class, trust_remote_code: bo
 def trace_twin(hf_config, model_class):
     """The float64 twin the trace runs on (:data:`TRACE_SHAPE`, :data:`TRACE_LAYERS` layers), built by
     ``model_class`` from ``hf_config``'s own settings; a one-line error where the config class refuses it."""
-    if getattr(hf_config, "sub_configs", None):
+    towers = sorted(k for k in getattr(hf_config, "sub_configs", None) or {} if is_tower(getattr(hf_config, k, None)))
+    if towers:    # a sub-config with no sizes of its own (MPT's attn_config) is part of this model's settings
         raise IdinspectError(f"--auto: {type(hf_config).__name__} holds other models' configs "
-                             f"({', '.join(sorted(hf_config.sub_configs))}); --auto reads single-tower models")
+                             f"({', '.join(towers)}); --auto reads single-tower models")
     if not all(hasattr(hf_config, k) for k in ("num_attention_heads", "hidden_size", "num_hidden_layers")):
         raise IdinspectError(f"--auto: {type(hf_config).__name__} has no num_attention_heads / hidden_size / "
                              "num_hidden_layers of its own (a composite model with text_config / vision_config?); "
@@ -100,12 +101,19 @@ def trace_twin(hf_config, model_class):
         shape.update(head_dim=2 * TRACE_SHAPE["head_dim"], hidden_size=2 * TRACE_SHAPE["hidden_size"])
     pad = getattr(hf_config, "pad_token_id", None)
     settings = {**twin_settings_from(hf_config, shape, TRACE_LAYERS), "num_hidden_layers": TRACE_LAYERS, "vocab_size": 32,
-                "bos_token_id": None, "eos_token_id": None,
                 "pad_token_id": pad if isinstance(pad, int) and 0 <= pad < 32 else None}
-    types = list(getattr(hf_config, "layer_types", None) or [])
-    if types:    # both kinds where the model has both, so the trace tells which layers a window applies to
-        kinds = list(dict.fromkeys(types))
-        settings["layer_types"] = (kinds * TRACE_LAYERS)[:TRACE_LAYERS]
+    for key, fallback in (("bos_token_id", 1), ("eos_token_id", 2)):
+        # ids outside the twin's 32 tokens: None, or a token inside where the config class wants an int (Mllama)
+        v = getattr(hf_config, key, None)
+        settings[key] = None if v is None else v if isinstance(v, int) and 0 <= v < 32 else fallback
+    n = int(hf_config.num_hidden_layers)
+    for key, v in hf_config.to_dict().items():
+        # every per-layer setting (layer types, NoPE flags) with each of its kinds on a twin layer, so the
+        # trace tells which layers a window, a RoPE type or no RoPE applies to
+        if n > 1 and isinstance(v, list) and len(v) == n and all(isinstance(x, (str, int)) for x in v):
+            kinds = list(dict.fromkeys(v))
+            if len(kinds) > 1:
+                settings[key] = (kinds * TRACE_LAYERS)[:TRACE_LAYERS]
     if getattr(hf_config, "sliding_window", None):
         settings["sliding_window"] = TRACE_WINDOW    # shorter than the trace's sequences: a window shows
     try:
@@ -114,6 +122,12 @@ def trace_twin(hf_config, model_class):
         raise IdinspectError(f"--auto: transformers' {type(hf_config).__name__} refuses the trace twin {shape} "
                              f"({one_line(exc)}); an adapter must be written by hand") from None
     return instantiate(config, model_class._from_config)
+
+
+def is_tower(config) -> bool:
+    """Whether a sub-config describes a model of its own (sizes and layers: a text or vision tower),
+    not settings of this one (MPT's ``attn_config``)."""
+    return config is not None and all(hasattr(config, k) for k in ("hidden_size", "num_hidden_layers"))
 
 
 def folder_model_class(folder: Path, trust_remote_code: bool) -> tuple[object, type]:

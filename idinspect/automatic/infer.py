@@ -248,14 +248,16 @@ def scale_laws(module: torch.nn.Module, cfg, hd: int) -> list[dict]:
     the module's number as a constant where no law explains it."""
     laws = [{"law": "head_dim", "scale": hd ** -0.5}]
     own = getattr(module, "scaling", None)
-    if isinstance(own, (int, float)) and not isinstance(own, bool) and not math.isclose(own, hd ** -0.5, rel_tol=1e-12):
+    if (isinstance(own, (int, float)) and not isinstance(own, bool) and own > 0
+            and not any(math.isclose(own, s, rel_tol=1e-12) for s in (hd ** -0.5, 1.0))):
         for key, v in cfg.to_dict().items():
-            if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0:
-                if math.isclose(v, own, rel_tol=1e-12):
-                    laws.append({"law": f"key:{key}", "scale": float(own)})
-                elif math.isclose(v ** -0.5, own, rel_tol=1e-12):
-                    laws.append({"law": f"rsqrt:{key}", "scale": float(own)})
-        if len(laws) == 1 and not math.isclose(own, 1.0):
+            # a multiplier is a float setting (Granite's attention_multiplier); an inverse square root may
+            # be of an integer one (Gemma's query_pre_attn_scalar)
+            if isinstance(v, float) and v > 0 and math.isclose(v, own, rel_tol=1e-12):
+                laws.append({"law": f"key:{key}", "scale": float(own)})
+            elif isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 and math.isclose(v ** -0.5, own, rel_tol=1e-12):
+                laws.append({"law": f"rsqrt:{key}", "scale": float(own)})
+        if len(laws) == 1:
             laws.append({"law": "constant", "scale": float(own)})
     return laws + [{"law": "one", "scale": 1.0}]
 

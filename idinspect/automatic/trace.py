@@ -95,6 +95,8 @@ def record(hf, inputs: dict, layer_path: str, move: tuple[str, torch.Tensor] | N
             continue
 
         def hook(mod, args, output, path=path):
+            if not isinstance(output, torch.Tensor):     # a Linear subclass with more to say (Llama 4's router)
+                return output
             if path not in ins:
                 order.append(path)
                 ins[path] = args[0].detach().clone()
@@ -138,9 +140,9 @@ def trace(hf, inputs: dict) -> Trace:
     container, _ = layer_list(hf)
     layer_path = f"{container}.0"
     layer = hf.get_submodule(layer_path)
-    affine = {path: Affine(path, affine_kind(m) == "conv1d", getattr(m, "bias", None) is not None)
-              for path, m in layer.named_modules() if affine_kind(m) is not None}
     ins, outs, order = record(hf, inputs, layer_path)
+    affine = {path: Affine(path, affine_kind(m) == "conv1d", getattr(m, "bias", None) is not None)
+              for path, m in layer.named_modules() if affine_kind(m) is not None and path in outs}
     prefix = getattr(hf, "base_model_prefix", "")
     relative = container[len(prefix) + 1:] if prefix and container.startswith(prefix + ".") else container
     return Trace(relative, layer_path, affine, order, ins, outs)
