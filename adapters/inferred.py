@@ -15,13 +15,17 @@ import dataclasses
 from dataclasses import dataclass, field
 from functools import cached_property
 
+import torch
+
 from ..errors import IdinspectError, one_line
 from ..layer.attention_layer import Positional, QKNorm
 from .base import Adapter, Site, rope_positional
 from .layout import Block, Projection
 
-#: Where positions enter: nothing inside attention, or RoPE with rotate-half / interleaved pairs.
-POSITIONAL_CHOICES = ("none", "half", "interleaved")
+#: Where positions enter: nothing inside attention, RoPE with rotate-half / interleaved pairs, or
+#: ALiBi with the published slopes of H heads (m_h = 2^(-8 (h + 1) / H), and the interleaved extension
+#: for H not a power of two: BLOOM's and MPT's), added to the scores unscaled.
+POSITIONAL_CHOICES = ("none", "half", "interleaved", "alibi")
 #: Which layers see config.sliding_window: none, all, or those ``layer_types`` marks "sliding_attention".
 WINDOW_CHOICES = ("none", "all", "layer_types")
 #: Where the RoPE frequencies come from: the config's RoPE settings as its class resolves them
@@ -74,6 +78,7 @@ class FoundLayout:
     scale_law: str = "constant"                 # one of SCALE_LAWS (with the setting's name)
     scale_by_layer: bool = False                # the scale divided by layer index + 1 (GPT-2's inverse layer scale)
     window_offset: int = 0                      # the window the module applies is config.sliding_window + this
+    sinks: str | None = None                    # the attention sinks' tensor [H], relative to the layer
 
 
 class InferredAdapter(Adapter):
@@ -147,6 +152,10 @@ class InferredAdapter(Adapter):
         found, layer = self.found, site.layer if site is not None else 0
         if found.positional == "none":
             return Positional("absolute")
+        if found.positional == "alibi":
+            from .falcon import alibi_slopes
+
+            return Positional("alibi", alibi_slopes=alibi_slopes(self.n_heads).to(torch.float64))
         if found.rope_layers_key is not None and not self._rope_flags[layer]:
             return Positional("none")
         kind = self._layer_types[layer] if found.rope == "layer_type" else None
@@ -286,6 +295,7 @@ def inferred_adapter(found: FoundLayout) -> type[InferredAdapter]:
         "block": Block("self", found.projections),
         "hf_modules": {"self": (found.attention_module, found.output_module)},
         "model_tensors": dict(found.model_tensors),
+        "sinks_tensor": found.sinks,
         "__module__": __name__,
     }
     name = "Automatic_" + "".join(c if c.isalnum() else "_" for c in found.model_type) + "_Adapter"

@@ -197,10 +197,17 @@ def candidates(hf, inputs: dict, model_type: str) -> tuple[list[FoundLayout], di
     found = {"layers": t.layer_container, "attention": attention or "(the layer)", "output": o_path,
              "projections": {p.module: p.roles + (f" ({p.layout})" if len(p.roles) > 1 else "") for p in proj},
              "qk_norm": norms[0].q_module if norms[0] else None}
+    H = int(cfg.num_attention_heads)
+    pre = f"{attention}." if attention else ""
+    params = dict(module.named_parameters())
+    # one logit per head, held by the attention module itself: tried as attention sinks (gpt-oss)
+    sinks = extra[0] if len(extra) == 1 and "." not in extra[0][len(pre):] and params[extra[0][len(pre):]].shape == (H,) else None
+    if sinks:
+        found["sinks"], extra = sinks, []
     if extra:
         raise IdinspectError(f"--auto: the attention module {attention or t.layer_path} has parameters no projection "
                              f"holds ({', '.join(extra)}); found {found}; an adapter must be written by hand")
-    read = {f"{p.module}.weight" for p in proj} | {f"{p.module}.bias" for p in proj if p.bias}
+    read = {f"{p.module}.weight" for p in proj} | {f"{p.module}.bias" for p in proj if p.bias} | ({sinks} if sinks else set())
     if norms[0] is not None:
         read |= {f"{norms[0].q_module}.{w}" for w in ("weight", "bias")} | {f"{norms[0].k_module}.{w}" for w in ("weight", "bias")}
     tensors = model_tensors(hf, t, read)
@@ -208,7 +215,7 @@ def candidates(hf, inputs: dict, model_type: str) -> tuple[list[FoundLayout], di
     layouts = [FoundLayout(model_type, t.layer_container, attention, output, proj, pos["positional"], pos["partial"],
                            scale["scale"], causal, norm, tensors, window=window, kv_heads=kv, softcap=cap,
                            rope=pos["rope"], rotary_dim_key=pos["rotary_dim_key"], rope_layers_key=pos["rope_layers_key"],
-                           scale_law=scale["law"], scale_by_layer=by_layer, window_offset=offset)
+                           scale_law=scale["law"], scale_by_layer=by_layer, window_offset=offset, sinks=sinks)
                for pos, causal, scale, by_layer, norm, (window, offset), cap
                in itertools.product(positionals(cfg), (True, False), scale_laws(module, cfg, hd), (False, True), norms,
                                     windows(cfg), [None] + [k for k in SOFTCAP_KEYS if getattr(cfg, k, None)])]
@@ -219,8 +226,8 @@ def positionals(cfg) -> list[dict]:
     """The positional schemes worth trying on ``cfg`` (best guess first): RoPE with rotate-half or
     interleaved pairs, its frequencies from the config (as a whole, or per layer type where
     ``rope_parameters`` is keyed by ``layer_types``' values), or from the default base over the
-    rotated dims a setting may name; on every layer, or on those a per-layer 0/1 setting flags; and
-    no positions inside attention at all. Tried, not trusted: the reproduction decides."""
+    rotated dims a setting may name; on every layer, or on those a per-layer 0/1 setting flags; no
+    positions inside attention at all; ALiBi. Tried, not trusted: the reproduction decides."""
     params = getattr(cfg, "rope_parameters", None)
     types = list(getattr(cfg, "layer_types", None) or [])
     by_type = isinstance(params, dict) and bool(types) and set(types) <= set(params)
@@ -238,8 +245,8 @@ def positionals(cfg) -> list[dict]:
                                            dim_keys if source == "default" else [None]):
             out.append({"positional": pairing, "partial": part, "rope": source, "rotary_dim_key": key,
                         "rope_layers_key": flags})
-    return out + [{"positional": "none", "partial": False, "rope": "config", "rotary_dim_key": None,
-                   "rope_layers_key": None}]
+    return out + [{"positional": kind, "partial": False, "rope": "config", "rotary_dim_key": None, "rope_layers_key": None}
+                  for kind in ("none", "alibi")]
 
 
 def scale_laws(module: torch.nn.Module, cfg, hd: int) -> list[dict]:
