@@ -52,6 +52,7 @@ class FoundNorm:
     k_module: str
     gain_offset: float = 0.0
     bias: bool = False             # a LayerNorm's bias after the gain (Phi's, Persimmon's q/k LayerNorms)
+    heads_list: str | None = None  # one norm module per head, ``{q_module}.{heads_list}.{h}`` (StableLM's norms)
 
 
 @dataclass(frozen=True)
@@ -206,6 +207,8 @@ class InferredAdapter(Adapter):
         norm = self.found.qk_norm
         if norm is None:
             return None
+        if norm.heads_list:
+            return self._per_head_norm(site, norm)
         found = self.read_qk_norm(site, norm.kind, norm.scope, norm.eps, (norm.q_module, norm.k_module),
                                   gain_offset=norm.gain_offset)
         if not norm.bias:
@@ -215,6 +218,33 @@ class InferredAdapter(Adapter):
             key = self.key(site, f"{module}.bias")
             biases[f"{role}_bias"], names[f"{role}_bias"] = self._load(key, tuple(self.reader.shape(key))), key
         return dataclasses.replace(found, tensor_names=names, **biases)
+
+    def _per_head_norm(self, site: Site, norm: FoundNorm) -> QKNorm:
+        """A norm stored as one module per head: gains (and biases) [H, d_k] / [G, d_k] from
+        ``{module}.{heads_list}.{h}.weight`` (``.bias``), named ``{module}.{heads_list}.*.weight``."""
+        tensors, names = {}, {}
+        for role, module, heads in (("q", norm.q_module, self.n_heads), ("k", norm.k_module, self.n_kv_heads)):
+            for part, suffix in (("gain", "weight"), ("bias", "bias")):
+                if part == "bias" and not norm.bias:
+                    continue
+                keys = [self.key(site, f"{module}.{norm.heads_list}.{h}.{suffix}") for h in range(heads)]
+                tensors[f"{role}_{part}"] = torch.stack([self._load(k, (self.head_dim,)) for k in keys])
+                names[f"{role}_{part}"] = self.key(site, f"{module}.{norm.heads_list}.*.{suffix}")
+        return QKNorm(norm.kind, "head", norm.eps, gain_offset=norm.gain_offset, tensor_names=names, **tensors)
+
+    def qk_norm_stored(self, site: Site, norm: QKNorm) -> dict[str, torch.Tensor]:
+        """Per-head norm modules: each head's gain (and bias) back under its own module's name."""
+        found = self.found.qk_norm
+        if found is None or not found.heads_list:
+            return super().qk_norm_stored(site, norm)
+        out = {}
+        for role, module in (("q", found.q_module), ("k", found.k_module)):
+            for part, suffix in (("gain", "weight"), ("bias", "bias")):
+                tensor = getattr(norm, f"{role}_{part}")
+                if tensor is not None:
+                    out.update({self.key(site, f"{module}.{found.heads_list}.{h}.{suffix}"): tensor[h]
+                                for h in range(tensor.shape[0])})
+        return out
 
     def twin_settings(self, hf_config, shape: dict) -> dict:
         """The model's own settings with the twin's sizes: nothing the trace did not see changes."""

@@ -150,17 +150,33 @@ def qk_norms(t: Trace, module: torch.nn.Module, attention: str, seen: dict[str, 
     if set(found) != {"q", "k"}:
         return [None]
     (qp, scope, qm), (kp, _, _) = found["q"], found["k"]
+    heads = _per_head_list(qm)
+    if heads is not None:     # one norm module per head (StableLM's norms.h): its settings are the first's
+        qm = getattr(qm, heads)[0]
     eps = next((float(getattr(qm, a)) for a in ("variance_epsilon", "eps", "epsilon") if hasattr(qm, a)), 1e-6)
     pre = f"{attention}." if attention else ""
     bias = getattr(qm, "bias", None) is not None
-    return [FoundNorm(kind, scope, eps, pre + qp, pre + kp, offset, bias)
+    return [FoundNorm(kind, scope, eps, pre + qp, pre + kp, offset, bias, heads)
             for kind, offset in itertools.product(("rms", "layer"), (0.0, 1.0))]
 
 
 def norm_candidates(module: torch.nn.Module) -> dict[str, torch.nn.Module]:
-    """The submodules of the attention ``module`` with parameters of their own that are not affine."""
+    """The submodules of the attention ``module`` with parameters of their own that are not affine, and
+    those holding one such module per head in a list (a q/k norm per head: StableLM's q_layernorm)."""
     return {path: m for path, m in module.named_modules()
-            if path and affine_kind(m) is None and list(m.parameters(recurse=False))}
+            if path and affine_kind(m) is None and (list(m.parameters(recurse=False)) or _per_head_list(m))}
+
+
+def _per_head_list(module: torch.nn.Module) -> str | None:
+    """The name of ``module``'s one child, a ModuleList of parametrised modules of one class that are
+    not affine and have no children, where it has nothing else; None otherwise."""
+    children = list(module.named_children())
+    if list(module.parameters(recurse=False)) or len(children) != 1 or not isinstance(children[0][1], torch.nn.ModuleList):
+        return None
+    name, items = children[0]
+    ok = len(items) > 0 and len({type(m) for m in items}) == 1 and all(
+        affine_kind(m) is None and list(m.parameters(recurse=False)) and not list(m.children()) for m in items)
+    return name if ok else None
 
 
 def _layouts(x: torch.Tensor) -> list[torch.Tensor]:
@@ -209,7 +225,10 @@ def candidates(hf, inputs: dict, model_type: str) -> tuple[list[FoundLayout], di
                              f"holds ({', '.join(extra)}); found {found}; an adapter must be written by hand")
     read = {f"{p.module}.weight" for p in proj} | {f"{p.module}.bias" for p in proj if p.bias} | ({sinks} if sinks else set())
     if norms[0] is not None:
-        read |= {f"{norms[0].q_module}.{w}" for w in ("weight", "bias")} | {f"{norms[0].k_module}.{w}" for w in ("weight", "bias")}
+        n0 = norms[0]
+        stems = [f"{m}.{n0.heads_list}.{h}" for m in (n0.q_module, n0.k_module) for h in range(H)] if n0.heads_list \
+            else [n0.q_module, n0.k_module]
+        read |= {f"{m}.{w}" for m in stems for w in ("weight", "bias")}
     tensors = model_tensors(hf, t, read)
     _, _, hd, _ = sizes(cfg)
     layouts = [FoundLayout(model_type, t.layer_container, attention, output, proj, pos["positional"], pos["partial"],
