@@ -56,6 +56,16 @@ class FoundNorm:
 
 
 @dataclass(frozen=True)
+class FoundCross:
+    """A cross-attention block found after the self-attention block of each layer (queries from the
+    layer, keys and values from the encoder's states): module names relative to the layer."""
+
+    attention_module: str
+    output_module: str | None
+    projections: tuple[Projection, ...]
+
+
+@dataclass(frozen=True)
 class FoundLayout:
     """Layout facts of one model type's attention, as found in a live module."""
 
@@ -80,6 +90,7 @@ class FoundLayout:
     scale_by_layer: bool = False                # the scale divided by layer index + 1 (GPT-2's inverse layer scale)
     window_offset: int = 0                      # the window the module applies is config.sliding_window + this
     sinks: str | None = None                    # the attention sinks' tensor [H], relative to the layer
+    cross: FoundCross | None = None             # a cross-attention block in every layer
 
 
 class InferredAdapter(Adapter):
@@ -91,6 +102,9 @@ class InferredAdapter(Adapter):
     twin_model_class: type | None = None
     #: The model's configuration and modelling code come from its repository (--trust-remote-code).
     trust_remote_code: bool = False
+    #: The model takes encoder states it has no encoder for (a decoder saved alone: BartForCausalLM):
+    #: its example inputs get N(0, 1) states of T + 3 positions (:func:`takes_encoder_states`).
+    encoder_states: bool = False
     #: The model's norm classes and its attention class, whose float32 casts the proofs skip on float64
     #: inputs (RoPE applied in float32 inside the attention module: Cohere, ModernBERT).
     exact_classes: tuple[type, ...] = ()
@@ -104,9 +118,20 @@ class InferredAdapter(Adapter):
     def logit_softcap(self, site: Site) -> float | None:
         return float(self.setting(self.found.softcap)) if self.found.softcap else None
 
+    def example_inputs(self, hf_model, input_ids: torch.Tensor, generator: torch.Generator) -> dict[str, torch.Tensor]:
+        kw = super().example_inputs(hf_model, input_ids, generator)
+        if self.encoder_states and "encoder_hidden_states" not in kw:
+            kw["encoder_hidden_states"] = encoder_states(hf_model, input_ids, generator)
+        return kw
+
+    def blocks(self, layer: int) -> tuple[Block, ...]:
+        """The self-attention block, and the cross-attention block where the trace found one."""
+        cross = self.found.cross
+        return (self.block,) if cross is None else (self.block, Block("cross", cross.projections))
+
     def sliding_window(self, site: Site) -> int | None:
         window = self.optional("sliding_window")
-        if window is None or self.found.window == "none":
+        if window is None or self.found.window == "none" or site.block.kind == "cross":
             return None
         if self.found.window == "layer_types":
             types = self.optional("layer_types")
@@ -151,7 +176,7 @@ class InferredAdapter(Adapter):
         """RoPE (or nothing) for the layer of ``site`` (the first where None), by ``found``: the
         frequencies from :data:`ROPE_SOURCES`, none on the layers ``found.rope_layers_key`` flags 0."""
         found, layer = self.found, site.layer if site is not None else 0
-        if found.positional == "none":
+        if found.positional == "none" or (site is not None and site.block.kind == "cross"):
             return Positional("absolute")
         if found.positional == "alibi":
             from .falcon import alibi_slopes
@@ -205,7 +230,7 @@ class InferredAdapter(Adapter):
 
     def qk_norm(self, site: Site) -> QKNorm | None:
         norm = self.found.qk_norm
-        if norm is None:
+        if norm is None or site.block.kind == "cross":
             return None
         if norm.heads_list:
             return self._per_head_norm(site, norm)
@@ -269,10 +294,15 @@ def twin_settings_from(hf_config, shape: dict, layers: int = 1) -> dict:
             kw[k] = (v * layers)[:layers] if layers > n else v[:layers]
     width = getattr(hf_config, "hidden_size", None)
     for k, v in list(kw.items()):
+        if not isinstance(v, int) or isinstance(v, bool):
+            continue
         # a width stated equal to the model's (OPT's word_embed_proj_dim) follows the twin's: equal widths
-        # mean no projection between them, in the twin as in the model
-        if k.endswith(("_dim", "_size")) and isinstance(v, int) and not isinstance(v, bool) and v == width:
+        # mean no projection between them, in the twin as in the model; likewise a layer count equal to the
+        # model's (BART's decoder_layers, where num_hidden_layers names encoder_layers)
+        if k.endswith(("_dim", "_size")) and v == width:
             kw[k] = shape["hidden_size"]
+        elif k.endswith("_layers") and v == n:
+            kw[k] = layers
     kw.update({"hidden_size": shape["hidden_size"], "num_attention_heads": shape["heads"], "intermediate_size": 16})
     if not isinstance(getattr(type(hf_config), "head_dim", None), property):
         kw["head_dim"] = shape["head_dim"]
@@ -299,6 +329,32 @@ def twin_settings_from(hf_config, shape: dict, layers: int = 1) -> dict:
     return kw
 
 
+def takes_encoder_states(hf, inputs: dict) -> bool:
+    """Whether ``hf`` (a live model) takes ``encoder_hidden_states`` that ``inputs`` do not give, with no
+    ``decoder_input_ids`` of its own (a decoder without its encoder: BartForCausalLM, whose cross-attention
+    blocks run only on encoder states), and runs with them."""
+    import inspect
+
+    params = inspect.signature(hf.forward).parameters
+    if "encoder_hidden_states" not in params or "decoder_input_ids" in params or "encoder_hidden_states" in inputs:
+        return False
+    ids = inputs.get("input_ids")
+    if ids is None:
+        return False
+    try:
+        with torch.no_grad():
+            hf(**inputs, encoder_hidden_states=encoder_states(hf, ids, torch.Generator().manual_seed(0)), use_cache=False)
+    except Exception:  # noqa: BLE001 - a model that refuses encoder states it cannot use (a BERT decoder without cross-attention)
+        return False
+    return True
+
+
+def encoder_states(hf, input_ids: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """N(0, 1) encoder states [B, T + 3, d] for ``input_ids`` [B, T], in ``hf``'s dtype."""
+    B, T = input_ids.shape
+    return torch.randn(B, T + 3, int(hf.config.hidden_size), generator=generator, dtype=next(hf.parameters()).dtype)
+
+
 def _head_dim(hf_config) -> int | None:
     heads = getattr(hf_config, "num_attention_heads", None)
     return getattr(hf_config, "head_dim", None) or (int(hf_config.hidden_size) // int(heads) if heads else None)
@@ -323,7 +379,8 @@ def inferred_adapter(found: FoundLayout) -> type[InferredAdapter]:
         "model_types": (found.model_type,),
         "layer_container": found.layer_container,
         "block": Block("self", found.projections),
-        "hf_modules": {"self": (found.attention_module, found.output_module)},
+        "hf_modules": {"self": (found.attention_module, found.output_module),
+                       **({"cross": (found.cross.attention_module, found.cross.output_module)} if found.cross else {})},
         "model_tensors": dict(found.model_tensors),
         "sinks_tensor": found.sinks,
         "__module__": __name__,
@@ -332,5 +389,6 @@ def inferred_adapter(found: FoundLayout) -> type[InferredAdapter]:
     return type(name, (InferredAdapter,), attrs)
 
 
-__all__ = ["POSITIONAL_CHOICES", "ROPE_SOURCES", "ROTARY_DIM_KEYS", "SCALE_LAWS", "FoundLayout", "FoundNorm",
-           "InferredAdapter", "inferred_adapter", "rotates_part", "twin_settings_from"]
+__all__ = ["POSITIONAL_CHOICES", "ROPE_SOURCES", "ROTARY_DIM_KEYS", "SCALE_LAWS", "FoundCross", "FoundLayout", "FoundNorm",
+           "InferredAdapter", "encoder_states", "inferred_adapter", "rotates_part", "takes_encoder_states",
+           "twin_settings_from"]

@@ -26,7 +26,12 @@ import torch
 
 from ..adapters import ADAPTERS
 from ..adapters.example_inputs import example_inputs
-from ..adapters.inferred import rotates_part, twin_settings_from
+from ..adapters.inferred import (
+    encoder_states,
+    rotates_part,
+    takes_encoder_states,
+    twin_settings_from,
+)
 from ..errors import IdinspectError, one_line
 from ..numerics.twin import instantiate
 from .infer import candidates, settle, sizes
@@ -48,8 +53,11 @@ def infer_adapter(model_type: str, hf_config, model_class, trust_remote_code: bo
         g = torch.Generator().manual_seed(0)
         ids = torch.randint(2, 32, (2, TRACE_TOKENS), generator=g)
         inputs = example_inputs(hf, ids, g)
+        states = takes_encoder_states(hf, inputs)
+        if states:
+            inputs["encoder_hidden_states"] = encoder_states(hf, ids, g)
         layouts, found = candidates(hf, inputs, model_type)
-        cls, error = settle(hf, layouts, found, TRACE_TOKENS)
+        cls, error = settle(hf, layouts, found, TRACE_TOKENS, states)
     except IdinspectError:
         raise
     except Exception as exc:  # noqa: BLE001 - the model's own code failing on the twin, in one line

@@ -12,6 +12,7 @@ import torch
 
 from ..adapters.inferred import (
     ROTARY_DIM_KEYS,
+    FoundCross,
     FoundLayout,
     FoundNorm,
     inferred_adapter,
@@ -192,6 +193,33 @@ def extra_parameters(module: torch.nn.Module, attention: str, proj: tuple[Projec
     return [pre + n for n, _ in module.named_parameters() if not any((pre + n).startswith(m + ".") for m in placed)]
 
 
+def cross_block(hf, inputs: dict, t: Trace, after: str, cfg, kv: str) -> FoundCross | None:
+    """The layer's second attention block, after module ``after`` (the first block's W_O): a
+    cross-attention block, whose keys and values read other states than its queries (the encoder's);
+    None where there is none. Refused where the second block is another self-attention block, or holds
+    parameters no projection holds."""
+    block = find_roles(hf, inputs, t, after)
+    if block is None:
+        return None
+    o_path, roles = block
+    proj = projections(t, roles, o_path, cfg, kv)
+    by_role = {r: p.module for p in proj for r in p.roles}
+    q_in, k_in = t.inputs[by_role["q"]], t.inputs[by_role["k"]]
+    found = {p.module: p.roles for p in proj}
+    if q_in.shape == k_in.shape and torch.equal(q_in, k_in):
+        raise IdinspectError(f"--auto: layer 0 has a second self-attention block ({found}); --auto reads one self-"
+                             "attention block per layer, and a cross-attention block; an adapter must be written by hand")
+    attention = common_parent([p.module for p in proj if p.roles != "o"])
+    module = hf.get_submodule(f"{t.layer_path}.{attention}" if attention else t.layer_path)
+    _, y = first_calls(hf, inputs, {"": module})[""]
+    o = t.outputs[o_path]
+    extra = extra_parameters(module, attention, proj, None)
+    if extra:
+        raise IdinspectError(f"--auto: the cross-attention module {attention} has parameters no projection holds "
+                             f"({', '.join(extra)}); found {found}; an adapter must be written by hand")
+    return FoundCross(attention, None if y.shape == o.shape and torch.equal(y, o) else o_path, proj)
+
+
 def candidates(hf, inputs: dict, model_type: str) -> tuple[list[FoundLayout], dict]:
     """Every layout consistent with the trace of ``hf`` (float64 twin), best guess first, and what the
     trace found (for refusals)."""
@@ -213,6 +241,12 @@ def candidates(hf, inputs: dict, model_type: str) -> tuple[list[FoundLayout], di
     found = {"layers": t.layer_container, "attention": attention or "(the layer)", "output": o_path,
              "projections": {p.module: p.roles + (f" ({p.layout})" if len(p.roles) > 1 else "") for p in proj},
              "qk_norm": norms[0].q_module if norms[0] else None}
+    cross = cross_block(hf, inputs, t, o_path, cfg, kv)
+    if cross is not None:
+        found["cross"] = {p.module: p.roles for p in cross.projections}
+        proj_all = (*proj, *cross.projections)
+    else:
+        proj_all = proj
     H = int(cfg.num_attention_heads)
     pre = f"{attention}." if attention else ""
     params = dict(module.named_parameters())
@@ -223,7 +257,7 @@ def candidates(hf, inputs: dict, model_type: str) -> tuple[list[FoundLayout], di
     if extra:
         raise IdinspectError(f"--auto: the attention module {attention or t.layer_path} has parameters no projection "
                              f"holds ({', '.join(extra)}); found {found}; an adapter must be written by hand")
-    read = {f"{p.module}.weight" for p in proj} | {f"{p.module}.bias" for p in proj if p.bias} | ({sinks} if sinks else set())
+    read = {f"{p.module}.weight" for p in proj_all} | {f"{p.module}.bias" for p in proj_all if p.bias} | ({sinks} if sinks else set())
     if norms[0] is not None:
         n0 = norms[0]
         stems = [f"{m}.{n0.heads_list}.{h}" for m in (n0.q_module, n0.k_module) for h in range(H)] if n0.heads_list \
@@ -234,7 +268,8 @@ def candidates(hf, inputs: dict, model_type: str) -> tuple[list[FoundLayout], di
     layouts = [FoundLayout(model_type, t.layer_container, attention, output, proj, pos["positional"], pos["partial"],
                            scale["scale"], causal, norm, tensors, window=window, kv_heads=kv, softcap=cap,
                            rope=pos["rope"], rotary_dim_key=pos["rotary_dim_key"], rope_layers_key=pos["rope_layers_key"],
-                           scale_law=scale["law"], scale_by_layer=by_layer, window_offset=offset, sinks=sinks)
+                           scale_law=scale["law"], scale_by_layer=by_layer, window_offset=offset, sinks=sinks,
+                           cross=cross)
                for pos, causal, scale, by_layer, norm, (window, offset), cap
                in itertools.product(positionals(cfg), (True, False), scale_laws(module, cfg, hd), (False, True), norms,
                                     windows(cfg), [None] + [k for k in SOFTCAP_KEYS if getattr(cfg, k, None)])]
@@ -297,7 +332,7 @@ def windows(cfg) -> list[tuple[str, int]]:
     return [("layer_types", 0), ("all", 0), ("layer_types", 1), ("all", 1), ("none", 0)]
 
 
-def settle(hf, layouts: list[FoundLayout], found: dict, tokens: int = 8):
+def settle(hf, layouts: list[FoundLayout], found: dict, tokens: int = 8, encoder_states: bool = False):
     """(adapter class, worst relative error) of the first layout whose canonical form reproduces every
     block of ``hf``; a one-line refusal with the best attempt where none does."""
     from ..forms import reference_attention
@@ -310,6 +345,7 @@ def settle(hf, layouts: list[FoundLayout], found: dict, tokens: int = 8):
     exact, blocks = None, None
     for layout in layouts:
         cls = inferred_adapter(layout)
+        cls.encoder_states = encoder_states
         try:
             adapter = cls(hf.config, reader)
             if exact is None:     # the norms' and the attention module's own float32 casts skipped on float64

@@ -166,28 +166,37 @@ def _unit_move(out: torch.Tensor, unit: int | None, amount: float, generator: to
     return delta
 
 
-def find_roles(hf, inputs: dict, t: Trace) -> tuple[str, dict[str, list[str]]]:
-    """(W_O's module, {module: role of each output unit}) for the attention of layer 0, roles "q",
-    "k", "v" (see the module docstring); raises naming what was found where the marks do not fit."""
+def find_roles(hf, inputs: dict, t: Trace, after: str | None = None) -> tuple[str, dict[str, list[str]]] | None:
+    """(W_O's module, {module: role of each output unit}) of the first attention block of layer 0 after
+    module ``after`` in call order (None: the layer's first block), roles "q", "k", "v" (see the module
+    docstring). The first block's projections read what its first mixing module reads; a later block's
+    (a cross-attention block, whose keys and values read the encoder's states) are the modules between
+    the previous block's W_O and its own. Raises naming what was found where the first block's marks do
+    not fit; None where there is no block after ``after``."""
     g = torch.Generator().manual_seed(7)
-    mixers = []
-    for path in t.order:
+    start = 0 if after is None else t.order.index(after) + 1
+    first = None
+    for path in t.order[start:]:
         out = t.outputs[path]
         if out.dim() != 3:
             continue
         ins, _, _ = record(hf, inputs, t.layer_path, (path, _unit_move(out, None, 1.0, g)))
         later = [p for p in t.order if p != path and t.order.index(p) > t.order.index(path)]
         if any(_moved(t.inputs[p], ins[p], _scale(t.inputs[p]))[0, 1:].any() for p in later):
-            mixers.append(path)
+            first = path
             break     # the first module whose move reaches other positions feeds attention
-    if not mixers:
+    if first is None:
+        if after is not None:
+            return None
         raise IdinspectError("--auto: no projection of layer 0 moves information between positions: no attention "
                              "found; an adapter must be written by hand (docs/adding-a-family.md)")
-    first = mixers[0]
     o_path = _output_projection(hf, inputs, t, first, g)
-    before = t.order[:t.order.index(o_path)]
-    source = t.inputs[first]
-    candidates = [p for p in before if t.inputs[p].shape == source.shape and torch.equal(t.inputs[p], source)]
+    if after is None:
+        before = t.order[:t.order.index(o_path)]
+        source = t.inputs[first]
+        candidates = [p for p in before if t.inputs[p].shape == source.shape and torch.equal(t.inputs[p], source)]
+    else:
+        candidates = t.order[start:t.order.index(o_path)]
     roles: dict[str, list[str]] = {}
     z0 = t.inputs[o_path]
     scale = _scale(z0)

@@ -3,7 +3,7 @@
 Agreement: on real transformers classes whose hand-written adapter is hidden from the registry, the
 inferred adapter gives the same counts as the hand-written one, and reads every block as the same
 attention function. Refusal: where the module does something --auto does not model (Falcon's rounded
-ALiBi, a relative-position table, cross-attention) or the inference is wrong, nothing is counted
+ALiBi, a relative-position table, shared layers) or the inference is wrong, nothing is counted
 and the error names what was found. Live models of a config class registered with
 ``AutoConfig.register``, and a checkpoint folder whose code is in the repository (auto_map), which only
 runs with --trust-remote-code.
@@ -35,11 +35,13 @@ from tests.support.tiny import build
 #: query_pre_attn_scalar scale (Gemma 3), a bidirectional window one wider than the config's (ModernBERT),
 #: NoPE layers (SmolLM3), a scale over layer index + 1 (GPT-2), a width equal to the model's (OPT),
 #: ALiBi (BLOOM; MPT with 6 heads, whose slopes follow the extension for H not a power of two), attention
-#: sinks (gpt-oss: one logit per head on the attention module), a q/k LayerNorm module per head (StableLM).
+#: sinks (gpt-oss: one logit per head on the attention module), a q/k LayerNorm module per head (StableLM),
+#: a cross-attention block after each self-attention block (GPT-2, BERT; BART's decoder saved alone, whose
+#: cross-attention runs only on encoder states it is given).
 AGREEING = ["llama-mqa", "qwen3-bias-window", "phi3-partial-mqa", "gpt2", "gpt-neox", "bert", "vit", "olmo2",
             "gemma2-softcap", "gptj", "cohere-qk-norm-bias", "gemma3-text", "modernbert-scaled-rope", "smollm3-nope",
             "gpt2-inverse-layer-scale", "opt", "bloom", "mpt-6-heads", "gpt-oss",
-            "stablelm-qk-layernorm"]
+            "stablelm-qk-layernorm", "gpt2-cross", "bert-cross", "bart-decoder"]
 
 
 @pytest.mark.parametrize("variant", AGREEING)
@@ -62,7 +64,7 @@ def test_the_inferred_adapter_counts_what_the_hand_written_one_counts(variant):
 
 @pytest.mark.parametrize(("variant", "found"), [
     ("falcon-legacy-alibi", "no positional scheme"),   # ALiBi slopes over sqrt(d_k), rounded to bfloat16
-    ("bert-cross", "crossattention"),                  # a second attention block per layer, untraced
+    ("albert-shared", "no list of 2 layers"),          # one layer's weights shared by every layer
     ("t5-encoder", "relative_attention_bias"),         # a relative-position table
     ("bart", "2 stacks of layers"),                    # encoder-decoder
     ("deepseek-v3", "query/key/value outputs"),        # multi-head latent attention
