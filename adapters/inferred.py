@@ -18,7 +18,7 @@ from functools import cached_property
 import torch
 
 from ..errors import IdinspectError, one_line
-from ..layer.attention_layer import Positional, QKNorm
+from ..layer.attention_layer import Positional, QKNorm, RelativeBias
 from .base import Adapter, Site, rope_positional
 from .layout import Block, Projection
 
@@ -91,6 +91,10 @@ class FoundLayout:
     window_offset: int = 0                      # the window the module applies is config.sliding_window + this
     sinks: str | None = None                    # the attention sinks' tensor [H], relative to the layer
     cross: FoundCross | None = None             # a cross-attention block in every layer
+    relative: str | None = None                 # T5's relative-position table [buckets, H], relative to the layer
+    relative_per_layer: bool = False            # every layer holds its own table (else layer 0's is shared)
+    relative_distance_key: str | None = None    # the setting holding the buckets' largest distance
+    relative_bidirectional: bool = True         # buckets both ways (encoders) or past only
 
 
 class InferredAdapter(Adapter):
@@ -178,6 +182,8 @@ class InferredAdapter(Adapter):
         found, layer = self.found, site.layer if site is not None else 0
         if found.positional == "none" or (site is not None and site.block.kind == "cross"):
             return Positional("absolute")
+        if found.positional == "relative":
+            return self._relative(site)
         if found.positional == "alibi":
             from .falcon import alibi_slopes
 
@@ -188,6 +194,27 @@ class InferredAdapter(Adapter):
         if kind not in self._ropes:
             self._ropes[kind] = self._rope(kind)
         return self._ropes[kind]
+
+    def _relative_key(self, site: Site) -> str:
+        first = next(s for s in self.sites if s.block.kind == "self" and s.stack == site.stack)
+        return self.key(site if self.found.relative_per_layer else first, self.found.relative)
+
+    def positional_keys(self) -> list[str]:
+        if self.found.relative is None:
+            return []
+        return list(dict.fromkeys(self._relative_key(s) for s in self.sites if s.block.kind == "self"))
+
+    def _relative(self, site: Site | None) -> Positional:
+        """T5's relative-position bias: the stack's table (layer 0's, or the layer's own), counted where it is stored."""
+        if site is None:
+            return Positional("relative")
+        key = self._relative_key(site)
+        rows = int(self.reader.shape(key)[0]) if key in self.reader else 0
+        table = self._load(key, (rows, self.n_heads))
+        return Positional("relative", relative=RelativeBias(
+            table=table, bidirectional=self.found.relative_bidirectional,
+            max_distance=int(self.setting(self.found.relative_distance_key)),
+            owned=self.found.relative_per_layer or site.layer == 0, tensor_name=key))
 
     @cached_property
     def _layer_types(self) -> list:

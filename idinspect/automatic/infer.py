@@ -21,6 +21,8 @@ from ..adapters.layout import Projection, fused_rows
 from ..errors import IdinspectError
 from .trace import Trace, affine_kind, find_roles, first_calls, trace
 
+#: The largest relative-position distance tried (the settle's sequences are one token longer).
+MAX_RELATIVE_DISTANCE = 512
 #: Config keys that may hold a soft cap on the attention scores (tried, not trusted: the reproduction decides).
 SOFTCAP_KEYS = ("attn_logit_softcapping", "attention_logit_softcapping", "logit_softcap")
 
@@ -254,10 +256,14 @@ def candidates(hf, inputs: dict, model_type: str) -> tuple[list[FoundLayout], di
     sinks = extra[0] if len(extra) == 1 and "." not in extra[0][len(pre):] and params[extra[0][len(pre):]].shape == (H,) else None
     if sinks:
         found["sinks"], extra = sinks, []
+    relative = relative_table(hf, t, module, attention, extra, H)
+    if relative:     # a table [buckets, H] the module looks up: tried as T5's relative-position bias
+        found["relative"], extra = relative[0], []
     if extra:
         raise IdinspectError(f"--auto: the attention module {attention or t.layer_path} has parameters no projection "
                              f"holds ({', '.join(extra)}); found {found}; an adapter must be written by hand")
-    read = {f"{p.module}.weight" for p in proj_all} | {f"{p.module}.bias" for p in proj_all if p.bias} | ({sinks} if sinks else set())
+    read = ({f"{p.module}.weight" for p in proj_all} | {f"{p.module}.bias" for p in proj_all if p.bias}
+            | {x for x in (sinks, relative and relative[0]) if x})
     if norms[0] is not None:
         n0 = norms[0]
         stems = [f"{m}.{n0.heads_list}.{h}" for m in (n0.q_module, n0.k_module) for h in range(H)] if n0.heads_list \
@@ -269,14 +275,32 @@ def candidates(hf, inputs: dict, model_type: str) -> tuple[list[FoundLayout], di
                            scale["scale"], causal, norm, tensors, window=window, kv_heads=kv, softcap=cap,
                            rope=pos["rope"], rotary_dim_key=pos["rotary_dim_key"], rope_layers_key=pos["rope_layers_key"],
                            scale_law=scale["law"], scale_by_layer=by_layer, window_offset=offset, sinks=sinks,
-                           cross=cross)
+                           cross=cross, relative=relative and relative[0], relative_per_layer=bool(relative and relative[1]),
+                           relative_distance_key=pos.get("distance"), relative_bidirectional=pos.get("bidirectional", True))
                for pos, causal, scale, by_layer, norm, (window, offset), cap
-               in itertools.product(positionals(cfg), (True, False), scale_laws(module, cfg, hd), (False, True), norms,
+               in itertools.product(positionals(cfg, relative), (True, False), scale_laws(module, cfg, hd), (False, True), norms,
                                     windows(cfg), [None] + [k for k in SOFTCAP_KEYS if getattr(cfg, k, None)])]
     return layouts, found
 
 
-def positionals(cfg) -> list[dict]:
+def relative_table(hf, t: Trace, module: torch.nn.Module, attention: str, extra: list[str], H: int
+                   ) -> tuple[str, bool] | None:
+    """(path relative to the layer, whether every layer has its own) of the one extra parameter of the
+    attention ``module`` that is an embedding table [buckets, H] (T5's relative_attention_bias); None
+    where there is no such table. Per layer where layer 1 of the twin holds it too (UMT5), else layer
+    0's is the stack's (T5)."""
+    pre = f"{attention}." if attention else ""
+    if len(extra) != 1 or not extra[0].endswith(".weight"):
+        return None
+    owner = module.get_submodule(extra[0][len(pre):-len(".weight")])
+    if not isinstance(owner, torch.nn.Embedding) or owner.weight.shape[1] != H:
+        return None
+    second = t.layer_path[:-1] + "1"
+    keys = dict(hf.named_parameters())
+    return extra[0], f"{second}.{extra[0]}" in keys
+
+
+def positionals(cfg, relative: tuple[str, bool] | None = None) -> list[dict]:
     """The positional schemes worth trying on ``cfg`` (best guess first): RoPE with rotate-half or
     interleaved pairs, its frequencies from the config (as a whole, or per layer type where
     ``rope_parameters`` is keyed by ``layer_types``' values), or from the default base over the
@@ -299,8 +323,13 @@ def positionals(cfg) -> list[dict]:
                                            dim_keys if source == "default" else [None]):
             out.append({"positional": pairing, "partial": part, "rope": source, "rotary_dim_key": key,
                         "rope_layers_key": flags})
-    return out + [{"positional": kind, "partial": False, "rope": "config", "rotary_dim_key": None, "rope_layers_key": None}
-                  for kind in ("none", "alibi")]
+    out += [{"positional": kind, "partial": False, "rope": "config", "rotary_dim_key": None, "rope_layers_key": None}
+            for kind in ("none", "alibi")]
+    if relative:     # T5's buckets: both directions or past only, the largest distance from an integer setting
+        out = [{**out[-2], "positional": "relative", "distance": key, "bidirectional": both}
+               for both in (True, False) for key, v in cfg.to_dict().items()
+               if isinstance(v, int) and not isinstance(v, bool) and 0 < v <= MAX_RELATIVE_DISTANCE] + out
+    return out
 
 
 def scale_laws(module: torch.nn.Module, cfg, hd: int) -> list[dict]:
@@ -339,6 +368,8 @@ def settle(hf, layouts: list[FoundLayout], found: dict, tokens: int = 8, encoder
     from ..sources.checkpoint import StateDictReader
     from ..testing import REFERENCE_RTOL, captured_blocks
 
+    distances = [int(getattr(hf.config, x.relative_distance_key)) for x in layouts if x.relative_distance_key]
+    tokens = max([tokens] + [d + 1 for d in distances])      # every relative distance's bucket shows
     best = (float("inf"), None)
     reader = StateDictReader(hf.state_dict())
     norms = tuple({type(m) for m in hf.modules() if "norm" in type(m).__name__.lower() and affine_kind(m) is None})
@@ -357,9 +388,11 @@ def settle(hf, layouts: list[FoundLayout], found: dict, tokens: int = 8, encoder
             for n, (x, y, x_kv) in enumerate(blocks):
                 out = reference_attention(adapter.read_layer(n), x, x_kv=x_kv)
                 worst = max(worst, float((out - y).abs().max() / y.abs().max().clamp_min(1e-300)))
-        except (IdinspectError, ValueError, RuntimeError, KeyError):
+        except (IdinspectError, ValueError, RuntimeError, KeyError, IndexError):
             continue
         if worst <= REFERENCE_RTOL:
+            if layout.relative_distance_key:     # --prove's twin reaches every bucket too
+                cls.twin_tokens = max(cls.twin_tokens, int(getattr(hf.config, layout.relative_distance_key)) + 1)
             return cls, worst
         if worst < best[0]:
             best = (worst, layout)

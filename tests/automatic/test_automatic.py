@@ -3,7 +3,7 @@
 Agreement: on real transformers classes whose hand-written adapter is hidden from the registry, the
 inferred adapter gives the same counts as the hand-written one, and reads every block as the same
 attention function. Refusal: where the module does something --auto does not model (Falcon's rounded
-ALiBi, a relative-position table, shared layers) or the inference is wrong, nothing is counted
+ALiBi, shared layers, two towers) or the inference is wrong, nothing is counted
 and the error names what was found. Live models of a config class registered with
 ``AutoConfig.register``, and a checkpoint folder whose code is in the repository (auto_map), which only
 runs with --trust-remote-code.
@@ -37,11 +37,12 @@ from tests.support.tiny import build
 #: ALiBi (BLOOM; MPT with 6 heads, whose slopes follow the extension for H not a power of two), attention
 #: sinks (gpt-oss: one logit per head on the attention module), a q/k LayerNorm module per head (StableLM),
 #: a cross-attention block after each self-attention block (GPT-2, BERT; BART's decoder saved alone, whose
-#: cross-attention runs only on encoder states it is given).
+#: cross-attention runs only on encoder states it is given), T5's relative-position table (layer 0's, shared;
+#: UMT5's, one per layer).
 AGREEING = ["llama-mqa", "qwen3-bias-window", "phi3-partial-mqa", "gpt2", "gpt-neox", "bert", "vit", "olmo2",
             "gemma2-softcap", "gptj", "cohere-qk-norm-bias", "gemma3-text", "modernbert-scaled-rope", "smollm3-nope",
             "gpt2-inverse-layer-scale", "opt", "bloom", "mpt-6-heads", "gpt-oss",
-            "stablelm-qk-layernorm", "gpt2-cross", "bert-cross", "bart-decoder"]
+            "stablelm-qk-layernorm", "gpt2-cross", "bert-cross", "bart-decoder", "t5-encoder", "umt5-encoder"]
 
 
 @pytest.mark.parametrize("variant", AGREEING)
@@ -65,7 +66,7 @@ def test_the_inferred_adapter_counts_what_the_hand_written_one_counts(variant):
 @pytest.mark.parametrize(("variant", "found"), [
     ("falcon-legacy-alibi", "no positional scheme"),   # ALiBi slopes over sqrt(d_k), rounded to bfloat16
     ("albert-shared", "no list of 2 layers"),          # one layer's weights shared by every layer
-    ("t5-encoder", "relative_attention_bias"),         # a relative-position table
+    ("qwen2-vl", "holds other models' configs"),       # a text and a vision tower
     ("bart", "2 stacks of layers"),                    # encoder-decoder
     ("deepseek-v3", "query/key/value outputs"),        # multi-head latent attention
 ])

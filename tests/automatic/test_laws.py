@@ -3,7 +3,8 @@
 
 Each model here differs from its trace twin in the way that would expose a fact kept as the twin's
 constant: a head width of 16 (the scale d_k^-1/2, the rotated dims), a NoPE layer that is not among
-the first two, a rotary_dim that rotates part of the head. The inferred adapter must read every block
+the first two, a rotary_dim that rotates part of the head, a relative-position distance beyond the
+trace's 8 tokens. The inferred adapter must read every block
 as the hand-written one does (:func:`tests.support.automatic.layer_facts`: scale, window, RoPE pairing,
 rotated dims and frequencies, tensors) and count the same.
 """
@@ -74,3 +75,16 @@ def test_a_width_equal_to_the_models_follows_the_twins(real):
     settings = twin_settings_from(cfg, {"heads": 2, "kv_heads": 2, "head_dim": 4, "hidden_size": 8})
     assert settings["word_embed_proj_dim"] == (8 if real == 16 else 12)
     _agrees(_model(cfg, tf.OPTForCausalLM))
+
+
+def test_a_relative_position_table_of_the_released_size():
+    """T5's encoder with 32 buckets over distance 128 (the released models'): on 8 tokens every distance
+    is below the exact buckets and any setting could be the largest distance. The settle's sequences run
+    one token past the largest distance tried, so only 128's setting reproduces the module; the table is
+    layer 0's, shared by the stack, in both directions."""
+    cfg = tf.T5Config(vocab_size=64, d_model=16, d_kv=4, d_ff=32, num_layers=2, num_heads=4,
+                      relative_attention_num_buckets=32, relative_attention_max_distance=128, pad_token_id=0,
+                      eos_token_id=1, decoder_start_token_id=0)
+    found = _agrees(_model(cfg, tf.T5EncoderModel))
+    assert (found.relative_distance_key, found.relative_bidirectional, found.relative_per_layer) == \
+        ("relative_attention_max_distance", True, False)
