@@ -95,6 +95,8 @@ class FoundLayout:
     relative_per_layer: bool = False            # every layer holds its own table (else layer 0's is shared)
     relative_distance_key: str | None = None    # the setting holding the buckets' largest distance
     relative_bidirectional: bool = True         # buckets both ways (encoders) or past only
+    stack: str = ""                             # the stack's name where the model has two ("encoder", "decoder")
+    layers_key: str = "num_hidden_layers"       # the setting that counts this stack's layers
 
 
 class InferredAdapter(Adapter):
@@ -127,6 +129,15 @@ class InferredAdapter(Adapter):
         if self.encoder_states and "encoder_hidden_states" not in kw:
             kw["encoder_hidden_states"] = encoder_states(hf_model, input_ids, generator)
         return kw
+
+    @property
+    def num_layers(self) -> int:
+        return int(self.setting(self.found.layers_key))
+
+    @cached_property
+    def sites(self) -> list[Site]:
+        """Every block of the stack, named by ``found.stack``."""
+        return [Site(self.layer_path(i), self.found.stack, i, b) for i in range(self.num_layers) for b in self.blocks(i)]
 
     def blocks(self, layer: int) -> tuple[Block, ...]:
         """The self-attention block, and the cross-attention block where the trace found one."""
@@ -180,8 +191,10 @@ class InferredAdapter(Adapter):
         """RoPE (or nothing) for the layer of ``site`` (the first where None), by ``found``: the
         frequencies from :data:`ROPE_SOURCES`, none on the layers ``found.rope_layers_key`` flags 0."""
         found, layer = self.found, site.layer if site is not None else 0
-        if found.positional == "none" or (site is not None and site.block.kind == "cross"):
+        if found.positional == "none":
             return Positional("absolute")
+        if site is not None and site.block.kind == "cross":    # positions enter its self-attention, not it
+            return Positional("none")
         if found.positional == "relative":
             return self._relative(site)
         if found.positional == "alibi":
@@ -319,17 +332,19 @@ def twin_settings_from(hf_config, shape: dict, layers: int = 1) -> dict:
     for k, v in list(kw.items()):
         if n > 1 and isinstance(v, list) and len(v) == n:
             kw[k] = (v * layers)[:layers] if layers > n else v[:layers]
-    width = getattr(hf_config, "hidden_size", None)
+    width, heads = getattr(hf_config, "hidden_size", None), getattr(hf_config, "num_attention_heads", None)
     for k, v in list(kw.items()):
         if not isinstance(v, int) or isinstance(v, bool):
             continue
         # a width stated equal to the model's (OPT's word_embed_proj_dim) follows the twin's: equal widths
         # mean no projection between them, in the twin as in the model; likewise a layer count equal to the
-        # model's (BART's decoder_layers, where num_hidden_layers names encoder_layers)
+        # model's (BART's decoder_layers, where num_hidden_layers names encoder_layers), and a head count
         if k.endswith(("_dim", "_size")) and v == width:
             kw[k] = shape["hidden_size"]
         elif k.endswith("_layers") and v == n:
             kw[k] = layers
+        elif k.endswith("_heads") and v == heads:       # BART's decoder_attention_heads
+            kw[k] = shape["heads"]
     kw.update({"hidden_size": shape["hidden_size"], "num_attention_heads": shape["heads"], "intermediate_size": 16})
     if not isinstance(getattr(type(hf_config), "head_dim", None), property):
         kw["head_dim"] = shape["head_dim"]

@@ -35,6 +35,7 @@ from ..adapters.inferred import (
 from ..errors import IdinspectError, one_line
 from ..numerics.twin import instantiate
 from .infer import candidates, settle, sizes
+from .trace import layer_lists
 
 #: The twin the trace runs on: heads, key/value groups (where the model groups them), head width, width.
 TRACE_SHAPE = {"heads": 4, "kv_heads": 2, "head_dim": 4, "hidden_size": 16}
@@ -56,8 +57,12 @@ def infer_adapter(model_type: str, hf_config, model_class, trust_remote_code: bo
         states = takes_encoder_states(hf, inputs)
         if states:
             inputs["encoder_hidden_states"] = encoder_states(hf, ids, g)
-        layouts, found = candidates(hf, inputs, model_type)
-        cls, error = settle(hf, layouts, found, TRACE_TOKENS, states)
+        stacks = layer_lists(hf)
+        if len(stacks) == 1:
+            layouts, found = candidates(hf, inputs, model_type)
+            cls, error = settle(hf, layouts, found, TRACE_TOKENS, states)
+        else:
+            cls, error, found = infer_stacks(hf, inputs, model_type, [p for p, _ in stacks], states)
     except IdinspectError:
         raise
     except Exception as exc:  # noqa: BLE001 - the model's own code failing on the twin, in one line
@@ -90,6 +95,34 @@ def infer_adapter(model_type: str, hf_config, model_class, trust_remote_code: bo
         "found": found,
     })
     return cls
+
+
+def infer_stacks(hf, inputs: dict, model_type: str, paths: list[str], states: bool) -> tuple[type, float, dict]:
+    """(adapter class, worst reference error, what was found) of a model with an encoder's and a
+    decoder's list of layers (``paths``, from the root): each stack traced and settled on its own (its
+    blocks reproduced by its own layout), then read together, encoder first. The stacks are named by
+    the first part of their paths that differs ("encoder", "decoder")."""
+    from ..adapters.inferred_stacks import inferred_stacks_adapter
+
+    prefix = getattr(hf, "base_model_prefix", "")
+    rel = [p[len(prefix) + 1:] if prefix and p.startswith(prefix + ".") else p for p in paths]
+    parts_of = [r.split(".") for r in rel]
+    at = next(i for i, names in enumerate(zip(*parts_of)) if len(set(names)) > 1)
+    parts, found, worst, exact, tokens = [], {}, 0.0, (), 0
+    for path, r, names in zip(paths, rel, parts_of):
+        stack = names[at]
+        layouts, seen = candidates(hf, inputs, model_type, path, stack, tuple(x for x in rel if x != r))
+        cls, error = settle(hf, layouts, {**seen, "stack": stack}, TRACE_TOKENS, states)
+        parts.append(cls.found)
+        found[stack], worst = seen, max(worst, error)
+        exact = tuple(dict.fromkeys((*exact, *cls.exact_classes)))
+        tokens = max(tokens, cls.twin_tokens)
+    if len({(f.attention_module, f.output_module) for f in parts}) > 1:
+        raise IdinspectError(f"--auto: the stacks' attention modules differ ({found}); an adapter must be written by hand")
+    cls = inferred_stacks_adapter(parts)
+    cls.exact_classes, cls.encoder_states = exact, states
+    cls.twin_tokens = tokens
+    return cls, worst, found
 
 
 def trace_twin(hf_config, model_class):

@@ -105,13 +105,16 @@ def common_parent(paths: list[str]) -> str:
     return ".".join(common)
 
 
-def model_tensors(hf, t: Trace, read: set[str]) -> dict[str, str]:
-    """Every other tensor of the twin as ``pattern -> component`` (layer numbers as ``{n}``)."""
+def model_tensors(hf, t: Trace, read: set[str], others: tuple[str, ...] = ()) -> dict[str, str]:
+    """Every other tensor of the twin as ``pattern -> component`` (layer numbers as ``{n}``), but those
+    in the layers of the ``others`` stacks (their own layouts declare them)."""
     prefix = getattr(hf, "base_model_prefix", "")
     container = t.layer_container
     out = {}
     for key in hf.state_dict():
         name = key[len(prefix) + 1:] if prefix and key.startswith(prefix + ".") else key
+        if any(name.startswith(o + ".") for o in others):
+            continue
         module_path = key.rsplit(".", 1)[0]
         parts = name.split(".")
         n_parts = len(container.split("."))
@@ -195,6 +198,21 @@ def extra_parameters(module: torch.nn.Module, attention: str, proj: tuple[Projec
     return [pre + n for n, _ in module.named_parameters() if not any((pre + n).startswith(m + ".") for m in placed)]
 
 
+def stack_layers_key(hf, cfg, container: str) -> str:
+    """The setting that counts the layers of the list at ``container``: num_hidden_layers where it does,
+    else a setting ending in "_layers" (BART's decoder_layers, T5's num_decoder_layers) equal to the list's
+    length on the twin, else any integer setting equal to it; refused where none is."""
+    n = len(hf.get_submodule(container))
+    settings = cfg.to_dict()
+    if int(cfg.num_hidden_layers) == n:
+        return "num_hidden_layers"
+    equal = [k for k, v in settings.items() if isinstance(v, int) and not isinstance(v, bool) and v == n]
+    named = [k for k in equal if k.endswith("_layers")]
+    if named or equal:
+        return (named or equal)[0]
+    raise IdinspectError(f"--auto: no setting counts the {n} layers of {container}; an adapter must be written by hand")
+
+
 def cross_block(hf, inputs: dict, t: Trace, after: str, cfg, kv: str) -> FoundCross | None:
     """The layer's second attention block, after module ``after`` (the first block's W_O): a
     cross-attention block, whose keys and values read other states than its queries (the encoder's);
@@ -222,11 +240,15 @@ def cross_block(hf, inputs: dict, t: Trace, after: str, cfg, kv: str) -> FoundCr
     return FoundCross(attention, None if y.shape == o.shape and torch.equal(y, o) else o_path, proj)
 
 
-def candidates(hf, inputs: dict, model_type: str) -> tuple[list[FoundLayout], dict]:
+def candidates(hf, inputs: dict, model_type: str, container: str | None = None, stack: str = "",
+               others: tuple[str, ...] = ()) -> tuple[list[FoundLayout], dict]:
     """Every layout consistent with the trace of ``hf`` (float64 twin), best guess first, and what the
-    trace found (for refusals)."""
+    trace found (for refusals); of its list of layers at ``container`` (path from the root; None: its one
+    list), named ``stack`` where the model has two, the ``others`` (relative to the base model) left to
+    their own layouts."""
     cfg = hf.config
-    t = trace(hf, inputs)
+    t = trace(hf, inputs, container)
+    layers_key = stack_layers_key(hf, cfg, container) if container is not None else "num_hidden_layers"
     o_path, roles = find_roles(hf, inputs, t)
     kv = kv_heads_mode(roles, cfg)
     proj = projections(t, roles, o_path, cfg, kv)
@@ -269,14 +291,15 @@ def candidates(hf, inputs: dict, model_type: str) -> tuple[list[FoundLayout], di
         stems = [f"{m}.{n0.heads_list}.{h}" for m in (n0.q_module, n0.k_module) for h in range(H)] if n0.heads_list \
             else [n0.q_module, n0.k_module]
         read |= {f"{m}.{w}" for m in stems for w in ("weight", "bias")}
-    tensors = model_tensors(hf, t, read)
+    tensors = model_tensors(hf, t, read, others)
     _, _, hd, _ = sizes(cfg)
     layouts = [FoundLayout(model_type, t.layer_container, attention, output, proj, pos["positional"], pos["partial"],
                            scale["scale"], causal, norm, tensors, window=window, kv_heads=kv, softcap=cap,
                            rope=pos["rope"], rotary_dim_key=pos["rotary_dim_key"], rope_layers_key=pos["rope_layers_key"],
                            scale_law=scale["law"], scale_by_layer=by_layer, window_offset=offset, sinks=sinks,
                            cross=cross, relative=relative and relative[0], relative_per_layer=bool(relative and relative[1]),
-                           relative_distance_key=pos.get("distance"), relative_bidirectional=pos.get("bidirectional", True))
+                           relative_distance_key=pos.get("distance"), relative_bidirectional=pos.get("bidirectional", True),
+                           stack=stack, layers_key=layers_key)
                for pos, causal, scale, by_layer, norm, (window, offset), cap
                in itertools.product(positionals(cfg, relative), (True, False), scale_laws(module, cfg, hd), (False, True), norms,
                                     windows(cfg), [None] + [k for k in SOFTCAP_KEYS if getattr(cfg, k, None)])]

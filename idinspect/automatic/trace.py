@@ -62,23 +62,32 @@ def affine_kind(module: torch.nn.Module) -> str | None:
     return None
 
 
-def layer_list(hf) -> tuple[str, torch.nn.ModuleList]:
-    """(path from the root, module) of the model's list of layers: the ModuleList with one entry per
-    ``config.num_hidden_layers`` whose entries hold affine modules."""
+def layer_lists(hf) -> list[tuple[str, torch.nn.ModuleList]]:
+    """(path from the root, module) of each of the model's lists of layers (one stack, or an encoder's
+    and a decoder's), in the model's order: the outermost ModuleLists whose entries hold affine modules,
+    one with an entry per ``config.num_hidden_layers``."""
     n = int(hf.config.num_hidden_layers)
     stacks = [(path, module) for path, module in hf.named_modules()
               if isinstance(module, torch.nn.ModuleList) and len(module) > 0
               and all(sum(affine_kind(m) is not None for m in child.modules()) >= 2 for child in module)]
     stacks = [(p, m) for p, m in stacks if not any(p != q and p.startswith(q + ".") for q, _ in stacks)]
-    found = [(p, m) for p, m in stacks if len(m) == n]
-    if not found:
+    if not any(len(m) == n for _, m in stacks):
         raise IdinspectError(f"--auto: no list of {n} layers with projections in {type(hf).__name__}; "
                              "an adapter must be written by hand (docs/adding-a-family.md)")
+    if len(stacks) > 2:
+        raise IdinspectError(f"--auto: {type(hf).__name__} has {len(stacks)} stacks of layers "
+                             f"({', '.join(p for p, _ in stacks)}); --auto reads one stack, or an encoder's and a "
+                             "decoder's; an adapter must be written by hand for the others (docs/adding-a-family.md)")
+    return stacks
+
+
+def layer_list(hf) -> tuple[str, torch.nn.ModuleList]:
+    """The model's one list of layers (:func:`layer_lists`); refused where it has two."""
+    stacks = layer_lists(hf)
     if len(stacks) > 1:
         raise IdinspectError(f"--auto: {type(hf).__name__} has {len(stacks)} stacks of layers "
-                             f"({', '.join(p for p, _ in stacks)}); --auto reads one-stack models, an adapter "
-                             "must be written by hand for the others (docs/adding-a-family.md)")
-    return found[0]
+                             f"({', '.join(p for p, _ in stacks)}); expected one")
+    return stacks[0]
 
 
 def record(hf, inputs: dict, layer_path: str, move: tuple[str, torch.Tensor] | None = None
@@ -135,9 +144,10 @@ def first_calls(hf, inputs: dict, modules: dict[str, torch.nn.Module]) -> dict[s
     return seen
 
 
-def trace(hf, inputs: dict) -> Trace:
-    """Record layer 0 of ``hf`` once (see :func:`record`)."""
-    container, _ = layer_list(hf)
+def trace(hf, inputs: dict, container: str | None = None) -> Trace:
+    """Record layer 0 of ``hf``'s list of layers at ``container`` (path from the root; None: its one
+    list) once (see :func:`record`)."""
+    container = container if container is not None else layer_list(hf)[0]
     layer_path = f"{container}.0"
     layer = hf.get_submodule(layer_path)
     ins, outs, order = record(hf, inputs, layer_path)
@@ -239,4 +249,5 @@ def _scale(x: torch.Tensor) -> float:
     return max(float(x.abs().max()), 1e-300)
 
 
-__all__ = ["Affine", "Trace", "affine_kind", "find_roles", "first_calls", "layer_list", "record", "trace"]
+__all__ = ["Affine", "Trace", "affine_kind", "find_roles", "first_calls", "layer_list", "layer_lists", "record",
+           "trace"]

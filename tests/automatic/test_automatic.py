@@ -38,11 +38,13 @@ from tests.support.tiny import build
 #: sinks (gpt-oss: one logit per head on the attention module), a q/k LayerNorm module per head (StableLM),
 #: a cross-attention block after each self-attention block (GPT-2, BERT; BART's decoder saved alone, whose
 #: cross-attention runs only on encoder states it is given), T5's relative-position table (layer 0's, shared;
-#: UMT5's, one per layer).
+#: UMT5's, one per layer), an encoder and a decoder stack, each settled on its own (BART with fewer
+#: decoder layers and heads set apart from the encoder's, T5 with a gated MLP, Whisper's audio encoder).
 AGREEING = ["llama-mqa", "qwen3-bias-window", "phi3-partial-mqa", "gpt2", "gpt-neox", "bert", "vit", "olmo2",
             "gemma2-softcap", "gptj", "cohere-qk-norm-bias", "gemma3-text", "modernbert-scaled-rope", "smollm3-nope",
             "gpt2-inverse-layer-scale", "opt", "bloom", "mpt-6-heads", "gpt-oss",
-            "stablelm-qk-layernorm", "gpt2-cross", "bert-cross", "bart-decoder", "t5-encoder", "umt5-encoder"]
+            "stablelm-qk-layernorm", "gpt2-cross", "bert-cross", "bart-decoder", "t5-encoder", "umt5-encoder",
+            "bart-base-model", "t5-gated-head-dim", "whisper"]
 
 
 @pytest.mark.parametrize("variant", AGREEING)
@@ -67,7 +69,7 @@ def test_the_inferred_adapter_counts_what_the_hand_written_one_counts(variant):
     ("falcon-legacy-alibi", "no positional scheme"),   # ALiBi slopes over sqrt(d_k), rounded to bfloat16
     ("albert-shared", "no list of 2 layers"),          # one layer's weights shared by every layer
     ("qwen2-vl", "holds other models' configs"),       # a text and a vision tower
-    ("bart", "2 stacks of layers"),                    # encoder-decoder
+    ("mpnet", "no positional scheme"),                 # a relative-position table the encoder applies
     ("deepseek-v3", "query/key/value outputs"),        # multi-head latent attention
 ])
 def test_what_idinspect_does_not_model_is_refused_naming_what_was_found(variant, found):
