@@ -141,20 +141,25 @@ def trace_twin(hf_config, model_class):
     if rotates_part(hf_config):    # two rotated planes and some unrotated dims: pairings and partial rotation differ
         shape.update(head_dim=2 * TRACE_SHAPE["head_dim"], hidden_size=2 * TRACE_SHAPE["hidden_size"])
     pad = getattr(hf_config, "pad_token_id", None)
-    settings = {**twin_settings_from(hf_config, shape, TRACE_LAYERS), "num_hidden_layers": TRACE_LAYERS, "vocab_size": 32,
+    n = int(hf_config.num_hidden_layers)
+    # another stack's layer count kept from the model (BART's decoder_layers where it differs from the
+    # encoder's) must not equal the twin's, or the trace could not tell which setting counts which stack
+    kept = {v for k, v in hf_config.to_dict().items()
+            if k.endswith("_layers") and isinstance(v, int) and not isinstance(v, bool) and v != n}
+    layers = next(k for k in range(TRACE_LAYERS, TRACE_LAYERS + len(kept) + 1) if k not in kept)
+    settings = {**twin_settings_from(hf_config, shape, layers), "num_hidden_layers": layers, "vocab_size": 32,
                 "pad_token_id": pad if isinstance(pad, int) and 0 <= pad < 32 else None}
     for key, fallback in (("bos_token_id", 1), ("eos_token_id", 2)):
         # ids outside the twin's 32 tokens: None, or a token inside where the config class wants an int (Mllama)
         v = getattr(hf_config, key, None)
         settings[key] = None if v is None else v if isinstance(v, int) and 0 <= v < 32 else fallback
-    n = int(hf_config.num_hidden_layers)
     for key, v in hf_config.to_dict().items():
         # every per-layer setting (layer types, NoPE flags) with each of its kinds on a twin layer, so the
         # trace tells which layers a window, a RoPE type or no RoPE applies to
         if n > 1 and isinstance(v, list) and len(v) == n and all(isinstance(x, (str, int)) for x in v):
             kinds = list(dict.fromkeys(v))
             if len(kinds) > 1:
-                settings[key] = (kinds * TRACE_LAYERS)[:TRACE_LAYERS]
+                settings[key] = (kinds * layers)[:layers]
     if getattr(hf_config, "sliding_window", None):
         settings["sliding_window"] = TRACE_WINDOW    # shorter than the trace's sequences: a window shows
     try:

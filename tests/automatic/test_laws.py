@@ -88,3 +88,19 @@ def test_a_relative_position_table_of_the_released_size():
     found = _agrees(_model(cfg, tf.T5EncoderModel))
     assert (found.relative_distance_key, found.relative_bidirectional, found.relative_per_layer) == \
         ("relative_attention_max_distance", True, False)
+
+
+def test_an_encoder_and_a_decoder_of_different_depths():
+    """BART with 3 encoder layers and 2 decoder layers: each stack counts its layers by its own setting
+    (num_hidden_layers is encoder_layers; the decoder's is decoder_layers, told apart on the twin, where
+    only equal counts follow the twin's)."""
+    cfg = tf.BartConfig(vocab_size=64, d_model=16, encoder_layers=3, decoder_layers=2, encoder_attention_heads=4,
+                        decoder_attention_heads=4, encoder_ffn_dim=32, decoder_ffn_dim=32, max_position_embeddings=64,
+                        pad_token_id=1, bos_token_id=0, eos_token_id=2, decoder_start_token_id=2)
+    hf = _model(cfg, tf.BartModel)
+    found = _agrees(hf)
+    assert found.layers_key == "num_hidden_layers"
+    with hidden("bart"):
+        stacks = idinspect.load(hf, auto=True).adapter.parts
+        assert [(c.found.stack, c.found.layers_key) for c in stacks] == [("encoder", "num_hidden_layers"),
+                                                                        ("decoder", "decoder_layers")]
