@@ -4,11 +4,13 @@ counted.
 
 1. A twin of the model is built by its own transformers class (same config, two layers, H = 4
    heads, G = 2 key/value groups where the model groups them, d_k = 4, d = 16; float64, random
-   weights) and its first attention sublayer traced (:mod:`.trace`): which modules play W_Q, W_K,
-   W_V and W_O, their fused rows, biases and q/k norms.
-2. The settings one module does not show (positional scheme, score scale, causality, the norm's
-   kind) are chosen as the one combination whose canonical form reproduces the module's output on
-   both layers to 1e-10 (:mod:`.infer`).
+   weights; each kind of a per-layer setting on a twin layer; d_k = 8 where part of each head
+   rotates) and its first layer traced (:mod:`.trace`): which modules play W_Q, W_K, W_V and W_O,
+   their fused rows, biases and q/k norms, and a cross-attention block after them. An encoder's and
+   a decoder's stack are traced and settled each on its own (:func:`infer_stacks`).
+2. The settings one module does not show (positional scheme, score scale, causality, window, the
+   norm's kind) are chosen as the one combination whose canonical form reproduces the module's
+   output on every layer to 1e-10 (:mod:`.infer`).
 3. The resulting adapter must then pass the contract every built-in adapter passes
    (:func:`idinspect.testing.check_adapter`): a bit-exact round trip of every stored tensor, the
    reference against the module at 1e-10 in float64, and ``--prove``'s twin Jacobian nullity equal to

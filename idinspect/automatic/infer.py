@@ -1,7 +1,10 @@
 """From a traced twin to a :class:`~adapters.inferred.FoundLayout`: the roles' modules and fused
-layout (:mod:`.trace`), then the settings that are not visible in one module (positional scheme,
-score scale, causality, q/k norm), chosen as the one combination whose canonical form reproduces the
-live module's output on both of the twin's layers to :data:`~idinspect.testing.REFERENCE_RTOL`."""
+layout (:mod:`.trace`), a cross-attention block after the self-attention block, then the settings
+that are not visible in one module (positional scheme and its per-layer variants, ALiBi, a relative
+table, score scale law, causality, window, soft cap, q/k norm), chosen as the one combination whose
+canonical form reproduces the live module's output on every layer of the twin's stack to
+:data:`~idinspect.testing.REFERENCE_RTOL`. Every fact is a law of the config (a setting's name, a
+per-layer setting, d_k^-1/2), never one of the twin's numbers, so it holds for the model itself."""
 
 from __future__ import annotations
 
