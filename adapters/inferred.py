@@ -15,14 +15,30 @@ import dataclasses
 from dataclasses import dataclass, field
 from functools import cached_property
 
-from ..layer.attention_layer import Positional, QKNorm
+import torch
+
+from ..errors import IdinspectError, one_line
+from ..layer.attention_layer import Positional, QKNorm, RelativeBias
 from .base import Adapter, Site, rope_positional
 from .layout import Block, Projection
 
-#: Where positions enter: nothing inside attention, or RoPE with rotate-half / interleaved pairs.
-POSITIONAL_CHOICES = ("none", "half", "interleaved")
+#: Where positions enter: nothing inside attention, RoPE with rotate-half / interleaved pairs, or
+#: ALiBi with the published slopes of H heads (m_h = 2^(-8 (h + 1) / H), and the interleaved extension
+#: for H not a power of two: BLOOM's and MPT's), added to the scores unscaled.
+POSITIONAL_CHOICES = ("none", "half", "interleaved", "alibi")
 #: Which layers see config.sliding_window: none, all, or those ``layer_types`` marks "sliding_attention".
 WINDOW_CHOICES = ("none", "all", "layer_types")
+#: Where the RoPE frequencies come from: the config's RoPE settings as its class resolves them
+#: ("config"), its ``rope_parameters`` keyed by layer type, each layer's by ``layer_types[i]``
+#: ("layer_type"), or transformers' default base 10000 over the rotated dims, for a module that builds
+#: its own table from no RoPE setting at all ("default", GPT-J's sinusoid table).
+ROPE_SOURCES = ("config", "layer_type", "default")
+#: How the score scale follows from the config: d_k^-1/2 ("head_dim"), 1 ("one"), a setting's value
+#: ("key:<name>") or its inverse square root ("rsqrt:<name>"); "constant" keeps the twin's number,
+#: only where no law explains it (then a model whose d_k differs from the twin's is not covered).
+SCALE_LAWS = ("head_dim", "one", "key:", "rsqrt:", "constant")
+#: Settings that may name the rotated dims of each head (tried, not trusted: the reproduction decides).
+ROTARY_DIM_KEYS = ("rotary_dim",)
 
 
 @dataclass(frozen=True)
@@ -36,6 +52,17 @@ class FoundNorm:
     k_module: str
     gain_offset: float = 0.0
     bias: bool = False             # a LayerNorm's bias after the gain (Phi's, Persimmon's q/k LayerNorms)
+    heads_list: str | None = None  # one norm module per head, ``{q_module}.{heads_list}.{h}`` (StableLM's norms)
+
+
+@dataclass(frozen=True)
+class FoundCross:
+    """A cross-attention block found after the self-attention block of each layer (queries from the
+    layer, keys and values from the encoder's states): module names relative to the layer."""
+
+    attention_module: str
+    output_module: str | None
+    projections: tuple[Projection, ...]
 
 
 @dataclass(frozen=True)
@@ -56,6 +83,20 @@ class FoundLayout:
     window: str = "none"                        # one of WINDOW_CHOICES
     softcap: str | None = None                  # the config key of the scores' soft cap c (s -> c tanh(s / c))
     kv_heads: str = "config"                    # "config": num_key_value_heads (else H); "one": multi-query
+    rope: str = "config"                        # one of ROPE_SOURCES
+    rotary_dim_key: str | None = None           # a setting naming the rotated dims of each head (GPT-J's rotary_dim)
+    rope_layers_key: str | None = None          # a per-layer 0/1 setting: 1 = RoPE, 0 = none (SmolLM3's no_rope_layers)
+    scale_law: str = "constant"                 # one of SCALE_LAWS (with the setting's name)
+    scale_by_layer: bool = False                # the scale divided by layer index + 1 (GPT-2's inverse layer scale)
+    window_offset: int = 0                      # the window the module applies is config.sliding_window + this
+    sinks: str | None = None                    # the attention sinks' tensor [H], relative to the layer
+    cross: FoundCross | None = None             # a cross-attention block in every layer
+    relative: str | None = None                 # T5's relative-position table [buckets, H], relative to the layer
+    relative_per_layer: bool = False            # every layer holds its own table (else layer 0's is shared)
+    relative_distance_key: str | None = None    # the setting holding the buckets' largest distance
+    relative_bidirectional: bool = True         # buckets both ways (encoders) or past only
+    stack: str = ""                             # the stack's name where the model has two ("encoder", "decoder")
+    layers_key: str = "num_hidden_layers"       # the setting that counts this stack's layers
 
 
 class InferredAdapter(Adapter):
@@ -67,8 +108,12 @@ class InferredAdapter(Adapter):
     twin_model_class: type | None = None
     #: The model's configuration and modelling code come from its repository (--trust-remote-code).
     trust_remote_code: bool = False
-    #: The model's norm classes, whose float32 casts the proofs skip on float64 inputs.
-    norm_classes: tuple[type, ...] = ()
+    #: The model takes encoder states it has no encoder for (a decoder saved alone: BartForCausalLM):
+    #: its example inputs get N(0, 1) states of T + 3 positions (:func:`takes_encoder_states`).
+    encoder_states: bool = False
+    #: The model's norm classes and its attention class, whose float32 casts the proofs skip on float64
+    #: inputs (RoPE applied in float32 inside the attention module: Cohere, ModernBERT).
+    exact_classes: tuple[type, ...] = ()
 
     @property
     def n_kv_heads(self) -> int:
@@ -79,44 +124,156 @@ class InferredAdapter(Adapter):
     def logit_softcap(self, site: Site) -> float | None:
         return float(self.setting(self.found.softcap)) if self.found.softcap else None
 
+    def example_inputs(self, hf_model, input_ids: torch.Tensor, generator: torch.Generator) -> dict[str, torch.Tensor]:
+        kw = super().example_inputs(hf_model, input_ids, generator)
+        if self.encoder_states and "encoder_hidden_states" not in kw:
+            kw["encoder_hidden_states"] = encoder_states(hf_model, input_ids, generator)
+        return kw
+
+    @property
+    def num_layers(self) -> int:
+        return int(self.setting(self.found.layers_key))
+
+    @cached_property
+    def sites(self) -> list[Site]:
+        """Every block of the stack, named by ``found.stack``."""
+        return [Site(self.layer_path(i), self.found.stack, i, b) for i in range(self.num_layers) for b in self.blocks(i)]
+
+    def blocks(self, layer: int) -> tuple[Block, ...]:
+        """The self-attention block, and the cross-attention block where the trace found one."""
+        cross = self.found.cross
+        return (self.block,) if cross is None else (self.block, Block("cross", cross.projections))
+
     def sliding_window(self, site: Site) -> int | None:
         window = self.optional("sliding_window")
-        if self.found.window == "all":
-            return window
+        if window is None or self.found.window == "none" or site.block.kind == "cross":
+            return None
         if self.found.window == "layer_types":
             types = self.optional("layer_types")
-            return window if types and types[site.layer] == "sliding_attention" else None
-        return None
+            if not (types and types[site.layer] == "sliding_attention"):
+                return None
+        return int(window) + self.found.window_offset
 
     def exact_float64(self):
-        """The model's norms' own formulas with their float32 casts skipped on float64 inputs."""
+        """The model's norms' and attention's own formulas with their float32 casts skipped on float64 inputs."""
         from .float64 import casts_kept_in
 
-        return casts_kept_in(self.norm_classes)
+        return casts_kept_in(self.exact_classes)
 
     @property
     def head_dim(self) -> int:
         return int(self.optional("head_dim") or self.hidden_size // self.n_heads)
 
     def scale(self, site: Site) -> float:
-        return self.found.scale
+        """The score scale by ``found.scale_law`` (:data:`SCALE_LAWS`), over layer index + 1 where
+        ``found.scale_by_layer``."""
+        law = self.found.scale_law
+        if law == "head_dim":
+            s = self.head_dim ** -0.5
+        elif law == "one":
+            s = 1.0
+        elif law.startswith("key:"):
+            s = float(self.setting(law[4:]))
+        elif law.startswith("rsqrt:"):
+            s = float(self.setting(law[6:])) ** -0.5
+        else:
+            s = self.found.scale
+        return s / (site.layer + 1) if self.found.scale_by_layer else s
 
     def causal(self, site: Site) -> bool:
         return self.found.causal
 
     @cached_property
-    def _positional(self) -> Positional:
-        if self.found.positional == "none":
-            return Positional("absolute")
-        return rope_positional(self.config, self.found.positional, self.found.partial_rotary)
+    def _ropes(self) -> dict[str | None, Positional]:
+        return {}
 
     def positional(self, site: Site | None = None) -> Positional:
-        return self._positional
+        """RoPE (or nothing) for the layer of ``site`` (the first where None), by ``found``: the
+        frequencies from :data:`ROPE_SOURCES`, none on the layers ``found.rope_layers_key`` flags 0."""
+        found, layer = self.found, site.layer if site is not None else 0
+        if found.positional == "none":
+            return Positional("absolute")
+        if site is not None and site.block.kind == "cross":    # positions enter its self-attention, not it
+            return Positional("none")
+        if found.positional == "relative":
+            return self._relative(site)
+        if found.positional == "alibi":
+            from .falcon import alibi_slopes
+
+            return Positional("alibi", alibi_slopes=alibi_slopes(self.n_heads).to(torch.float64))
+        if found.rope_layers_key is not None and not self._rope_flags[layer]:
+            return Positional("none")
+        kind = self._layer_types[layer] if found.rope == "layer_type" else None
+        if kind not in self._ropes:
+            self._ropes[kind] = self._rope(kind)
+        return self._ropes[kind]
+
+    def _relative_key(self, site: Site) -> str:
+        first = next(s for s in self.sites if s.block.kind == "self" and s.stack == site.stack)
+        return self.key(site if self.found.relative_per_layer else first, self.found.relative)
+
+    def positional_keys(self) -> list[str]:
+        if self.found.relative is None:
+            return []
+        return list(dict.fromkeys(self._relative_key(s) for s in self.sites if s.block.kind == "self"))
+
+    def _relative(self, site: Site | None) -> Positional:
+        """T5's relative-position bias: the stack's table (layer 0's, or the layer's own), counted where it is stored."""
+        if site is None:
+            return Positional("relative")
+        key = self._relative_key(site)
+        rows = int(self.reader.shape(key)[0]) if key in self.reader else 0
+        table = self._load(key, (rows, self.n_heads))
+        return Positional("relative", relative=RelativeBias(
+            table=table, bidirectional=self.found.relative_bidirectional,
+            max_distance=int(self.setting(self.found.relative_distance_key)),
+            owned=self.found.relative_per_layer or site.layer == 0, tensor_name=key))
+
+    @cached_property
+    def _layer_types(self) -> list:
+        types = list(self.optional("layer_types") or [])
+        if len(types) < self.num_layers:
+            raise IdinspectError(f"config.json: layer_types is {types!r}; it needs one entry per layer "
+                                 f"({self.num_layers}); fix the config")
+        return types
+
+    @cached_property
+    def _rope_flags(self) -> list[bool]:
+        key = self.found.rope_layers_key
+        flags = list(self.optional(key) or [])
+        if len(flags) < self.num_layers or any(isinstance(v, float) or v not in (0, 1) for v in flags):
+            raise IdinspectError(f"config.json: {key} is {flags!r}; it needs one entry per layer ({self.num_layers}), "
+                                 "1 for a RoPE layer and 0 for a layer without; fix the config")
+        return [bool(v) for v in flags]
+
+    def _rope(self, layer_type: str | None) -> Positional:
+        found = self.found
+        if found.rope == "layer_type":
+            from ..sources.rope_config import rotary_spec_for_layer_type
+
+            config = self.config.full_config() if hasattr(self.config, "full_config") else self.config
+            try:
+                return Positional("rope", rotary=rotary_spec_for_layer_type(config, layer_type, found.positional))
+            except (KeyError, TypeError, ValueError, ZeroDivisionError) as exc:
+                raise IdinspectError(f"config.json: rope_parameters[{layer_type!r}] is not usable by transformers "
+                                     f"({type(exc).__name__}: {one_line(exc)}); fix the config") from None
+        if found.rope == "default":
+            from ..sources.rope_config import DEFAULT_THETA, default_rotary_spec
+
+            stored = self.optional(found.rotary_dim_key) if found.rotary_dim_key else None
+            dim = stored or self.head_dim
+            if isinstance(dim, bool) or not isinstance(dim, int) or dim < 2 or dim % 2 or dim > self.head_dim:
+                raise IdinspectError(f"config.json: {found.rotary_dim_key} is {stored!r}; the module rotates an even "
+                                     f"number of dims of each head, at most head_dim {self.head_dim}; fix the config")
+            return Positional("rope", rotary=default_rotary_spec(DEFAULT_THETA, dim, found.positional))
+        return rope_positional(self.config, found.positional, found.partial_rotary)
 
     def qk_norm(self, site: Site) -> QKNorm | None:
         norm = self.found.qk_norm
-        if norm is None:
+        if norm is None or site.block.kind == "cross":
             return None
+        if norm.heads_list:
+            return self._per_head_norm(site, norm)
         found = self.read_qk_norm(site, norm.kind, norm.scope, norm.eps, (norm.q_module, norm.k_module),
                                   gain_offset=norm.gain_offset)
         if not norm.bias:
@@ -126,6 +283,33 @@ class InferredAdapter(Adapter):
             key = self.key(site, f"{module}.bias")
             biases[f"{role}_bias"], names[f"{role}_bias"] = self._load(key, tuple(self.reader.shape(key))), key
         return dataclasses.replace(found, tensor_names=names, **biases)
+
+    def _per_head_norm(self, site: Site, norm: FoundNorm) -> QKNorm:
+        """A norm stored as one module per head: gains (and biases) [H, d_k] / [G, d_k] from
+        ``{module}.{heads_list}.{h}.weight`` (``.bias``), named ``{module}.{heads_list}.*.weight``."""
+        tensors, names = {}, {}
+        for role, module, heads in (("q", norm.q_module, self.n_heads), ("k", norm.k_module, self.n_kv_heads)):
+            for part, suffix in (("gain", "weight"), ("bias", "bias")):
+                if part == "bias" and not norm.bias:
+                    continue
+                keys = [self.key(site, f"{module}.{norm.heads_list}.{h}.{suffix}") for h in range(heads)]
+                tensors[f"{role}_{part}"] = torch.stack([self._load(k, (self.head_dim,)) for k in keys])
+                names[f"{role}_{part}"] = self.key(site, f"{module}.{norm.heads_list}.*.{suffix}")
+        return QKNorm(norm.kind, "head", norm.eps, gain_offset=norm.gain_offset, tensor_names=names, **tensors)
+
+    def qk_norm_stored(self, site: Site, norm: QKNorm) -> dict[str, torch.Tensor]:
+        """Per-head norm modules: each head's gain (and bias) back under its own module's name."""
+        found = self.found.qk_norm
+        if found is None or not found.heads_list:
+            return super().qk_norm_stored(site, norm)
+        out = {}
+        for role, module in (("q", found.q_module), ("k", found.k_module)):
+            for part, suffix in (("gain", "weight"), ("bias", "bias")):
+                tensor = getattr(norm, f"{role}_{part}")
+                if tensor is not None:
+                    out.update({self.key(site, f"{module}.{found.heads_list}.{h}.{suffix}"): tensor[h]
+                                for h in range(tensor.shape[0])})
+        return out
 
     def twin_settings(self, hf_config, shape: dict) -> dict:
         """The model's own settings with the twin's sizes: nothing the trace did not see changes."""
@@ -148,14 +332,33 @@ def twin_settings_from(hf_config, shape: dict, layers: int = 1) -> dict:
     for k, v in list(kw.items()):
         if n > 1 and isinstance(v, list) and len(v) == n:
             kw[k] = (v * layers)[:layers] if layers > n else v[:layers]
+    width, heads = getattr(hf_config, "hidden_size", None), getattr(hf_config, "num_attention_heads", None)
+    for k, v in list(kw.items()):
+        if not isinstance(v, int) or isinstance(v, bool):
+            continue
+        # a width stated equal to the model's (OPT's word_embed_proj_dim) follows the twin's: equal widths
+        # mean no projection between them, in the twin as in the model; likewise a layer count equal to the
+        # model's (BART's decoder_layers, where num_hidden_layers names encoder_layers), and a head count
+        if k.endswith(("_dim", "_size")) and v == width:
+            kw[k] = shape["hidden_size"]
+        elif k.endswith("_layers") and v == n:
+            kw[k] = layers
+        elif k.endswith("_heads") and v == heads:       # BART's decoder_attention_heads
+            kw[k] = shape["heads"]
     kw.update({"hidden_size": shape["hidden_size"], "num_attention_heads": shape["heads"], "intermediate_size": 16})
     if not isinstance(getattr(type(hf_config), "head_dim", None), property):
         kw["head_dim"] = shape["head_dim"]
     if hasattr(hf_config, "num_key_value_heads") and not isinstance(getattr(type(hf_config), "num_key_value_heads", None), property):
         kw["num_key_value_heads"] = shape["kv_heads"]
+    rotated = max(2, shape["head_dim"] // 4 * 2)      # two planes of a head of 8 (one of a head of 4)
     rope = kw.get("rope_parameters")
     if isinstance(rope, dict) and 0 < float(rope.get("partial_rotary_factor", 1.0)) < 1:
-        kw["rope_parameters"] = {**rope, "partial_rotary_factor": 2 / shape["head_dim"]}   # one rotated plane
+        kw["rope_parameters"] = {**rope, "partial_rotary_factor": rotated / shape["head_dim"]}
+    real_hd = _head_dim(hf_config)
+    for key in ROTARY_DIM_KEYS:      # rotated dims named by count (GPT-J's rotary_dim)
+        v = kw.get(key)
+        if isinstance(v, int) and not isinstance(v, bool) and real_hd:
+            kw[key] = rotated if v < real_hd else shape["head_dim"]
     layer_types = getattr(hf_config, "layer_types", None)
     if layer_types:
         kw["layer_types"] = list(layer_types[:layers])
@@ -168,6 +371,49 @@ def twin_settings_from(hf_config, shape: dict, layers: int = 1) -> dict:
     return kw
 
 
+def takes_encoder_states(hf, inputs: dict) -> bool:
+    """Whether ``hf`` (a live model) takes ``encoder_hidden_states`` that ``inputs`` do not give, with no
+    ``decoder_input_ids`` of its own (a decoder without its encoder: BartForCausalLM, whose cross-attention
+    blocks run only on encoder states), and runs with them."""
+    import inspect
+
+    params = inspect.signature(hf.forward).parameters
+    if "encoder_hidden_states" not in params or "decoder_input_ids" in params or "encoder_hidden_states" in inputs:
+        return False
+    ids = inputs.get("input_ids")
+    if ids is None:
+        return False
+    try:
+        with torch.no_grad():
+            hf(**inputs, encoder_hidden_states=encoder_states(hf, ids, torch.Generator().manual_seed(0)), use_cache=False)
+    except Exception:  # noqa: BLE001 - a model that refuses encoder states it cannot use (a BERT decoder without cross-attention)
+        return False
+    return True
+
+
+def encoder_states(hf, input_ids: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """N(0, 1) encoder states [B, T + 3, d] for ``input_ids`` [B, T], in ``hf``'s dtype."""
+    B, T = input_ids.shape
+    return torch.randn(B, T + 3, int(hf.config.hidden_size), generator=generator, dtype=next(hf.parameters()).dtype)
+
+
+def _head_dim(hf_config) -> int | None:
+    heads = getattr(hf_config, "num_attention_heads", None)
+    return getattr(hf_config, "head_dim", None) or (int(hf_config.hidden_size) // int(heads) if heads else None)
+
+
+def rotates_part(hf_config) -> bool:
+    """Whether ``hf_config`` asks for RoPE on part of each head (``partial_rotary_factor`` < 1, or a
+    :data:`ROTARY_DIM_KEYS` setting below head_dim): its twin then needs heads of 8 dims, two of whose
+    planes rotate, for rotate-half and interleaved pairs to differ."""
+    rope = getattr(hf_config, "rope_parameters", None)
+    if isinstance(rope, dict) and 0 < float(rope.get("partial_rotary_factor", 1.0) or 1.0) < 1:
+        return True
+    hd = _head_dim(hf_config)
+    return any(isinstance(v, int) and not isinstance(v, bool) and hd and v < hd
+               for v in (getattr(hf_config, k, None) for k in ROTARY_DIM_KEYS))
+
+
 def inferred_adapter(found: FoundLayout) -> type[InferredAdapter]:
     """An :class:`Adapter` subclass for ``found.model_type`` whose layout is ``found``."""
     attrs = {
@@ -175,13 +421,16 @@ def inferred_adapter(found: FoundLayout) -> type[InferredAdapter]:
         "model_types": (found.model_type,),
         "layer_container": found.layer_container,
         "block": Block("self", found.projections),
-        "hf_modules": {"self": (found.attention_module, found.output_module)},
+        "hf_modules": {"self": (found.attention_module, found.output_module),
+                       **({"cross": (found.cross.attention_module, found.cross.output_module)} if found.cross else {})},
         "model_tensors": dict(found.model_tensors),
+        "sinks_tensor": found.sinks,
         "__module__": __name__,
     }
     name = "Automatic_" + "".join(c if c.isalnum() else "_" for c in found.model_type) + "_Adapter"
     return type(name, (InferredAdapter,), attrs)
 
 
-__all__ = ["POSITIONAL_CHOICES", "FoundLayout", "FoundNorm", "InferredAdapter", "inferred_adapter",
+__all__ = ["POSITIONAL_CHOICES", "ROPE_SOURCES", "ROTARY_DIM_KEYS", "SCALE_LAWS", "FoundCross", "FoundLayout", "FoundNorm",
+           "InferredAdapter", "encoder_states", "inferred_adapter", "rotates_part", "takes_encoder_states",
            "twin_settings_from"]

@@ -7,8 +7,9 @@ types transformers ships that no adapter claims.
 
 Part ``supported``: every tiny test variant (tests/families/) is read twice, by its hand-written adapter
 and, with its model type hidden from the registry, by the adapter ``--auto`` infers and proves from the
-live model; the outcome is "agrees" (same totals: parameters, unidentified, per-layer counts), "refused"
-(with the reason) or "DISAGREES" (a defect). Part ``unclaimed``: for each model type transformers'
+live model; the outcome is "agrees" (same totals: parameters, unidentified, per-layer counts, and the
+same attention function per block: scale, causality, window, soft cap, RoPE pairing, rotated dims and
+frequencies, q/k norm, tensors), "refused" (with the reason) or "DISAGREES" (a defect). Part ``unclaimed``: for each model type transformers'
 AutoModel maps and no adapter claims (or one refused by hand), a default config's base model, shrunk,
 goes through the same inference; "automatic" (proven) or "refused" (why).
 """
@@ -32,7 +33,7 @@ MEMORY_CAP = 6 * 2**30
 def supported() -> list[dict]:
     import idinspect
     from idinspect.errors import IdinspectError
-    from tests.support.automatic import counted, hidden
+    from tests.support.automatic import counted, hidden, layer_facts
     from tests.support.tiny import VARIANTS, build
 
     rows = []
@@ -40,14 +41,19 @@ def supported() -> list[dict]:
         model = build(name)
         model_type = model.config.model_type
         start = time.perf_counter()
-        by_hand = counted(idinspect.load(model))
+        read = idinspect.load(model)
+        by_hand, facts = counted(read), layer_facts(read)
         row = {"variant": name, "model_type": model_type}
         with hidden(model_type):
             try:
-                auto = counted(idinspect.load(model, auto=True))
-                row["outcome"] = "agrees" if auto == by_hand else "DISAGREES"
+                inferred = idinspect.load(model, auto=True)
+                auto, auto_facts = counted(inferred), layer_facts(inferred)
+                row["outcome"] = "agrees" if auto == by_hand and auto_facts == facts else "DISAGREES"
                 if auto != by_hand:
                     row["by_hand"], row["automatic"] = by_hand["totals"], auto["totals"]
+                elif auto_facts != facts:
+                    row["facts_differ"] = sorted({f"block {i}: {k}" for i, (a, b) in enumerate(zip(facts, auto_facts))
+                                                  for k in a if a[k] != b[k]})
             except IdinspectError as exc:
                 row["outcome"], row["reason"] = "refused", str(exc)
         row["seconds"] = round(time.perf_counter() - start, 2)

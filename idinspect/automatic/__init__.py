@@ -4,11 +4,13 @@ counted.
 
 1. A twin of the model is built by its own transformers class (same config, two layers, H = 4
    heads, G = 2 key/value groups where the model groups them, d_k = 4, d = 16; float64, random
-   weights) and its first attention sublayer traced (:mod:`.trace`): which modules play W_Q, W_K,
-   W_V and W_O, their fused rows, biases and q/k norms.
-2. The settings one module does not show (positional scheme, score scale, causality, the norm's
-   kind) are chosen as the one combination whose canonical form reproduces the module's output on
-   both layers to 1e-10 (:mod:`.infer`).
+   weights; each kind of a per-layer setting on a twin layer; d_k = 8 where part of each head
+   rotates) and its first layer traced (:mod:`.trace`): which modules play W_Q, W_K, W_V and W_O,
+   their fused rows, biases and q/k norms, and a cross-attention block after them. An encoder's and
+   a decoder's stack are traced and settled each on its own (:func:`infer_stacks`).
+2. The settings one module does not show (positional scheme, score scale, causality, window, the
+   norm's kind) are chosen as the one combination whose canonical form reproduces the module's
+   output on every layer to 1e-10 (:mod:`.infer`).
 3. The resulting adapter must then pass the contract every built-in adapter passes
    (:func:`idinspect.testing.check_adapter`): a bit-exact round trip of every stored tensor, the
    reference against the module at 1e-10 in float64, and ``--prove``'s twin Jacobian nullity equal to
@@ -26,10 +28,16 @@ import torch
 
 from ..adapters import ADAPTERS
 from ..adapters.example_inputs import example_inputs
-from ..adapters.inferred import twin_settings_from
+from ..adapters.inferred import (
+    encoder_states,
+    rotates_part,
+    takes_encoder_states,
+    twin_settings_from,
+)
 from ..errors import IdinspectError, one_line
 from ..numerics.twin import instantiate
 from .infer import candidates, settle, sizes
+from .trace import layer_lists
 
 #: The twin the trace runs on: heads, key/value groups (where the model groups them), head width, width.
 TRACE_SHAPE = {"heads": 4, "kv_heads": 2, "head_dim": 4, "hidden_size": 16}
@@ -48,8 +56,15 @@ def infer_adapter(model_type: str, hf_config, model_class, trust_remote_code: bo
         g = torch.Generator().manual_seed(0)
         ids = torch.randint(2, 32, (2, TRACE_TOKENS), generator=g)
         inputs = example_inputs(hf, ids, g)
-        layouts, found = candidates(hf, inputs, model_type)
-        cls, error = settle(hf, layouts, found, TRACE_TOKENS)
+        states = takes_encoder_states(hf, inputs)
+        if states:
+            inputs["encoder_hidden_states"] = encoder_states(hf, ids, g)
+        stacks = layer_lists(hf)
+        if len(stacks) == 1:
+            layouts, found = candidates(hf, inputs, model_type)
+            cls, error = settle(hf, layouts, found, TRACE_TOKENS, states)
+        else:
+            cls, error, found = infer_stacks(hf, inputs, model_type, [p for p, _ in stacks], states)
     except IdinspectError:
         raise
     except Exception as exc:  # noqa: BLE001 - the model's own code failing on the twin, in one line
@@ -84,26 +99,69 @@ def infer_adapter(model_type: str, hf_config, model_class, trust_remote_code: bo
     return cls
 
 
+def infer_stacks(hf, inputs: dict, model_type: str, paths: list[str], states: bool) -> tuple[type, float, dict]:
+    """(adapter class, worst reference error, what was found) of a model with an encoder's and a
+    decoder's list of layers (``paths``, from the root): each stack traced and settled on its own (its
+    blocks reproduced by its own layout), then read together, encoder first. The stacks are named by
+    the first part of their paths that differs ("encoder", "decoder")."""
+    from ..adapters.inferred_stacks import inferred_stacks_adapter
+
+    prefix = getattr(hf, "base_model_prefix", "")
+    rel = [p[len(prefix) + 1:] if prefix and p.startswith(prefix + ".") else p for p in paths]
+    parts_of = [r.split(".") for r in rel]
+    at = next(i for i, names in enumerate(zip(*parts_of)) if len(set(names)) > 1)
+    parts, found, worst, exact, tokens = [], {}, 0.0, (), 0
+    for path, r, names in zip(paths, rel, parts_of):
+        stack = names[at]
+        layouts, seen = candidates(hf, inputs, model_type, path, stack, tuple(x for x in rel if x != r))
+        cls, error = settle(hf, layouts, {**seen, "stack": stack}, TRACE_TOKENS, states)
+        parts.append(cls.found)
+        found[stack], worst = seen, max(worst, error)
+        exact = tuple(dict.fromkeys((*exact, *cls.exact_classes)))
+        tokens = max(tokens, cls.twin_tokens)
+    if len({(f.attention_module, f.output_module) for f in parts}) > 1:
+        raise IdinspectError(f"--auto: the stacks' attention modules differ ({found}); an adapter must be written by hand")
+    cls = inferred_stacks_adapter(parts)
+    cls.exact_classes, cls.encoder_states = exact, states
+    cls.twin_tokens = tokens
+    return cls, worst, found
+
+
 def trace_twin(hf_config, model_class):
     """The float64 twin the trace runs on (:data:`TRACE_SHAPE`, :data:`TRACE_LAYERS` layers), built by
     ``model_class`` from ``hf_config``'s own settings; a one-line error where the config class refuses it."""
-    if getattr(hf_config, "sub_configs", None):
+    towers = sorted(k for k in getattr(hf_config, "sub_configs", None) or {} if is_tower(getattr(hf_config, k, None)))
+    if towers:    # a sub-config with no sizes of its own (MPT's attn_config) is part of this model's settings
         raise IdinspectError(f"--auto: {type(hf_config).__name__} holds other models' configs "
-                             f"({', '.join(sorted(hf_config.sub_configs))}); --auto reads single-tower models")
+                             f"({', '.join(towers)}); --auto reads single-tower models")
     if not all(hasattr(hf_config, k) for k in ("num_attention_heads", "hidden_size", "num_hidden_layers")):
         raise IdinspectError(f"--auto: {type(hf_config).__name__} has no num_attention_heads / hidden_size / "
                              "num_hidden_layers of its own (a composite model with text_config / vision_config?); "
                              "--auto reads single-tower models")
     H, G, _, _ = sizes(hf_config)
     shape = {**TRACE_SHAPE, "kv_heads": TRACE_SHAPE["kv_heads"] if G < H else TRACE_SHAPE["heads"]}
+    if rotates_part(hf_config):    # two rotated planes and some unrotated dims: pairings and partial rotation differ
+        shape.update(head_dim=2 * TRACE_SHAPE["head_dim"], hidden_size=2 * TRACE_SHAPE["hidden_size"])
     pad = getattr(hf_config, "pad_token_id", None)
-    settings = {**twin_settings_from(hf_config, shape, TRACE_LAYERS), "num_hidden_layers": TRACE_LAYERS, "vocab_size": 32,
-                "bos_token_id": None, "eos_token_id": None,
+    n = int(hf_config.num_hidden_layers)
+    # another stack's layer count kept from the model (BART's decoder_layers where it differs from the
+    # encoder's) must not equal the twin's, or the trace could not tell which setting counts which stack
+    kept = {v for k, v in hf_config.to_dict().items()
+            if k.endswith("_layers") and isinstance(v, int) and not isinstance(v, bool) and v != n}
+    layers = next(k for k in range(TRACE_LAYERS, TRACE_LAYERS + len(kept) + 1) if k not in kept)
+    settings = {**twin_settings_from(hf_config, shape, layers), "num_hidden_layers": layers, "vocab_size": 32,
                 "pad_token_id": pad if isinstance(pad, int) and 0 <= pad < 32 else None}
-    types = list(getattr(hf_config, "layer_types", None) or [])
-    if types:    # both kinds where the model has both, so the trace tells which layers a window applies to
-        kinds = list(dict.fromkeys(types))
-        settings["layer_types"] = (kinds * TRACE_LAYERS)[:TRACE_LAYERS]
+    for key, fallback in (("bos_token_id", 1), ("eos_token_id", 2)):
+        # ids outside the twin's 32 tokens: None, or a token inside where the config class wants an int (Mllama)
+        v = getattr(hf_config, key, None)
+        settings[key] = None if v is None else v if isinstance(v, int) and 0 <= v < 32 else fallback
+    for key, v in hf_config.to_dict().items():
+        # every per-layer setting (layer types, NoPE flags) with each of its kinds on a twin layer, so the
+        # trace tells which layers a window, a RoPE type or no RoPE applies to
+        if n > 1 and isinstance(v, list) and len(v) == n and all(isinstance(x, (str, int)) for x in v):
+            kinds = list(dict.fromkeys(v))
+            if len(kinds) > 1:
+                settings[key] = (kinds * layers)[:layers]
     if getattr(hf_config, "sliding_window", None):
         settings["sliding_window"] = TRACE_WINDOW    # shorter than the trace's sequences: a window shows
     try:
@@ -112,6 +170,12 @@ def trace_twin(hf_config, model_class):
         raise IdinspectError(f"--auto: transformers' {type(hf_config).__name__} refuses the trace twin {shape} "
                              f"({one_line(exc)}); an adapter must be written by hand") from None
     return instantiate(config, model_class._from_config)
+
+
+def is_tower(config) -> bool:
+    """Whether a sub-config describes a model of its own (sizes and layers: a text or vision tower),
+    not settings of this one (MPT's ``attn_config``)."""
+    return config is not None and all(hasattr(config, k) for k in ("hidden_size", "num_hidden_layers"))
 
 
 def folder_model_class(folder: Path, trust_remote_code: bool) -> tuple[object, type]:

@@ -1,19 +1,31 @@
 """From a traced twin to a :class:`~adapters.inferred.FoundLayout`: the roles' modules and fused
-layout (:mod:`.trace`), then the settings that are not visible in one module (positional scheme,
-score scale, causality, q/k norm), chosen as the one combination whose canonical form reproduces the
-live module's output on both of the twin's layers to :data:`~idinspect.testing.REFERENCE_RTOL`."""
+layout (:mod:`.trace`), a cross-attention block after the self-attention block, then the settings
+that are not visible in one module (positional scheme and its per-layer variants, ALiBi, a relative
+table, score scale law, causality, window, soft cap, q/k norm), chosen as the one combination whose
+canonical form reproduces the live module's output on every layer of the twin's stack to
+:data:`~idinspect.testing.REFERENCE_RTOL`. Every fact is a law of the config (a setting's name, a
+per-layer setting, d_k^-1/2), never one of the twin's numbers, so it holds for the model itself."""
 
 from __future__ import annotations
 
 import itertools
+import math
 
 import torch
 
-from ..adapters.inferred import FoundLayout, FoundNorm, inferred_adapter
+from ..adapters.inferred import (
+    ROTARY_DIM_KEYS,
+    FoundCross,
+    FoundLayout,
+    FoundNorm,
+    inferred_adapter,
+)
 from ..adapters.layout import Projection, fused_rows
 from ..errors import IdinspectError
 from .trace import Trace, affine_kind, find_roles, first_calls, trace
 
+#: The largest relative-position distance tried (the settle's sequences are one token longer).
+MAX_RELATIVE_DISTANCE = 512
 #: Config keys that may hold a soft cap on the attention scores (tried, not trusted: the reproduction decides).
 SOFTCAP_KEYS = ("attn_logit_softcapping", "attention_logit_softcapping", "logit_softcap")
 
@@ -96,13 +108,16 @@ def common_parent(paths: list[str]) -> str:
     return ".".join(common)
 
 
-def model_tensors(hf, t: Trace, read: set[str]) -> dict[str, str]:
-    """Every other tensor of the twin as ``pattern -> component`` (layer numbers as ``{n}``)."""
+def model_tensors(hf, t: Trace, read: set[str], others: tuple[str, ...] = ()) -> dict[str, str]:
+    """Every other tensor of the twin as ``pattern -> component`` (layer numbers as ``{n}``), but those
+    in the layers of the ``others`` stacks (their own layouts declare them)."""
     prefix = getattr(hf, "base_model_prefix", "")
     container = t.layer_container
     out = {}
     for key in hf.state_dict():
         name = key[len(prefix) + 1:] if prefix and key.startswith(prefix + ".") else key
+        if any(name.startswith(o + ".") for o in others):
+            continue
         module_path = key.rsplit(".", 1)[0]
         parts = name.split(".")
         n_parts = len(container.split("."))
@@ -144,17 +159,33 @@ def qk_norms(t: Trace, module: torch.nn.Module, attention: str, seen: dict[str, 
     if set(found) != {"q", "k"}:
         return [None]
     (qp, scope, qm), (kp, _, _) = found["q"], found["k"]
+    heads = _per_head_list(qm)
+    if heads is not None:     # one norm module per head (StableLM's norms.h): its settings are the first's
+        qm = getattr(qm, heads)[0]
     eps = next((float(getattr(qm, a)) for a in ("variance_epsilon", "eps", "epsilon") if hasattr(qm, a)), 1e-6)
     pre = f"{attention}." if attention else ""
     bias = getattr(qm, "bias", None) is not None
-    return [FoundNorm(kind, scope, eps, pre + qp, pre + kp, offset, bias)
+    return [FoundNorm(kind, scope, eps, pre + qp, pre + kp, offset, bias, heads)
             for kind, offset in itertools.product(("rms", "layer"), (0.0, 1.0))]
 
 
 def norm_candidates(module: torch.nn.Module) -> dict[str, torch.nn.Module]:
-    """The submodules of the attention ``module`` with parameters of their own that are not affine."""
+    """The submodules of the attention ``module`` with parameters of their own that are not affine, and
+    those holding one such module per head in a list (a q/k norm per head: StableLM's q_layernorm)."""
     return {path: m for path, m in module.named_modules()
-            if path and affine_kind(m) is None and list(m.parameters(recurse=False))}
+            if path and affine_kind(m) is None and (list(m.parameters(recurse=False)) or _per_head_list(m))}
+
+
+def _per_head_list(module: torch.nn.Module) -> str | None:
+    """The name of ``module``'s one child, a ModuleList of parametrised modules of one class that are
+    not affine and have no children, where it has nothing else; None otherwise."""
+    children = list(module.named_children())
+    if list(module.parameters(recurse=False)) or len(children) != 1 or not isinstance(children[0][1], torch.nn.ModuleList):
+        return None
+    name, items = children[0]
+    ok = len(items) > 0 and len({type(m) for m in items}) == 1 and all(
+        affine_kind(m) is None and list(m.parameters(recurse=False)) and not list(m.children()) for m in items)
+    return name if ok else None
 
 
 def _layouts(x: torch.Tensor) -> list[torch.Tensor]:
@@ -170,11 +201,57 @@ def extra_parameters(module: torch.nn.Module, attention: str, proj: tuple[Projec
     return [pre + n for n, _ in module.named_parameters() if not any((pre + n).startswith(m + ".") for m in placed)]
 
 
-def candidates(hf, inputs: dict, model_type: str) -> tuple[list[FoundLayout], dict]:
+def stack_layers_key(hf, cfg, container: str) -> str:
+    """The setting that counts the layers of the list at ``container``: num_hidden_layers where it does,
+    else a setting ending in "_layers" (BART's decoder_layers, T5's num_decoder_layers) equal to the list's
+    length on the twin, else any integer setting equal to it; refused where none is."""
+    n = len(hf.get_submodule(container))
+    settings = cfg.to_dict()
+    if int(cfg.num_hidden_layers) == n:
+        return "num_hidden_layers"
+    equal = [k for k, v in settings.items() if isinstance(v, int) and not isinstance(v, bool) and v == n]
+    named = [k for k in equal if k.endswith("_layers")]
+    if named or equal:
+        return (named or equal)[0]
+    raise IdinspectError(f"--auto: no setting counts the {n} layers of {container}; an adapter must be written by hand")
+
+
+def cross_block(hf, inputs: dict, t: Trace, after: str, cfg, kv: str) -> FoundCross | None:
+    """The layer's second attention block, after module ``after`` (the first block's W_O): a
+    cross-attention block, whose keys and values read other states than its queries (the encoder's);
+    None where there is none. Refused where the second block is another self-attention block, or holds
+    parameters no projection holds."""
+    block = find_roles(hf, inputs, t, after)
+    if block is None:
+        return None
+    o_path, roles = block
+    proj = projections(t, roles, o_path, cfg, kv)
+    by_role = {r: p.module for p in proj for r in p.roles}
+    q_in, k_in = t.inputs[by_role["q"]], t.inputs[by_role["k"]]
+    found = {p.module: p.roles for p in proj}
+    if q_in.shape == k_in.shape and torch.equal(q_in, k_in):
+        raise IdinspectError(f"--auto: layer 0 has a second self-attention block ({found}); --auto reads one self-"
+                             "attention block per layer, and a cross-attention block; an adapter must be written by hand")
+    attention = common_parent([p.module for p in proj if p.roles != "o"])
+    module = hf.get_submodule(f"{t.layer_path}.{attention}" if attention else t.layer_path)
+    _, y = first_calls(hf, inputs, {"": module})[""]
+    o = t.outputs[o_path]
+    extra = extra_parameters(module, attention, proj, None)
+    if extra:
+        raise IdinspectError(f"--auto: the cross-attention module {attention} has parameters no projection holds "
+                             f"({', '.join(extra)}); found {found}; an adapter must be written by hand")
+    return FoundCross(attention, None if y.shape == o.shape and torch.equal(y, o) else o_path, proj)
+
+
+def candidates(hf, inputs: dict, model_type: str, container: str | None = None, stack: str = "",
+               others: tuple[str, ...] = ()) -> tuple[list[FoundLayout], dict]:
     """Every layout consistent with the trace of ``hf`` (float64 twin), best guess first, and what the
-    trace found (for refusals)."""
+    trace found (for refusals); of its list of layers at ``container`` (path from the root; None: its one
+    list), named ``stack`` where the model has two, the ``others`` (relative to the base model) left to
+    their own layouts."""
     cfg = hf.config
-    t = trace(hf, inputs)
+    t = trace(hf, inputs, container)
+    layers_key = stack_layers_key(hf, cfg, container) if container is not None else "num_hidden_layers"
     o_path, roles = find_roles(hf, inputs, t)
     kv = kv_heads_mode(roles, cfg)
     proj = projections(t, roles, o_path, cfg, kv)
@@ -191,56 +268,163 @@ def candidates(hf, inputs: dict, model_type: str) -> tuple[list[FoundLayout], di
     found = {"layers": t.layer_container, "attention": attention or "(the layer)", "output": o_path,
              "projections": {p.module: p.roles + (f" ({p.layout})" if len(p.roles) > 1 else "") for p in proj},
              "qk_norm": norms[0].q_module if norms[0] else None}
+    cross = cross_block(hf, inputs, t, o_path, cfg, kv)
+    if cross is not None:
+        found["cross"] = {p.module: p.roles for p in cross.projections}
+        proj_all = (*proj, *cross.projections)
+    else:
+        proj_all = proj
+    H = int(cfg.num_attention_heads)
+    pre = f"{attention}." if attention else ""
+    params = dict(module.named_parameters())
+    # one logit per head, held by the attention module itself: tried as attention sinks (gpt-oss)
+    sinks = extra[0] if len(extra) == 1 and "." not in extra[0][len(pre):] and params[extra[0][len(pre):]].shape == (H,) else None
+    if sinks:
+        found["sinks"], extra = sinks, []
+    relative = relative_table(hf, t, module, attention, extra, H)
+    if relative:     # a table [buckets, H] the module looks up: tried as T5's relative-position bias
+        found["relative"], extra = relative[0], []
     if extra:
         raise IdinspectError(f"--auto: the attention module {attention or t.layer_path} has parameters no projection "
                              f"holds ({', '.join(extra)}); found {found}; an adapter must be written by hand")
-    read = {f"{p.module}.weight" for p in proj} | {f"{p.module}.bias" for p in proj if p.bias}
+    read = ({f"{p.module}.weight" for p in proj_all} | {f"{p.module}.bias" for p in proj_all if p.bias}
+            | {x for x in (sinks, relative and relative[0]) if x})
     if norms[0] is not None:
-        read |= {f"{norms[0].q_module}.{w}" for w in ("weight", "bias")} | {f"{norms[0].k_module}.{w}" for w in ("weight", "bias")}
-    tensors = model_tensors(hf, t, read)
+        n0 = norms[0]
+        stems = [f"{m}.{n0.heads_list}.{h}" for m in (n0.q_module, n0.k_module) for h in range(H)] if n0.heads_list \
+            else [n0.q_module, n0.k_module]
+        read |= {f"{m}.{w}" for m in stems for w in ("weight", "bias")}
+    tensors = model_tensors(hf, t, read, others)
     _, _, hd, _ = sizes(cfg)
-    scales = list(dict.fromkeys(s for s in (getattr(module, "scaling", None), hd ** -0.5, 1.0)
-                                if isinstance(s, (int, float))))
-    rope = bool(getattr(cfg, "rope_parameters", None) or getattr(cfg, "rope_theta", None))
-    partial = "partial_rotary_factor" in (getattr(cfg, "rope_parameters", None) or {})
-    positionals = ([(p, q) for p in ("half", "interleaved") for q in ((False, True) if partial else (False,))]
-                   if rope else []) + [("none", False)]
-    windows = ("layer_types", "all", "none") if getattr(cfg, "sliding_window", None) else ("none",)
-    caps = [None] + [k for k in SOFTCAP_KEYS if getattr(cfg, k, None)]
-    layouts = [FoundLayout(model_type, t.layer_container, attention, output, proj, pos, part, float(scale), causal,
-                           norm, tensors, window=window, kv_heads=kv, softcap=cap)
-               for (pos, part), causal, scale, norm, window, cap
-               in itertools.product(positionals, (True, False), scales, norms, windows, caps)]
+    layouts = [FoundLayout(model_type, t.layer_container, attention, output, proj, pos["positional"], pos["partial"],
+                           scale["scale"], causal, norm, tensors, window=window, kv_heads=kv, softcap=cap,
+                           rope=pos["rope"], rotary_dim_key=pos["rotary_dim_key"], rope_layers_key=pos["rope_layers_key"],
+                           scale_law=scale["law"], scale_by_layer=by_layer, window_offset=offset, sinks=sinks,
+                           cross=cross, relative=relative and relative[0], relative_per_layer=bool(relative and relative[1]),
+                           relative_distance_key=pos.get("distance"), relative_bidirectional=pos.get("bidirectional", True),
+                           stack=stack, layers_key=layers_key)
+               for pos, causal, scale, by_layer, norm, (window, offset), cap
+               in itertools.product(positionals(cfg, relative), (True, False), scale_laws(module, cfg, hd), (False, True), norms,
+                                    windows(cfg), [None] + [k for k in SOFTCAP_KEYS if getattr(cfg, k, None)])]
     return layouts, found
 
 
-def settle(hf, layouts: list[FoundLayout], found: dict, tokens: int = 8):
+def relative_table(hf, t: Trace, module: torch.nn.Module, attention: str, extra: list[str], H: int
+                   ) -> tuple[str, bool] | None:
+    """(path relative to the layer, whether every layer has its own) of the one extra parameter of the
+    attention ``module`` that is an embedding table [buckets, H] (T5's relative_attention_bias); None
+    where there is no such table. Per layer where layer 1 of the twin holds it too (UMT5), else layer
+    0's is the stack's (T5)."""
+    pre = f"{attention}." if attention else ""
+    if len(extra) != 1 or not extra[0].endswith(".weight"):
+        return None
+    owner = module.get_submodule(extra[0][len(pre):-len(".weight")])
+    if not isinstance(owner, torch.nn.Embedding) or owner.weight.shape[1] != H:
+        return None
+    second = t.layer_path[:-1] + "1"
+    keys = dict(hf.named_parameters())
+    return extra[0], f"{second}.{extra[0]}" in keys
+
+
+def positionals(cfg, relative: tuple[str, bool] | None = None) -> list[dict]:
+    """The positional schemes worth trying on ``cfg`` (best guess first): RoPE with rotate-half or
+    interleaved pairs, its frequencies from the config (as a whole, or per layer type where
+    ``rope_parameters`` is keyed by ``layer_types``' values), or from the default base over the
+    rotated dims a setting may name; on every layer, or on those a per-layer 0/1 setting flags; no
+    positions inside attention at all; ALiBi. Tried, not trusted: the reproduction decides."""
+    params = getattr(cfg, "rope_parameters", None)
+    types = list(getattr(cfg, "layer_types", None) or [])
+    by_type = isinstance(params, dict) and bool(types) and set(types) <= set(params)
+    sources = ["layer_type"] if by_type else (["config"] if params or getattr(cfg, "rope_theta", None) else [])
+    sources.append("default")
+    partial = [False, True] if isinstance(params, dict) and "partial_rotary_factor" in params else [False]
+    dim_keys = [None] + [k for k in ROTARY_DIM_KEYS if isinstance(getattr(cfg, k, None), int)]
+    n = int(cfg.num_hidden_layers)
+    flag_keys = [None] + [k for k, v in cfg.to_dict().items()
+                          if isinstance(v, list) and len(v) == n and set(v) == {0, 1}
+                          and not any(isinstance(x, (bool, float)) for x in v)]
+    out = []
+    for pairing, source, flags in itertools.product(("half", "interleaved"), sources, flag_keys):
+        for part, key in itertools.product(partial if source == "config" else [False],
+                                           dim_keys if source == "default" else [None]):
+            out.append({"positional": pairing, "partial": part, "rope": source, "rotary_dim_key": key,
+                        "rope_layers_key": flags})
+    out += [{"positional": kind, "partial": False, "rope": "config", "rotary_dim_key": None, "rope_layers_key": None}
+            for kind in ("none", "alibi")]
+    if relative:     # T5's buckets: both directions or past only, the largest distance from an integer setting
+        out = [{**out[-2], "positional": "relative", "distance": key, "bidirectional": both}
+               for both in (True, False) for key, v in cfg.to_dict().items()
+               if isinstance(v, int) and not isinstance(v, bool) and 0 < v <= MAX_RELATIVE_DISTANCE] + out
+    return out
+
+
+def scale_laws(module: torch.nn.Module, cfg, hd: int) -> list[dict]:
+    """The score scales worth trying (:data:`~adapters.inferred.SCALE_LAWS`): d_k^-1/2, the attention
+    module's own ``scaling`` explained by a numeric setting (its value or inverse square root), 1, and
+    the module's number as a constant where no law explains it."""
+    laws = [{"law": "head_dim", "scale": hd ** -0.5}]
+    own = getattr(module, "scaling", None)
+    if (isinstance(own, (int, float)) and not isinstance(own, bool) and own > 0
+            and not any(math.isclose(own, s, rel_tol=1e-12) for s in (hd ** -0.5, 1.0))):
+        for key, v in cfg.to_dict().items():
+            # a multiplier is a float setting (Granite's attention_multiplier); an inverse square root may
+            # be of an integer one (Gemma's query_pre_attn_scalar)
+            if isinstance(v, float) and v > 0 and math.isclose(v, own, rel_tol=1e-12):
+                laws.append({"law": f"key:{key}", "scale": float(own)})
+            elif isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 and math.isclose(v ** -0.5, own, rel_tol=1e-12):
+                laws.append({"law": f"rsqrt:{key}", "scale": float(own)})
+        if len(laws) == 1:
+            laws.append({"law": "constant", "scale": float(own)})
+    return laws + [{"law": "one", "scale": 1.0}]
+
+
+def windows(cfg) -> list[tuple[str, int]]:
+    """(which layers, offset) of the sliding windows worth trying: none, or config.sliding_window (plus
+    0 or 1: ModernBERT's module adds one to its config's half window) on every layer or on the layers
+    ``layer_types`` marks sliding."""
+    if not getattr(cfg, "sliding_window", None):
+        return [("none", 0)]
+    return [("layer_types", 0), ("all", 0), ("layer_types", 1), ("all", 1), ("none", 0)]
+
+
+def settle(hf, layouts: list[FoundLayout], found: dict, tokens: int = 8, encoder_states: bool = False):
     """(adapter class, worst relative error) of the first layout whose canonical form reproduces every
     block of ``hf``; a one-line refusal with the best attempt where none does."""
     from ..forms import reference_attention
     from ..sources.checkpoint import StateDictReader
     from ..testing import REFERENCE_RTOL, captured_blocks
 
+    distances = [int(getattr(hf.config, x.relative_distance_key)) for x in layouts if x.relative_distance_key]
+    tokens = max([tokens] + [d + 1 for d in distances])      # every relative distance's bucket shows
     best = (float("inf"), None)
     reader = StateDictReader(hf.state_dict())
     norms = tuple({type(m) for m in hf.modules() if "norm" in type(m).__name__.lower() and affine_kind(m) is None})
+    exact, blocks = None, None
     for layout in layouts:
         cls = inferred_adapter(layout)
-        cls.norm_classes = norms
+        cls.encoder_states = encoder_states
         try:
             adapter = cls(hf.config, reader)
+            if exact is None:     # the norms' and the attention module's own float32 casts skipped on float64
+                exact = (*norms, type(adapter.live_modules(hf, 0)[0]))
+            cls.exact_classes = exact
+            if blocks is None:    # every candidate reads the same modules: one forward pass for all
+                blocks = captured_blocks(hf, adapter, tokens, 0)
             worst = 0.0
-            for n, (x, y, x_kv) in enumerate(captured_blocks(hf, adapter, tokens, 0)):
+            for n, (x, y, x_kv) in enumerate(blocks):
                 out = reference_attention(adapter.read_layer(n), x, x_kv=x_kv)
                 worst = max(worst, float((out - y).abs().max() / y.abs().max().clamp_min(1e-300)))
-        except (IdinspectError, ValueError, RuntimeError, KeyError):
+        except (IdinspectError, ValueError, RuntimeError, KeyError, IndexError):
             continue
         if worst <= REFERENCE_RTOL:
+            if layout.relative_distance_key:     # --prove's twin reaches every bucket too
+                cls.twin_tokens = max(cls.twin_tokens, int(getattr(hf.config, layout.relative_distance_key)) + 1)
             return cls, worst
         if worst < best[0]:
             best = (worst, layout)
-    what = ("" if best[1] is None else f"; closest: positional {best[1].positional}, causal {best[1].causal}, "
-            f"scale {best[1].scale:.4g}, window {best[1].window}, relative error {best[0]:.1e}")
+    what = ("" if best[1] is None else f"; closest: positional {best[1].positional} (RoPE from {best[1].rope}), causal "
+            f"{best[1].causal}, scale {best[1].scale:.4g} ({best[1].scale_law}{', by layer' if best[1].scale_by_layer else ''}), "
+            f"window {best[1].window}, relative error {best[0]:.1e}")
     raise IdinspectError(f"--auto: no positional scheme, scale or causality idinspect models reproduces the attention "
                          f"module (found {found}{what}); an adapter must be written by hand")
 

@@ -62,23 +62,32 @@ def affine_kind(module: torch.nn.Module) -> str | None:
     return None
 
 
-def layer_list(hf) -> tuple[str, torch.nn.ModuleList]:
-    """(path from the root, module) of the model's list of layers: the ModuleList with one entry per
-    ``config.num_hidden_layers`` whose entries hold affine modules."""
+def layer_lists(hf) -> list[tuple[str, torch.nn.ModuleList]]:
+    """(path from the root, module) of each of the model's lists of layers (one stack, or an encoder's
+    and a decoder's), in the model's order: the outermost ModuleLists whose entries hold affine modules,
+    one with an entry per ``config.num_hidden_layers``."""
     n = int(hf.config.num_hidden_layers)
     stacks = [(path, module) for path, module in hf.named_modules()
               if isinstance(module, torch.nn.ModuleList) and len(module) > 0
               and all(sum(affine_kind(m) is not None for m in child.modules()) >= 2 for child in module)]
     stacks = [(p, m) for p, m in stacks if not any(p != q and p.startswith(q + ".") for q, _ in stacks)]
-    found = [(p, m) for p, m in stacks if len(m) == n]
-    if not found:
+    if not any(len(m) == n for _, m in stacks):
         raise IdinspectError(f"--auto: no list of {n} layers with projections in {type(hf).__name__}; "
                              "an adapter must be written by hand (docs/adding-a-family.md)")
+    if len(stacks) > 2:
+        raise IdinspectError(f"--auto: {type(hf).__name__} has {len(stacks)} stacks of layers "
+                             f"({', '.join(p for p, _ in stacks)}); --auto reads one stack, or an encoder's and a "
+                             "decoder's; an adapter must be written by hand for the others (docs/adding-a-family.md)")
+    return stacks
+
+
+def layer_list(hf) -> tuple[str, torch.nn.ModuleList]:
+    """The model's one list of layers (:func:`layer_lists`); refused where it has two."""
+    stacks = layer_lists(hf)
     if len(stacks) > 1:
         raise IdinspectError(f"--auto: {type(hf).__name__} has {len(stacks)} stacks of layers "
-                             f"({', '.join(p for p, _ in stacks)}); --auto reads one-stack models, an adapter "
-                             "must be written by hand for the others (docs/adding-a-family.md)")
-    return found[0]
+                             f"({', '.join(p for p, _ in stacks)}); expected one")
+    return stacks[0]
 
 
 def record(hf, inputs: dict, layer_path: str, move: tuple[str, torch.Tensor] | None = None
@@ -95,6 +104,8 @@ def record(hf, inputs: dict, layer_path: str, move: tuple[str, torch.Tensor] | N
             continue
 
         def hook(mod, args, output, path=path):
+            if not isinstance(output, torch.Tensor):     # a Linear subclass with more to say (Llama 4's router)
+                return output
             if path not in ins:
                 order.append(path)
                 ins[path] = args[0].detach().clone()
@@ -133,14 +144,15 @@ def first_calls(hf, inputs: dict, modules: dict[str, torch.nn.Module]) -> dict[s
     return seen
 
 
-def trace(hf, inputs: dict) -> Trace:
-    """Record layer 0 of ``hf`` once (see :func:`record`)."""
-    container, _ = layer_list(hf)
+def trace(hf, inputs: dict, container: str | None = None) -> Trace:
+    """Record layer 0 of ``hf``'s list of layers at ``container`` (path from the root; None: its one
+    list) once (see :func:`record`)."""
+    container = container if container is not None else layer_list(hf)[0]
     layer_path = f"{container}.0"
     layer = hf.get_submodule(layer_path)
-    affine = {path: Affine(path, affine_kind(m) == "conv1d", getattr(m, "bias", None) is not None)
-              for path, m in layer.named_modules() if affine_kind(m) is not None}
     ins, outs, order = record(hf, inputs, layer_path)
+    affine = {path: Affine(path, affine_kind(m) == "conv1d", getattr(m, "bias", None) is not None)
+              for path, m in layer.named_modules() if affine_kind(m) is not None and path in outs}
     prefix = getattr(hf, "base_model_prefix", "")
     relative = container[len(prefix) + 1:] if prefix and container.startswith(prefix + ".") else container
     return Trace(relative, layer_path, affine, order, ins, outs)
@@ -164,28 +176,37 @@ def _unit_move(out: torch.Tensor, unit: int | None, amount: float, generator: to
     return delta
 
 
-def find_roles(hf, inputs: dict, t: Trace) -> tuple[str, dict[str, list[str]]]:
-    """(W_O's module, {module: role of each output unit}) for the attention of layer 0, roles "q",
-    "k", "v" (see the module docstring); raises naming what was found where the marks do not fit."""
+def find_roles(hf, inputs: dict, t: Trace, after: str | None = None) -> tuple[str, dict[str, list[str]]] | None:
+    """(W_O's module, {module: role of each output unit}) of the first attention block of layer 0 after
+    module ``after`` in call order (None: the layer's first block), roles "q", "k", "v" (see the module
+    docstring). The first block's projections read what its first mixing module reads; a later block's
+    (a cross-attention block, whose keys and values read the encoder's states) are the modules between
+    the previous block's W_O and its own. Raises naming what was found where the first block's marks do
+    not fit; None where there is no block after ``after``."""
     g = torch.Generator().manual_seed(7)
-    mixers = []
-    for path in t.order:
+    start = 0 if after is None else t.order.index(after) + 1
+    first = None
+    for path in t.order[start:]:
         out = t.outputs[path]
         if out.dim() != 3:
             continue
         ins, _, _ = record(hf, inputs, t.layer_path, (path, _unit_move(out, None, 1.0, g)))
         later = [p for p in t.order if p != path and t.order.index(p) > t.order.index(path)]
         if any(_moved(t.inputs[p], ins[p], _scale(t.inputs[p]))[0, 1:].any() for p in later):
-            mixers.append(path)
+            first = path
             break     # the first module whose move reaches other positions feeds attention
-    if not mixers:
+    if first is None:
+        if after is not None:
+            return None
         raise IdinspectError("--auto: no projection of layer 0 moves information between positions: no attention "
                              "found; an adapter must be written by hand (docs/adding-a-family.md)")
-    first = mixers[0]
     o_path = _output_projection(hf, inputs, t, first, g)
-    before = t.order[:t.order.index(o_path)]
-    source = t.inputs[first]
-    candidates = [p for p in before if t.inputs[p].shape == source.shape and torch.equal(t.inputs[p], source)]
+    if after is None:
+        before = t.order[:t.order.index(o_path)]
+        source = t.inputs[first]
+        candidates = [p for p in before if t.inputs[p].shape == source.shape and torch.equal(t.inputs[p], source)]
+    else:
+        candidates = t.order[start:t.order.index(o_path)]
     roles: dict[str, list[str]] = {}
     z0 = t.inputs[o_path]
     scale = _scale(z0)
@@ -228,4 +249,5 @@ def _scale(x: torch.Tensor) -> float:
     return max(float(x.abs().max()), 1e-300)
 
 
-__all__ = ["Affine", "Trace", "affine_kind", "find_roles", "first_calls", "layer_list", "record", "trace"]
+__all__ = ["Affine", "Trace", "affine_kind", "find_roles", "first_calls", "layer_list", "layer_lists", "record",
+           "trace"]

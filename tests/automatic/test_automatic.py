@@ -1,9 +1,10 @@
 """--auto: the adapter inferred from the transformers module and proven on a twin before counting.
 
 Agreement: on real transformers classes whose hand-written adapter is hidden from the registry, the
-inferred adapter gives the same counts as the hand-written one. Refusal: where the module does something
-idinspect does not model (ALiBi, sinks, a relative-position table) or the inference is wrong, nothing is
-counted and the error names what was found. Live models of a config class registered with
+inferred adapter gives the same counts as the hand-written one, and reads every block as the same
+attention function. Refusal: where the module does something --auto does not model (Falcon's rounded
+ALiBi, shared layers, two towers) or the inference is wrong, nothing is counted
+and the error names what was found. Live models of a config class registered with
 ``AutoConfig.register``, and a checkpoint folder whose code is in the repository (auto_map), which only
 runs with --trust-remote-code.
 """
@@ -24,25 +25,40 @@ from idinspect.adapters import ADAPTERS
 
 import idinspect
 from idinspect.errors import IdinspectError
-from tests.support.automatic import counted, hidden
+from tests.support.automatic import counted, hidden, layer_facts
 from tests.support.tiny import build
 
 #: Hand-written families the automatic adapter must match: plain, GQA/MQA, biases, fused rows (Conv1D
-#: and Linear), partial RoPE, q/k norms per head, sliding windows, encoders, a vision tower.
+#: and Linear), partial RoPE, q/k norms per head, sliding windows, encoders, a vision tower; and the
+#: per-layer facts: interleaved RoPE on a rotary_dim of the head from no RoPE setting (GPT-J), RoPE in
+#: float32 inside the attention module with LayerNorm q/k norms (Cohere), RoPE per layer type with a
+#: query_pre_attn_scalar scale (Gemma 3), a bidirectional window one wider than the config's (ModernBERT),
+#: NoPE layers (SmolLM3), a scale over layer index + 1 (GPT-2), a width equal to the model's (OPT),
+#: ALiBi (BLOOM; MPT with 6 heads, whose slopes follow the extension for H not a power of two), attention
+#: sinks (gpt-oss: one logit per head on the attention module), a q/k LayerNorm module per head (StableLM),
+#: a cross-attention block after each self-attention block (GPT-2, BERT; BART's decoder saved alone, whose
+#: cross-attention runs only on encoder states it is given), T5's relative-position table (layer 0's, shared;
+#: UMT5's, one per layer), an encoder and a decoder stack, each settled on its own (BART with fewer
+#: decoder layers and heads set apart from the encoder's, T5 with a gated MLP, Whisper's audio encoder).
 AGREEING = ["llama-mqa", "qwen3-bias-window", "phi3-partial-mqa", "gpt2", "gpt-neox", "bert", "vit", "olmo2",
-            "gemma2-softcap"]
+            "gemma2-softcap", "gptj", "cohere-qk-norm-bias", "gemma3-text", "modernbert-scaled-rope", "smollm3-nope",
+            "gpt2-inverse-layer-scale", "opt", "bloom", "mpt-6-heads", "gpt-oss",
+            "stablelm-qk-layernorm", "gpt2-cross", "bert-cross", "bart-decoder", "t5-encoder", "umt5-encoder",
+            "bart-base-model", "t5-gated-head-dim", "whisper"]
 
 
 @pytest.mark.parametrize("variant", AGREEING)
 def test_the_inferred_adapter_counts_what_the_hand_written_one_counts(variant):
     hf = build(variant)
-    by_hand = counted(idinspect.load(hf))
+    read = idinspect.load(hf)
+    by_hand, facts = counted(read), layer_facts(read)
     with hidden(hf.config.model_type):
         with pytest.raises(IdinspectError, match="--auto"):
             idinspect.load(hf)             # without --auto: refused, and the refusal names --auto
         model = idinspect.load(hf, auto=True)
         assert model.adapter.family == "automatic"
         assert counted(model) == by_hand
+        assert layer_facts(model) == facts          # the same attention function, block by block
         evidence = model.adapter_provider()["automatic"]
         assert evidence["proven_on_twin"] is True
         assert evidence["jacobian_nullity"] == evidence["structural_unidentified"]
@@ -50,10 +66,10 @@ def test_the_inferred_adapter_counts_what_the_hand_written_one_counts(variant):
 
 
 @pytest.mark.parametrize(("variant", "found"), [
-    ("bloom", "no positional scheme"),                 # ALiBi
-    ("gpt-oss", "self_attn.sinks"),                    # attention sinks
-    ("t5-encoder", "relative_attention_bias"),         # a relative-position table
-    ("bart", "2 stacks of layers"),                    # encoder-decoder
+    ("falcon-legacy-alibi", "no positional scheme"),   # ALiBi slopes over sqrt(d_k), rounded to bfloat16
+    ("albert-shared", "no list of 2 layers"),          # one layer's weights shared by every layer
+    ("qwen2-vl", "holds other models' configs"),       # a text and a vision tower
+    ("mpnet", "no positional scheme"),                 # a relative-position table the encoder applies
     ("deepseek-v3", "query/key/value outputs"),        # multi-head latent attention
 ])
 def test_what_idinspect_does_not_model_is_refused_naming_what_was_found(variant, found):
@@ -66,8 +82,8 @@ def test_what_idinspect_does_not_model_is_refused_naming_what_was_found(variant,
 
 
 def test_a_wrong_inference_is_caught_before_anything_is_counted():
-    """Every candidate that misreads the module (no RoPE on a RoPE model, the wrong scale, no causal
-    mask) fails the reproduction: settle refuses with the closest attempt."""
+    """Every candidate that misreads the module (no RoPE on a RoPE model, the wrong scale or scale per
+    layer, no causal mask, the wrong pairing) fails the reproduction: settle refuses with the closest attempt."""
     from idinspect.adapters.example_inputs import example_inputs
 
     from idinspect.automatic import trace_twin
@@ -79,8 +95,8 @@ def test_a_wrong_inference_is_caught_before_anything_is_counted():
     inputs = example_inputs(twin, torch.randint(2, 32, (2, 8), generator=g), g)
     layouts, found = candidates(twin, inputs, "llama")
     right = settle(twin, layouts, found)[0].found
-    wrong = [replace(right, positional="none"), replace(right, causal=False), replace(right, scale=right.scale * 1.01),
-             replace(right, positional="interleaved")]
+    wrong = [replace(right, positional="none"), replace(right, causal=False), replace(right, scale_law="one"),
+             replace(right, scale_by_layer=True), replace(right, positional="interleaved")]
     with pytest.raises(IdinspectError, match="closest"):
         settle(twin, wrong, found)
 

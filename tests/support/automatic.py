@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 
+import torch
 from idinspect.adapters import ADAPTERS
 
 import idinspect
@@ -28,3 +29,29 @@ def counted(model) -> dict:
     r = idinspect.inspect(model)
     return {"totals": {k: v for k, v in r["totals"].items() if k != "stacks"},
             "layers": [{k: v for k, v in x.items() if k != "stack"} for x in r["layers"]]}
+
+
+def layer_facts(model) -> list[dict]:
+    """Per attention block of ``model`` (an :class:`idinspect.model.Model`): every fact its adapter
+    settles besides the counts (scale, causality, window, soft cap, positional scheme with its RoPE
+    pairing, rotated dims and frequencies, q/k norm kind) and its tensors, as comparable values. Two
+    adapters that agree here read the same attention function, not merely the same totals."""
+    out = []
+    for i in range(model.num_layers):
+        layer = model.adapter.read_layer(i)
+        positional = getattr(layer, "positional", None)
+        rot = getattr(positional, "rotary", None)
+        norm = getattr(layer, "qk_norm", None)
+        kind = getattr(positional, "kind", None)
+        out.append({
+            "form": type(layer).__name__, "scale": round(float(layer.scale), 12), "causal": layer.causal,
+            "window": getattr(layer, "sliding_window", None), "softcap": getattr(layer, "logit_softcap", None),
+            "kind": getattr(layer, "kind", None),
+            # absolute embeddings outside attention and none at all: the same function inside it
+            "positional": "none" if kind == "absolute" else kind,
+            "rope": None if rot is None else (rot.pairing, rot.rotary_dim, rot.inv_freq.tolist(), rot.attention_factor),
+            "alibi": None if getattr(positional, "alibi_slopes", None) is None else positional.alibi_slopes.tolist(),
+            "qk_norm": None if norm is None else (norm.kind, norm.scope, norm.eps, norm.gain_offset),
+            "tensors": {k: v.tolist() for k, v in vars(layer).items() if isinstance(v, torch.Tensor)},
+        })
+    return out

@@ -1,0 +1,106 @@
+"""--auto settles laws over the config, not the twin's numbers: the facts it finds on a twin of d_k = 4
+(or 8) and two layers must hold for the model itself, whose sizes and layer count differ.
+
+Each model here differs from its trace twin in the way that would expose a fact kept as the twin's
+constant: a head width of 16 (the scale d_k^-1/2, the rotated dims), a NoPE layer that is not among
+the first two, a rotary_dim that rotates part of the head, a relative-position distance beyond the
+trace's 8 tokens. The inferred adapter must read every block
+as the hand-written one does (:func:`tests.support.automatic.layer_facts`: scale, window, RoPE pairing,
+rotated dims and frequencies, tensors) and count the same.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import transformers as tf
+from idinspect.adapters.inferred import twin_settings_from
+
+import idinspect
+from idinspect.automatic import trace_twin
+from tests.support.automatic import counted, hidden, layer_facts
+
+
+def _agrees(hf) -> dict:
+    read = idinspect.load(hf)
+    with hidden(hf.config.model_type):
+        model = idinspect.load(hf, auto=True)
+        assert counted(model) == counted(read)
+        assert layer_facts(model) == layer_facts(read)
+        return model.adapter.found
+
+
+def _model(config, cls):
+    torch.manual_seed(0)
+    return cls(config).to(torch.float64).eval()
+
+
+def test_the_scale_follows_the_models_head_width_not_the_twins():
+    """d_k = 16 in the model, 4 in the twin: a scale kept as the twin's number (0.5) would be 2x the model's."""
+    cfg = tf.LlamaConfig(hidden_size=32, num_attention_heads=2, num_key_value_heads=1, head_dim=16,
+                         intermediate_size=32, num_hidden_layers=2, vocab_size=64)
+    found = _agrees(_model(cfg, tf.LlamaForCausalLM))
+    assert found.scale_law == "head_dim"
+
+
+def test_a_nope_layer_beyond_the_twins_two_layers():
+    """SmolLM3's default pattern leaves RoPE out of every fourth layer: [1, 1, 1, 0]. The twin must hold
+    both kinds (a per-layer setting's kinds are cycled onto its layers), or --auto would find RoPE on
+    every layer and miscount layer 3."""
+    cfg = tf.SmolLM3Config(hidden_size=16, intermediate_size=32, num_hidden_layers=4, num_attention_heads=4,
+                           num_key_value_heads=2, vocab_size=64, no_rope_layers=[1, 1, 1, 0],
+                           pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    hf = _model(cfg, tf.SmolLM3ForCausalLM)
+    assert trace_twin(cfg, tf.SmolLM3ForCausalLM).config.no_rope_layers == [1, 0]
+    assert _agrees(hf).rope_layers_key == "no_rope_layers"
+
+
+def test_partial_interleaved_rope_on_a_wide_head():
+    """GPT-J with d_k = 16 rotating 8 dims in interleaved pairs: the trace twin gets heads of 8 with two
+    rotated planes (one plane would not tell rotate-half pairs from interleaved ones), and the adapter
+    reads rotary_dim from the model's config."""
+    cfg = tf.GPTJConfig(n_embd=32, n_inner=32, n_layer=2, n_head=2, vocab_size=64, n_positions=64, rotary_dim=8)
+    twin = trace_twin(cfg, tf.GPTJForCausalLM)
+    assert (twin.config.n_embd // twin.config.n_head, twin.config.rotary_dim) == (8, 4)
+    found = _agrees(_model(cfg, tf.GPTJForCausalLM))
+    assert (found.positional, found.rope, found.rotary_dim_key) == ("interleaved", "default", "rotary_dim")
+
+
+@pytest.mark.parametrize("real", [16, 12])
+def test_a_width_equal_to_the_models_follows_the_twins(real):
+    """OPT projects embeddings only where word_embed_proj_dim differs from hidden_size: a twin keeps
+    that relation (equal: equal to its own width; different: the model's number)."""
+    cfg = tf.OPTConfig(hidden_size=16, num_attention_heads=4, num_hidden_layers=2, ffn_dim=32, vocab_size=64,
+                       word_embed_proj_dim=real)
+    settings = twin_settings_from(cfg, {"heads": 2, "kv_heads": 2, "head_dim": 4, "hidden_size": 8})
+    assert settings["word_embed_proj_dim"] == (8 if real == 16 else 12)
+    _agrees(_model(cfg, tf.OPTForCausalLM))
+
+
+def test_a_relative_position_table_of_the_released_size():
+    """T5's encoder with 32 buckets over distance 128 (the released models'): on 8 tokens every distance
+    is below the exact buckets and any setting could be the largest distance. The settle's sequences run
+    one token past the largest distance tried, so only 128's setting reproduces the module; the table is
+    layer 0's, shared by the stack, in both directions."""
+    cfg = tf.T5Config(vocab_size=64, d_model=16, d_kv=4, d_ff=32, num_layers=2, num_heads=4,
+                      relative_attention_num_buckets=32, relative_attention_max_distance=128, pad_token_id=0,
+                      eos_token_id=1, decoder_start_token_id=0)
+    found = _agrees(_model(cfg, tf.T5EncoderModel))
+    assert (found.relative_distance_key, found.relative_bidirectional, found.relative_per_layer) == \
+        ("relative_attention_max_distance", True, False)
+
+
+def test_an_encoder_and_a_decoder_of_different_depths():
+    """BART with 3 encoder layers and 2 decoder layers: each stack counts its layers by its own setting
+    (num_hidden_layers is encoder_layers; the decoder's is decoder_layers, told apart on the twin, where
+    only equal counts follow the twin's)."""
+    cfg = tf.BartConfig(vocab_size=64, d_model=16, encoder_layers=3, decoder_layers=2, encoder_attention_heads=4,
+                        decoder_attention_heads=4, encoder_ffn_dim=32, decoder_ffn_dim=32, max_position_embeddings=64,
+                        pad_token_id=1, bos_token_id=0, eos_token_id=2, decoder_start_token_id=2)
+    hf = _model(cfg, tf.BartModel)
+    found = _agrees(hf)
+    assert found.layers_key == "num_hidden_layers"
+    with hidden("bart"):
+        stacks = idinspect.load(hf, auto=True).adapter.parts
+        assert [(c.found.stack, c.found.layers_key) for c in stacks] == [("encoder", "num_hidden_layers"),
+                                                                        ("decoder", "decoder_layers")]
