@@ -2,16 +2,22 @@
 
 :func:`open_remote` resolves the revision to a commit (``HfApi.model_info``), pins every later
 request to it, downloads ``config.json`` (and the shard index) with ``hf_hub_download`` into the
-hub cache, and reads each shard's header as huggingface_hub's safetensors-metadata helper does
-(8 bytes of length, then the JSON). :class:`RemoteCheckpoint` then serves tensors from the byte
-ranges in :mod:`.remote_cache`; the tensors the model registers with :meth:`RemoteCheckpoint.plan`
-(every layer's attention tensors) are fetched together on the first read: spans sorted by offset,
-adjacent ones coalesced, split into :data:`CHUNK` pieces and fetched :data:`WORKERS` at a time.
+hub cache, and reads each shard's header with one speculative range request for its first
+:data:`HEADER_PROBE` bytes (the 8-byte length and, nearly always, the whole JSON; a longer header
+costs one more request), all shards at once. :class:`RemoteCheckpoint` then serves tensors from
+the byte ranges in :mod:`.remote_cache`; the tensors the model registers with
+:meth:`RemoteCheckpoint.plan` (every layer's attention tensors, in layer order) are fetched in the
+background from the first read on (:class:`~.remote_stream.Prefetch`: coalesced, split into
+:data:`CHUNK` pieces, :data:`WORKERS` in flight, earliest layer first), so a read waits only for
+its own tensor's pieces and layer i is analysed while later layers are still in flight. When the
+planned bytes would take more than :data:`DISK_SHARE` of the cache's free disk, they are held in
+memory instead (:data:`WINDOW` bytes ahead of the reads) and not cached.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 import threading
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
@@ -21,16 +27,31 @@ import torch
 
 from ..errors import IdinspectError
 from .checkpoint import TensorReader, check_weight_map, shard_of_each_tensor
-from .file_names import CONFIG_FILE, INDEX_FILE, PICKLE_SUFFIXES, SAFETENSORS_SUFFIX, SINGLE_FILE
+from .file_names import (
+    CONFIG_FILE,
+    INDEX_FILE,
+    PICKLE_SUFFIXES,
+    SAFETENSORS_SUFFIX,
+    SINGLE_FILE,
+)
 from .hub_errors import hub_errors
 from .remote_cache import RangeCache, repo_folder
 from .remote_http import RangeFetcher, RemoteFile, resolve_commit
+from .remote_stream import Prefetch, Sink, coalesce, fetch_range
 from .safetensors_format import DTYPES_BY_CODE, header_length, tensor_entries
 
 #: Largest single range request (bytes); bigger coalesced spans are split.
-CHUNK = 32 << 20
-#: Range requests in flight at once.
-WORKERS = 4
+CHUNK = 16 << 20
+#: Range requests in flight at once (8 x 16 MB: twice the bytes a 500 MB/s link with 60 ms per
+#: redirected request holds in flight, and the first layer still arrives after 128 MB).
+WORKERS = 8
+#: Bytes of each shard asked for at once to read its header (the length and the JSON in one request).
+HEADER_PROBE = 64 << 10
+#: Largest share of the range cache's free disk one run's planned bytes may take; beyond it they are
+#: streamed through memory and not cached.
+DISK_SHARE = 0.25
+#: Bytes fetched ahead of the reads when the planned tensors are streamed through memory.
+WINDOW = 192 << 20
 _MAX_HEADER = 100_000_000
 
 
@@ -44,8 +65,12 @@ class RemoteCheckpoint(TensorReader):
         self.files = files
         self.shard_files = shard_files
         self._tqdm = tqdm_class
-        self._planned: set[str] = set()
+        self._planned: dict[str, None] = {}      # in plan (layer) order
+        self._prefetch: Prefetch | None = None
+        self._bar = None
         self._lock = threading.Lock()
+        self._bar_lock = threading.Lock()
+        self._bar_left = 0
         with ThreadPoolExecutor(max_workers=max(1, min(WORKERS, len(shard_files)))) as pool:   # headers of shards in parallel
             read = dict(zip(shard_files, pool.map(self._header, shard_files)))
         self.header_bytes = sum(length for length, _ in read.values())
@@ -90,11 +115,15 @@ class RemoteCheckpoint(TensorReader):
                                  f"need {out.numel() * out.element_size()}; the file is corrupt")
         if end == start:
             return out
+        buf = memoryview(out.reshape(-1).view(torch.uint8).numpy())
+        prefetch = self._start_prefetch()
+        if prefetch is not None and prefetch.read(name, fname, start, buf):
+            return out
         with self._lock:
             if self.cache.missing(fname, start, end):
-                self._fetch(self._planned | {name})
+                self._fetch({name} if prefetch is not None else set(self._planned) | {name})
         try:
-            self.cache.read_into(fname, start, memoryview(out.reshape(-1).view(torch.uint8).numpy()))
+            self.cache.read_into(fname, start, buf)
         except (KeyError, OSError):
             raise IdinspectError(f"{self._ref(fname)}: cached bytes of tensor {name} vanished during the run "
                                  f"({self.cache.root}); rerun") from None
@@ -102,8 +131,55 @@ class RemoteCheckpoint(TensorReader):
 
     # planning and fetching ----------------------------------------------------------------
     def plan(self, names) -> None:
-        """Tensors to fetch together on the first read that misses the cache."""
-        self._planned |= {n for n in names if n in self._meta}
+        """Tensors to fetch in the background, in this order, from the first read on."""
+        for n in names:
+            if n in self._meta:
+                self._planned[n] = None
+
+    def _start_prefetch(self) -> Prefetch | None:
+        """The background fetch of the planned tensors, started on the first call (None offline or
+        with nothing planned)."""
+        with self._lock:
+            if self._prefetch is None and self.fetcher is not None and self._planned:
+                tensors = {n: (self._where[n], self._meta[n][2], self._meta[n][3]) for n in self._planned}
+                total = self.planned_bytes()
+                self._bar = _bar(self._tqdm, total, f"fetching attention tensors of {self.repo_id}")
+                self._bar_left = total
+                self._prefetch = Prefetch(self.cache, self.fetcher, self.files, tensors,
+                                          to_disk=self.streams_to_disk(total), window=WINDOW, workers=WORKERS,
+                                          chunk=CHUNK, on_bytes=self._progress)
+                self._progress(total - self._prefetch.pending_bytes)
+            return self._prefetch
+
+    def _progress(self, n: int) -> None:
+        """``n`` more planned bytes arrived: the byte bar moves (and closes at the last byte)."""
+        with self._bar_lock:
+            self._bar_left -= n
+            bar = self._bar
+            if bar is not None and n:
+                bar.update(n)
+                if self._bar_left <= 0:
+                    bar.close()
+                    self._bar = None
+
+    def streams_to_disk(self, planned: int) -> bool:
+        """Whether ``planned`` bytes go to the range cache (they fit :data:`DISK_SHARE` of its free disk)."""
+        folder = self.cache.root
+        while not folder.exists() and folder != folder.parent:
+            folder = folder.parent
+        try:
+            free = shutil.disk_usage(folder).free
+        except OSError:
+            return True
+        return planned <= DISK_SHARE * free
+
+    def close(self) -> None:
+        """Stop the background fetch (after the pieces in flight)."""
+        if self._prefetch is not None:
+            self._prefetch.close()
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
 
     def planned_bytes(self) -> int:
         return sum(self._meta[n][3] - self._meta[n][2] for n in self._planned)
@@ -143,6 +219,20 @@ class RemoteCheckpoint(TensorReader):
         self.cache.read_into(fname, start, memoryview(buf))
         return bytes(buf)
 
+    def _probe(self, fname: str, size: int) -> None:
+        """One request for the first :data:`HEADER_PROBE` bytes of a shard, cached as its header part
+        and the tensor bytes after it (the header/data boundary is never inside one cached range)."""
+        end = min(HEADER_PROBE, size)
+        if end < 8:           # size unknown (-1) or too small: the length and the JSON are read apart
+            return
+        buf = bytearray(end)
+        self.fetcher.fetch(self.files[fname], 0, end, Sink(buf))
+        n = 8 + header_length(bytes(buf[:8]))
+        for a, b in ((0, min(n, end)), (n, end)):
+            if a < b:
+                with self.cache.writer(fname, a, b) as out:
+                    out.write(buf[a:b])
+
     def _header(self, fname: str) -> tuple[int, dict[str, tuple[str, tuple[int, ...], int, int]]]:
         """:meth:`_read_header`, with the range cache checked against it: a cached header that does not
         read (a poisoned or damaged range) is dropped and fetched again once, and cached ranges that
@@ -169,6 +259,8 @@ class RemoteCheckpoint(TensorReader):
         size = self.files[fname].size if fname in self.files else -1
         if 0 <= size < 8:
             raise IdinspectError(f"{self._ref(fname)}: {size} bytes, too small to be a safetensors file")
+        if self.fetcher is not None and self.cache.missing(fname, 0, 8):
+            self._probe(fname, size)
         n = header_length(self._bytes(fname, 0, 8))
         if n > _MAX_HEADER or (size >= 0 and 8 + n > size):
             raise IdinspectError(f"{self._ref(fname)}: not a safetensors file (header length {n} of a {size}-byte file)")
@@ -182,12 +274,6 @@ class RemoteCheckpoint(TensorReader):
 
     def _ref(self, fname: str) -> str:
         return f"{self.repo_id}@{self.commit[:12]}/{fname}"
-
-
-def fetch_range(cache: RangeCache, fetcher: RangeFetcher, file: RemoteFile, start: int, end: int) -> None:
-    """Bytes ``[start, end)`` of ``file`` into the cache (published only when complete)."""
-    with cache.writer(file.name, start, end) as out:
-        fetcher.fetch(file, start, end, out)
 
 
 def fetch_missing(cache: RangeCache, fetcher: RangeFetcher | None, files: dict[str, RemoteFile],
@@ -231,17 +317,6 @@ def _bar(tqdm_class: type | None, total: int, desc: str):
         return tqdm_class(total=total, unit="B", desc=desc)
     except Exception:  # noqa: BLE001 - progress must never break a read
         return None
-
-
-def coalesce(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    """Sorted ``[start, end)`` ranges with touching or overlapping ones merged."""
-    out: list[list[int]] = []
-    for a, b in sorted(ranges):
-        if out and a <= out[-1][1]:
-            out[-1][1] = max(out[-1][1], b)
-        else:
-            out.append([a, b])
-    return [(a, b) for a, b in out]
 
 
 @dataclass
@@ -349,4 +424,5 @@ def _weights(p: Pinned, token, cache_dir, offline: bool) -> tuple[list[str], dic
     raise IdinspectError(f"{repo_id}@{commit[:12]}: no {SINGLE_FILE} or {INDEX_FILE} in the repository")
 
 
-__all__ = ["CHUNK", "WORKERS", "Pinned", "RemoteCheckpoint", "coalesce", "fetch_missing", "open_remote", "pin"]
+__all__ = ["CHUNK", "DISK_SHARE", "HEADER_PROBE", "WINDOW", "WORKERS", "Pinned", "RemoteCheckpoint", "coalesce",
+           "fetch_missing", "fetch_range", "open_remote", "pin"]

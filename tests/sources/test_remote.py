@@ -18,7 +18,7 @@ from huggingface_hub import constants as hf_constants
 
 import idinspect
 from idinspect import cli as cli_module
-from idinspect.sources import remote_http
+from idinspect.sources import remote, remote_http
 from idinspect.sources.remote import coalesce
 from idinspect.sources.remote_cache import FOLDER, RangeCache
 from idinspect.sources.safetensors_format import tensor_spans
@@ -26,6 +26,7 @@ from tests.support.cli import run_cli
 from tests.support.hub_server import BytesBlob, Fault, LocalHub, served_files
 
 REPO = "org/tiny-llama"
+DEFAULT_PROBE = remote.HEADER_PROBE
 
 
 @pytest.fixture(autouse=True)
@@ -34,6 +35,9 @@ def _clean(monkeypatch):
     monkeypatch.setattr(hf_constants, "HF_HUB_OFFLINE", False)
     monkeypatch.delenv("HF_TOKEN", raising=False)
     monkeypatch.setattr(remote_http, "BASE_BACKOFF_S", 0.0)
+    # the length alone, then the JSON: not a byte past the header, so the counts below are exact
+    # (the default probe, which reads a tiny shard whole, has its own test)
+    monkeypatch.setattr(remote, "HEADER_PROBE", 8)
 
 
 @pytest.fixture
@@ -127,6 +131,27 @@ def test_hub_id_reads_headers_and_attention_bytes_only(hub, sharded, cache):
     ranged = [e for e in hub.log if e["host"] == "cdn" and not e["range"].startswith("bytes=0-7")
               and not re.match(r"bytes=8-", e["range"])]
     assert len(ranged) == fetch["requests"] - 2 * len(list(sharded.glob("*.safetensors")))
+
+
+def test_one_request_per_header_and_the_probe_bytes_are_used(hub, sharded, cache, monkeypatch):
+    """The default probe reads each shard's length and JSON in one request; what it fetched past the
+    header is cached as tensor bytes, so the CDN sends the union of probes and attention spans, once."""
+    monkeypatch.setattr(remote, "HEADER_PROBE", DEFAULT_PROBE)
+    hub.add_repo(REPO, served_files(sharded))
+    got = inspect_json(REPO, "--cache-dir", str(cache))
+    local = inspect_json(str(sharded))
+    assert got["layers"] == local["layers"] and got["totals"] == local["totals"]
+    shards = sorted(sharded.glob("*.safetensors"))
+    probes = [e for e in hub.log if e["host"] == "cdn" and e["range"].startswith("bytes=0-")]
+    assert len(probes) == len(shards)                                  # one round trip per shard's header
+    model = idinspect.load(sharded)
+    wanted = {p.name: [(0, min(DEFAULT_PROBE, p.stat().st_size))] for p in shards}
+    for i in range(model.num_layers):
+        for key in model.adapter.attention_keys(i):
+            fname = model.reader.file_of(key)
+            wanted[fname].append(tensor_spans(sharded / fname)[key])
+    union = sum(b - a for spans in wanted.values() for a, b in coalesce(spans))
+    assert hub.bytes_served["cdn"] == got["model"]["fetch"]["bytes_fetched"] == union
 
 
 def test_second_run_and_offline_come_from_the_cache(hub, sharded, cache, monkeypatch):

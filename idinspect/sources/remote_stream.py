@@ -1,0 +1,211 @@
+"""Planned tensors fetched in the background, in the order the analysis reads them.
+
+A :class:`Prefetch` takes the planned tensors in plan order (layer order), coalesces the ranges
+that touch in each file, splits them into pieces of at most ``chunk`` bytes and fetches the pieces
+``workers`` at a time, earliest layer first, while the analysis runs: a read of a tensor waits only
+for the pieces that hold it, so layer i is analysed while later layers are still on the wire. A
+piece a read waits for and that has not started yet goes first.
+
+Where the pieces go:
+
+- ``to_disk``: into the range cache (published whole, as every range; a rerun reads them there);
+- otherwise into memory, at most ``window`` bytes fetched ahead of the reads; a piece is dropped
+  once every tensor it holds has been read (a model whose attention bytes would take too much of
+  the disk, e.g. a 70B's 24 GB, is read this way; nothing is cached). A tensor read again after
+  its pieces were dropped is fetched again.
+
+Workers are daemon threads; :meth:`Prefetch.close` stops them after their current piece. The first
+failure of a piece is raised by every read that needs it (and stops further pieces).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from .remote_cache import RangeCache
+from .remote_http import RangeFetcher, RemoteFile
+
+_PENDING, _RUNNING, _DONE, _FREED = range(4)
+
+
+@dataclass(eq=False)
+class _Piece:
+    fname: str
+    start: int
+    end: int
+    order: int
+    state: int = _PENDING
+    data: bytearray | None = None
+    readers: set[str] = field(default_factory=set)   # tensors not yet read that overlap it (memory mode)
+
+
+class Sink:
+    """A file-like ``write`` into a bytearray, in order (the fetcher writes a range sequentially)."""
+
+    def __init__(self, buf: bytearray):
+        self.view, self.pos = memoryview(buf), 0
+
+    def write(self, chunk: bytes) -> int:
+        n = len(chunk)
+        self.view[self.pos:self.pos + n] = chunk
+        self.pos += n
+        return n
+
+
+class Prefetch:
+    """Background fetch of ``tensors`` (name -> (file, start, end), in plan order); see the module."""
+
+    def __init__(self, cache: RangeCache, fetcher: RangeFetcher, files: dict[str, RemoteFile],
+                 tensors: dict[str, tuple[str, int, int]], *, to_disk: bool, window: int, workers: int, chunk: int,
+                 on_bytes: Callable[[int], None] | None = None):
+        self.cache, self.fetcher, self.files = cache, fetcher, files
+        self.to_disk, self.window = to_disk, window
+        self._on_bytes = on_bytes
+        self._cond = threading.Condition()
+        self._error: BaseException | None = None
+        self._closed = False
+        self._held = 0                       # bytes of pieces in memory or in flight (memory mode)
+        order = {name: i for i, name in enumerate(tensors)}
+        by_file: dict[str, list[tuple[int, int, str]]] = {}
+        for name, (fname, a, b) in tensors.items():
+            if b > a:
+                by_file.setdefault(fname, []).append((a, b, name))
+        pieces: list[_Piece] = []
+        self._of: dict[str, list[_Piece]] = {}
+        for fname, spans in by_file.items():
+            spans.sort()
+            for a, b in coalesce([(x, y) for x, y, _ in spans]):
+                gaps = cache.missing(fname, a, b) if to_disk else [(a, b)]
+                for ga, gb in gaps:
+                    for s in range(ga, gb, chunk):
+                        e = min(s + chunk, gb)
+                        inside = [n for x, y, n in spans if x < e and y > s]
+                        piece = _Piece(fname, s, e, min(order[n] for n in inside), readers=set(inside))
+                        pieces.append(piece)
+                        for n in inside:
+                            self._of.setdefault(n, []).append(piece)
+        pieces.sort(key=lambda p: (p.order, p.fname, p.start))
+        self.pending_bytes = sum(p.end - p.start for p in pieces)
+        self._queue: deque[_Piece] = deque(pieces)
+        self._urgent: deque[_Piece] = deque()
+        self._threads = [threading.Thread(target=self._work, name=f"idinspect-fetch-{k}", daemon=True)
+                         for k in range(max(1, min(workers, len(pieces))))] if pieces else []
+        for t in self._threads:
+            t.start()
+
+    # reads -------------------------------------------------------------------------------
+    def covers(self, name: str) -> bool:
+        """Whether ``name`` is one of the tensors this prefetch fetches (and has not dropped)."""
+        return name in self._of
+
+    def read(self, name: str, fname: str, start: int, out: memoryview) -> bool:
+        """Fill ``out`` with the bytes of ``name`` (waiting for its pieces). False when they are not held
+        here (the caller reads the range cache, or fetches the tensor itself)."""
+        pieces = self._of.get(name)
+        if pieces is None:
+            return False
+        with self._cond:
+            for p in pieces:
+                if p.state == _PENDING and p not in self._urgent:
+                    self._urgent.append(p)
+            self._cond.notify_all()
+            while self._error is None and any(p.state in (_PENDING, _RUNNING) for p in pieces):
+                self._cond.wait()
+            if self._error is not None:
+                raise self._error
+            if self.to_disk or any(p.state == _FREED for p in pieces):
+                return False        # in the range cache now (disk mode), or dropped (read again): the caller reads
+            end = start + len(out)
+            for p in pieces:
+                a, b = max(p.start, start), min(p.end, end)
+                out[a - start:b - start] = memoryview(p.data)[a - p.start:b - p.start]
+                p.readers.discard(name)
+                if not p.readers:
+                    p.state, p.data = _FREED, None
+                    self._held -= p.end - p.start
+            del self._of[name]
+            self._cond.notify_all()
+        return True
+
+    # workers ---------------------------------------------------------------------------------
+    def _next(self) -> _Piece | None:
+        """The next piece to fetch (urgent ones first), within the window; None when there is none left
+        or the prefetch is closed. Called with the lock held."""
+        while True:
+            if self._closed or self._error is not None:
+                return None
+            while self._urgent and self._urgent[0].state != _PENDING:
+                self._urgent.popleft()
+            while self._queue and self._queue[0].state != _PENDING:
+                self._queue.popleft()
+            if self._urgent:
+                piece = self._urgent.popleft()
+            elif self._queue:
+                piece = self._queue[0]
+                size = piece.end - piece.start
+                if not self.to_disk and self._held > 0 and self._held + size > self.window:
+                    self._cond.wait()
+                    continue
+                self._queue.popleft()
+            else:
+                return None
+            piece.state = _RUNNING
+            if not self.to_disk:
+                self._held += piece.end - piece.start
+            return piece
+
+    def _work(self) -> None:
+        while True:
+            with self._cond:
+                piece = self._next()
+            if piece is None:
+                return
+            try:
+                if self.to_disk:
+                    fetch_range(self.cache, self.fetcher, self.files[piece.fname], piece.start, piece.end)
+                else:
+                    buf = bytearray(piece.end - piece.start)
+                    self.fetcher.fetch(self.files[piece.fname], piece.start, piece.end, Sink(buf))
+                    piece.data = buf
+            except BaseException as exc:  # noqa: BLE001 - handed to every read that waits (IdinspectError mostly)
+                with self._cond:
+                    if self._error is None:
+                        self._error = exc
+                    self._cond.notify_all()
+                return
+            with self._cond:
+                piece.state = _DONE
+                self._cond.notify_all()
+            if self._on_bytes is not None:
+                self._on_bytes(piece.end - piece.start)
+
+    def close(self) -> None:
+        """Stop the workers after the pieces they are fetching."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        for t in self._threads:
+            t.join()
+
+
+def fetch_range(cache: RangeCache, fetcher: RangeFetcher, file: RemoteFile, start: int, end: int) -> None:
+    """Bytes ``[start, end)`` of ``file`` into the cache (published only when complete)."""
+    with cache.writer(file.name, start, end) as out:
+        fetcher.fetch(file, start, end, out)
+
+
+def coalesce(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Sorted ``[start, end)`` ranges with touching or overlapping ones merged."""
+    out: list[list[int]] = []
+    for a, b in sorted(ranges):
+        if out and a <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], b)
+        else:
+            out.append([a, b])
+    return [(a, b) for a, b in out]
+
+
+__all__ = ["Prefetch", "Sink", "coalesce", "fetch_range"]
