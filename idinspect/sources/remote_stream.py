@@ -29,6 +29,10 @@ from .remote_cache import RangeCache
 from .remote_http import RangeFetcher, RemoteFile
 
 _PENDING, _RUNNING, _DONE, _FREED = range(4)
+#: The first ``workers`` pieces are ``chunk / RAMP_SPLIT`` bytes, so that the first layer arrives after
+#: a few MB rather than after ``workers x chunk`` bytes shared by all connections; later ones are merged
+#: back up to ``chunk`` (fewer requests).
+RAMP_SPLIT = 4
 
 
 @dataclass(eq=False)
@@ -73,21 +77,22 @@ class Prefetch:
         for name, (fname, a, b) in tensors.items():
             if b > a:
                 by_file.setdefault(fname, []).append((a, b, name))
+        unit = max(1, chunk // RAMP_SPLIT)
         pieces: list[_Piece] = []
-        self._of: dict[str, list[_Piece]] = {}
         for fname, spans in by_file.items():
             spans.sort()
             for a, b in coalesce([(x, y) for x, y, _ in spans]):
-                gaps = cache.missing(fname, a, b) if to_disk else [(a, b)]
-                for ga, gb in gaps:
-                    for s in range(ga, gb, chunk):
-                        e = min(s + chunk, gb)
-                        inside = [n for x, y, n in spans if x < e and y > s]
-                        piece = _Piece(fname, s, e, min(order[n] for n in inside), readers=set(inside))
-                        pieces.append(piece)
-                        for n in inside:
-                            self._of.setdefault(n, []).append(piece)
+                for ga, gb in (cache.missing(fname, a, b) if to_disk else [(a, b)]):
+                    pieces += [_Piece(fname, s, min(s + unit, gb), 0) for s in range(ga, gb, unit)]
+        for piece in pieces:
+            piece.readers = {n for x, y, n in by_file[piece.fname] if x < piece.end and y > piece.start}
+            piece.order = min(order[n] for n in piece.readers)
         pieces.sort(key=lambda p: (p.order, p.fname, p.start))
+        pieces = _merge_after(pieces, workers * unit, chunk)
+        self._of: dict[str, list[_Piece]] = {}
+        for piece in pieces:
+            for n in piece.readers:
+                self._of.setdefault(n, []).append(piece)
         self.pending_bytes = sum(p.end - p.start for p in pieces)
         self._queue: deque[_Piece] = deque(pieces)
         self._urgent: deque[_Piece] = deque()
@@ -189,6 +194,26 @@ class Prefetch:
             self._cond.notify_all()
         for t in self._threads:
             t.join()
+
+
+def _merge_after(pieces: list[_Piece], ramp: int, chunk: int) -> list[_Piece]:
+    """``pieces`` (in fetch order) with those after the first ``ramp`` bytes merged with their
+    predecessor where contiguous in the same file and at most ``chunk`` bytes together."""
+    out: list[_Piece] = []
+    seen, kept = 0, 0          # kept: pieces of the ramp, never merged into
+    for p in pieces:
+        last = out[-1] if len(out) > kept else None
+        if seen < ramp:
+            kept += 1
+        if (seen >= ramp and last is not None and last.fname == p.fname and last.end == p.start
+                and p.end - last.start <= chunk):
+            last.end = p.end
+            last.readers |= p.readers
+            last.order = min(last.order, p.order)
+        else:
+            out.append(p)
+        seen += p.end - p.start
+    return out
 
 
 def fetch_range(cache: RangeCache, fetcher: RangeFetcher, file: RemoteFile, start: int, end: int) -> None:
