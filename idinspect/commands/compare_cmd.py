@@ -54,6 +54,11 @@ def compare_command(ctx: click.Context, a: str, b: str, expect: str, alpha: floa
     from .paths import check_output_paths
 
     check_output_paths([("--json", json_path), ("--html", html_path)], [a, b])   # before any work
+    if not offline:
+        from ..sources.remote_warm import warm
+
+        warm(a, token=token, cache_dir=cache_dir)                  # A's hub answers and tensors while torch imports
+        warm(b, token=token, cache_dir=cache_dir, prefetch=False)  # B's headers only: its tensors come after A's
     silence_library_progress()
     opts = dict(token=token, cache_dir=cache_dir, local_files_only=offline, device=str(resolve_device(device)))
     with ProgressReporter("never" if quiet else progress) as bars:

@@ -28,6 +28,18 @@ from dataclasses import dataclass, field
 from .remote_cache import RangeCache
 from .remote_http import RangeFetcher, RemoteFile
 
+#: Largest single range request (bytes); bigger coalesced spans are split.
+CHUNK = 16 << 20
+#: Range requests in flight at once (8 x 16 MB: twice the bytes a 500 MB/s link with 60 ms per
+#: redirected request holds in flight, and the first layer still arrives after 128 MB).
+WORKERS = 8
+#: Bytes of each shard asked for at once to read its header (the length and the JSON in one request).
+HEADER_PROBE = 64 << 10
+#: Largest share of the range cache's free disk one run's planned bytes may take; beyond it they are
+#: streamed through memory and not cached.
+DISK_SHARE = 0.25
+#: Bytes fetched ahead of the reads when the planned tensors are streamed through memory.
+WINDOW = 192 << 20
 _PENDING, _RUNNING, _DONE, _FREED = range(4)
 #: The first ``workers`` pieces are ``chunk / RAMP_SPLIT`` bytes, so that the first layer arrives after
 #: a few MB rather than after ``workers x chunk`` bytes shared by all connections; later ones are merged
@@ -67,39 +79,69 @@ class Prefetch:
                  on_bytes: Callable[[int], None] | None = None):
         self.cache, self.fetcher, self.files = cache, fetcher, files
         self.to_disk, self.window = to_disk, window
-        self._on_bytes = on_bytes
+        #: called with the byte count of each piece fetched (from the worker threads)
+        self.on_bytes = on_bytes
         self._cond = threading.Condition()
         self._error: BaseException | None = None
         self._closed = False
         self._held = 0                       # bytes of pieces in memory or in flight (memory mode)
-        order = {name: i for i, name in enumerate(tensors)}
+        self._workers, self._chunk, self._active = workers, chunk, 0
+        self._of: dict[str, list[_Piece]] = {}
+        self._queue: deque[_Piece] = deque()
+        self._urgent: deque[_Piece] = deque()
+        self._threads: list[threading.Thread] = []
+        self.pending_bytes = 0
+        self.replan(tensors)
+
+    def replan(self, tensors: dict[str, tuple[str, int, int]]) -> None:
+        """Fetch ``tensors`` (in this order) from now on: pieces of tensors no longer planned are
+        skipped if not started (and dropped from memory if fetched), tensors not yet planned are
+        added, and the pieces not started are put in the new order."""
+        with self._cond:
+            for name in [n for n in self._of if n not in tensors]:
+                for p in self._of.pop(name):
+                    p.readers.discard(name)
+                    if not p.readers and p.state in (_PENDING, _DONE):
+                        if p.state == _DONE and not self.to_disk:
+                            self._held -= p.end - p.start
+                        p.state, p.data = _FREED, None
+            new = {n: v for n, v in tensors.items() if n not in self._of}
+            order = {name: i for i, name in enumerate(tensors)}
+            pieces = self._pieces(new, order)
+            for piece in pieces:
+                for n in piece.readers:
+                    self._of.setdefault(n, []).append(piece)
+            waiting = [p for p in self._queue if p.state == _PENDING] + pieces
+            for p in waiting:
+                p.order = min(order[n] for n in p.readers)
+            waiting.sort(key=lambda p: (p.order, p.fname, p.start))
+            self._queue = deque(waiting)
+            self.pending_bytes = sum(p.end - p.start for p in waiting)
+            for _ in range(min(self._workers, len(waiting)) - self._active):
+                self._active += 1
+                t = threading.Thread(target=self._work, name="idinspect-fetch", daemon=True)
+                self._threads.append(t)
+                t.start()
+            self._cond.notify_all()
+
+    def _pieces(self, tensors: dict[str, tuple[str, int, int]], order: dict[str, int]) -> list[_Piece]:
+        """Pieces of the missing bytes of ``tensors``: small ones first (the ramp), then up to a chunk."""
         by_file: dict[str, list[tuple[int, int, str]]] = {}
         for name, (fname, a, b) in tensors.items():
             if b > a:
                 by_file.setdefault(fname, []).append((a, b, name))
-        unit = max(1, chunk // RAMP_SPLIT)
+        unit = max(1, self._chunk // RAMP_SPLIT)
         pieces: list[_Piece] = []
         for fname, spans in by_file.items():
             spans.sort()
             for a, b in coalesce([(x, y) for x, y, _ in spans]):
-                for ga, gb in (cache.missing(fname, a, b) if to_disk else [(a, b)]):
+                for ga, gb in (self.cache.missing(fname, a, b) if self.to_disk else [(a, b)]):
                     pieces += [_Piece(fname, s, min(s + unit, gb), 0) for s in range(ga, gb, unit)]
         for piece in pieces:
             piece.readers = {n for x, y, n in by_file[piece.fname] if x < piece.end and y > piece.start}
             piece.order = min(order[n] for n in piece.readers)
         pieces.sort(key=lambda p: (p.order, p.fname, p.start))
-        pieces = _merge_after(pieces, workers * unit, chunk)
-        self._of: dict[str, list[_Piece]] = {}
-        for piece in pieces:
-            for n in piece.readers:
-                self._of.setdefault(n, []).append(piece)
-        self.pending_bytes = sum(p.end - p.start for p in pieces)
-        self._queue: deque[_Piece] = deque(pieces)
-        self._urgent: deque[_Piece] = deque()
-        self._threads = [threading.Thread(target=self._work, name=f"idinspect-fetch-{k}", daemon=True)
-                         for k in range(max(1, min(workers, len(pieces))))] if pieces else []
-        for t in self._threads:
-            t.start()
+        return _merge_after(pieces, self._workers * unit, self._chunk)
 
     # reads -------------------------------------------------------------------------------
     def covers(self, name: str) -> bool:
@@ -141,6 +183,7 @@ class Prefetch:
         or the prefetch is closed. Called with the lock held."""
         while True:
             if self._closed or self._error is not None:
+                self._active -= 1
                 return None
             while self._urgent and self._urgent[0].state != _PENDING:
                 self._urgent.popleft()
@@ -156,6 +199,7 @@ class Prefetch:
                     continue
                 self._queue.popleft()
             else:
+                self._active -= 1
                 return None
             piece.state = _RUNNING
             if not self.to_disk:
@@ -179,13 +223,18 @@ class Prefetch:
                 with self._cond:
                     if self._error is None:
                         self._error = exc
+                    self._active -= 1
                     self._cond.notify_all()
                 return
             with self._cond:
                 piece.state = _DONE
+                if not piece.readers:          # planned out while in flight
+                    if not self.to_disk:
+                        self._held -= piece.end - piece.start
+                    piece.state, piece.data = _FREED, None
                 self._cond.notify_all()
-            if self._on_bytes is not None:
-                self._on_bytes(piece.end - piece.start)
+            if self.on_bytes is not None:
+                self.on_bytes(piece.end - piece.start)
 
     def close(self) -> None:
         """Stop the workers after the pieces they are fetching."""
@@ -216,6 +265,21 @@ def _merge_after(pieces: list[_Piece], ramp: int, chunk: int) -> list[_Piece]:
     return out
 
 
+def fits_disk(cache: RangeCache, planned: int) -> bool:
+    """Whether ``planned`` bytes may go to the range cache: at most :data:`DISK_SHARE` of the free
+    space of the disk it is on."""
+    import shutil
+
+    folder = cache.root
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    try:
+        free = shutil.disk_usage(folder).free
+    except OSError:
+        return True
+    return planned <= DISK_SHARE * free
+
+
 def fetch_range(cache: RangeCache, fetcher: RangeFetcher, file: RemoteFile, start: int, end: int) -> None:
     """Bytes ``[start, end)`` of ``file`` into the cache (published only when complete)."""
     with cache.writer(file.name, start, end) as out:
@@ -233,4 +297,5 @@ def coalesce(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
     return [(a, b) for a, b in out]
 
 
-__all__ = ["Prefetch", "Sink", "coalesce", "fetch_range"]
+__all__ = ["CHUNK", "DISK_SHARE", "HEADER_PROBE", "WINDOW", "WORKERS", "Prefetch", "Sink", "coalesce", "fetch_range",
+           "fits_disk"]

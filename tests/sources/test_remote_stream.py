@@ -16,7 +16,7 @@ import pytest
 from huggingface_hub import constants as hf_constants
 
 from idinspect import cli as cli_module
-from idinspect.sources import remote, remote_http
+from idinspect.sources import remote_http, remote_stream
 from tests.support.cli import run_cli
 from tests.support.hub_server import Fault, LocalHub, served_files
 from tests.support.link import Link
@@ -61,15 +61,15 @@ def same_counts(got: dict, local: dict) -> None:
     assert got["findings"] == local["findings"]
 
 
-@pytest.mark.parametrize("chunk", [remote.CHUNK, 1000])
+@pytest.mark.parametrize("chunk", [remote_stream.CHUNK, 1000])
 def test_memory_window_gives_the_local_counts_and_caches_no_tensor(monkeypatch, sharded, tmp_path, chunk):
     """Planned bytes over the disk share stream through memory: a window smaller than one tensor
     (pieces of 1000 bytes, tensors over several pieces and pieces over two tensors) still reads
     every byte once, and no tensor range is left in the cache."""
-    monkeypatch.setattr(remote, "DISK_SHARE", 0.0)
-    monkeypatch.setattr(remote, "WINDOW", 1500)
-    monkeypatch.setattr(remote, "CHUNK", chunk)
-    monkeypatch.setattr(remote, "HEADER_PROBE", 8)
+    monkeypatch.setattr(remote_stream, "DISK_SHARE", 0.0)
+    monkeypatch.setattr(remote_stream, "WINDOW", 1500)
+    monkeypatch.setattr(remote_stream, "CHUNK", chunk)
+    monkeypatch.setattr(remote_stream, "HEADER_PROBE", 8)
     local = inspect_json(str(sharded))
     with _serve(monkeypatch) as hub:
         hub.add_repo(REPO, served_files(sharded))
@@ -94,7 +94,7 @@ def test_paced_link_delivers_the_bytes_intact(monkeypatch, sharded, tmp_path):
 
 def test_a_failed_piece_stops_the_run_with_one_line(monkeypatch, sharded, tmp_path):
     """A piece that keeps failing is raised by the read that waits for it: one line, exit 2."""
-    monkeypatch.setattr(remote, "HEADER_PROBE", 8)
+    monkeypatch.setattr(remote_stream, "HEADER_PROBE", 8)
     with _serve(monkeypatch) as hub:
         hub.add_repo(REPO, served_files(sharded))
         hub.faults.append(Fault("status", host="cdn", status=500, after=6, times=100))   # headers pass, pieces fail
