@@ -46,7 +46,7 @@ PIECE, THREADS = 16 << 20, 8
 # the server, in a child process (its own GIL) ---------------------------------------------------
 
 def serve(conn, repos: dict) -> None:
-    """Serve ``repos`` (repo id -> files; a tuple ``("pattern", prefix, size, seed)`` is generated data)
+    """Serve ``repos`` (repo id -> files; a tuple ``("pattern", prefix, size, seed[, block])`` is generated data)
     until told to stop. Commands: ``("link", bytes/s, seconds)``, ``"reset"``, ``"counts"``, ``"stop"``."""
     sys.path.insert(0, str(ROOT))
     from tests.support.hub_server import LocalHub, PatternBlob
@@ -54,8 +54,8 @@ def serve(conn, repos: dict) -> None:
 
     with LocalHub() as hub:
         for repo_id, files in repos.items():
-            blobs = {n: (PatternBlob(v[1], v[2], seed=v[3], tag=repo_id) if isinstance(v, tuple) else v)
-                     for n, v in files.items()}
+            blobs = {n: (PatternBlob(v[1], v[2], seed=v[3], tag=repo_id, **({"block": v[4]} if len(v) > 4 else {}))
+                         if isinstance(v, tuple) else v) for n, v in files.items()}
             hub.add_repo(repo_id, blobs)
         shas = {r: {n: b.sha256 for n, b in hub.repos[r].commits[hub.repos[r].refs["main"]].items()} for r in hub.repos}
         conn.send((hub.endpoint, hub.cdn, shas))
