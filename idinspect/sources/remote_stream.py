@@ -39,7 +39,7 @@ HEADER_PROBE = 64 << 10
 #: streamed through memory and not cached.
 DISK_SHARE = 0.25
 #: Bytes fetched ahead of the reads when the planned tensors are streamed through memory.
-WINDOW = 192 << 20
+WINDOW = 64 << 20
 _PENDING, _RUNNING, _DONE, _FREED = range(4)
 #: The first ``workers`` pieces are ``chunk / RAMP_SPLIT`` bytes, so that the first layer arrives after
 #: a few MB rather than after ``workers x chunk`` bytes shared by all connections; later ones are merged
