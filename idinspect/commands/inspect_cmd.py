@@ -74,9 +74,9 @@ def inspect_command(model: str, revision: str | None, token: str | None, cache_d
 
         warm(model, revision, token=token, cache_dir=cache_dir)   # the hub's answers while torch imports
     from ..analysis.inspection import inspect
+    from ..automatic.loading import load
     from ..progress import ProgressReporter, silence_library_progress
     from ..reports.emit import emit
-    from ..automatic.loading import load
     from ..reports.json_report import timestamp_now
 
     silence_library_progress()
