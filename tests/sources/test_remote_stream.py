@@ -117,3 +117,35 @@ def test_link_paces_bytes_and_delays_answers():
         took = time.monotonic() - t0
     assert r.status_code == 206 and len(r.content) == 400_000
     assert took >= 0.05 + 0.1 * 0.9
+
+
+@pytest.mark.parametrize("to_disk", [True, False])
+def test_replan_drops_unstarted_tensors_and_adds_new_ones(tmp_path, to_disk):
+    """A prefetch started on a guess (remote_warm) and re-planned to the adapter's tensors fetches the
+    new ones, never starts the dropped ones, and reads give the served bytes."""
+    from idinspect.sources.remote_cache import RangeCache
+    from idinspect.sources.remote_http import RangeFetcher, RemoteFile
+    from idinspect.sources.remote_stream import Prefetch
+
+    data = bytes(range(256)) * 64                       # 16 KiB
+    with LocalHub(link=Link(rate=2e5, latency=0.0)) as hub, pytest.MonkeyPatch.context() as mp:
+        mp.setattr(hf_constants, "ENDPOINT", hub.endpoint)
+        mp.setattr(hf_constants, "HUGGINGFACE_CO_URL_TEMPLATE", hub.endpoint + "/{repo_id}/resolve/{revision}/{filename}")
+        commit = hub.add_repo(REPO, {"model.safetensors": data})
+        files = {"model.safetensors": RemoteFile("model.safetensors", len(data), None)}
+        cache = RangeCache(tmp_path, commit)
+        fetcher = RangeFetcher(REPO, commit, None)
+        guess = {f"t{i}": ("model.safetensors", 1024 * i, 1024 * (i + 1)) for i in range(16)}
+        p = Prefetch(cache, fetcher, files, guess, to_disk=to_disk, window=4096, workers=2, chunk=1024)
+        plan = {"t1": guess["t1"], "x": ("model.safetensors", 100, 300)}    # t1 kept, x new, the rest dropped
+        p.replan(plan)
+        for name, (_, a, b) in plan.items():
+            buf = bytearray(b - a)
+            if not p.read(name, "model.safetensors", a, memoryview(buf)):
+                cache.read_into("model.safetensors", a, memoryview(buf))
+            assert bytes(buf) == data[a:b]
+        p.close()
+        served = hub.bytes_served["cdn"]
+    assert "bytes=100-299" in [e["range"] for e in hub.log if e["host"] == "cdn"]
+    # t1 (1 KiB), x and at most the pieces already in flight when re-planned (2 workers): not 16 KiB
+    assert 1024 + 200 <= served < 4096
