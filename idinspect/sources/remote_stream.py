@@ -20,6 +20,7 @@ failure of a piece is raised by every read that needs it (and stops further piec
 
 from __future__ import annotations
 
+import mmap
 import threading
 from collections import deque
 from collections.abc import Callable
@@ -54,14 +55,25 @@ class _Piece:
     end: int
     order: int
     state: int = _PENDING
-    data: bytearray | None = None
+    data: mmap.mmap | None = None
     readers: set[str] = field(default_factory=set)   # tensors not yet read that overlap it (memory mode)
 
 
-class Sink:
-    """A file-like ``write`` into a bytearray, in order (the fetcher writes a range sequentially)."""
+def _release(buf: mmap.mmap | None) -> None:
+    """Give a piece's pages back to the system now. Memory-mode pieces are anonymous maps, not
+    ``bytearray`` s: 16 MB blocks freed by 8 fetch threads were kept by glibc's per-thread arenas
+    (its mmap threshold rises to the size of the blocks freed; see :mod:`.process_memory`)."""
+    if buf is not None:
+        try:
+            buf.close()
+        except BufferError:       # a view is still alive: the map goes when it does
+            pass
 
-    def __init__(self, buf: bytearray):
+
+class Sink:
+    """A file-like ``write`` into a bytearray or map, in order (the fetcher writes a range sequentially)."""
+
+    def __init__(self, buf: bytearray | mmap.mmap):
         self.view, self.pos = memoryview(buf), 0
 
     def write(self, chunk: bytes) -> int:
@@ -79,6 +91,9 @@ class Prefetch:
                  on_bytes: Callable[[int], None] | None = None):
         self.cache, self.fetcher, self.files = cache, fetcher, files
         self.to_disk, self.window = to_disk, window
+        from .process_memory import return_large_blocks
+
+        return_large_blocks()        # a resident set flat over the depth of a long remote read
         #: called with the byte count of each piece fetched (from the worker threads)
         self.on_bytes = on_bytes
         self._cond = threading.Condition()
@@ -104,7 +119,7 @@ class Prefetch:
                     if not p.readers and p.state in (_PENDING, _DONE):
                         if p.state == _DONE and not self.to_disk:
                             self._held -= p.end - p.start
-                        p.state, p.data = _FREED, None
+                        p.state, p.data = _FREED, _release(p.data)
             new = {n: v for n, v in tensors.items() if n not in self._of}
             order = {name: i for i, name in enumerate(tensors)}
             pieces = self._pieces(new, order)
@@ -168,10 +183,11 @@ class Prefetch:
             end = start + len(out)
             for p in pieces:
                 a, b = max(p.start, start), min(p.end, end)
-                out[a - start:b - start] = memoryview(p.data)[a - p.start:b - p.start]
+                with memoryview(p.data) as view:
+                    out[a - start:b - start] = view[a - p.start:b - p.start]
                 p.readers.discard(name)
                 if not p.readers:
-                    p.state, p.data = _FREED, None
+                    p.state, p.data = _FREED, _release(p.data)
                     self._held -= p.end - p.start
             del self._of[name]
             self._cond.notify_all()
@@ -216,8 +232,12 @@ class Prefetch:
                 if self.to_disk:
                     fetch_range(self.cache, self.fetcher, self.files[piece.fname], piece.start, piece.end)
                 else:
-                    buf = bytearray(piece.end - piece.start)
-                    self.fetcher.fetch(self.files[piece.fname], piece.start, piece.end, Sink(buf))
+                    buf = mmap.mmap(-1, piece.end - piece.start)   # its own pages, returned when released
+                    sink = Sink(buf)
+                    try:
+                        self.fetcher.fetch(self.files[piece.fname], piece.start, piece.end, sink)
+                    finally:
+                        sink.view.release()
                     piece.data = buf
             except BaseException as exc:  # noqa: BLE001 - handed to every read that waits (IdinspectError mostly)
                 with self._cond:
@@ -231,7 +251,7 @@ class Prefetch:
                 if not piece.readers:          # planned out while in flight
                     if not self.to_disk:
                         self._held -= piece.end - piece.start
-                    piece.state, piece.data = _FREED, None
+                    piece.state, piece.data = _FREED, _release(piece.data)
                 self._cond.notify_all()
             if self.on_bytes is not None:
                 self.on_bytes(piece.end - piece.start)
