@@ -149,3 +149,14 @@ def test_replan_drops_unstarted_tensors_and_adds_new_ones(tmp_path, to_disk):
     assert "bytes=100-299" in [e["range"] for e in hub.log if e["host"] == "cdn"]
     # t1 (1 KiB), x and at most the pieces already in flight when re-planned (2 workers): not 16 KiB
     assert 1024 + 200 <= served < 4096
+
+
+def test_allocator_threshold_is_fixed_on_glibc():
+    """The resident-set fix of long remote reads (process_memory) takes effect where glibc runs."""
+    import platform
+
+    from idinspect.sources.process_memory import return_large_blocks
+
+    if platform.libc_ver()[0] != "glibc":
+        pytest.skip("mallopt's M_MMAP_THRESHOLD is glibc's")
+    assert return_large_blocks() and return_large_blocks()       # set, and idempotent
