@@ -46,16 +46,22 @@ def compare_command(ctx: click.Context, a: str, b: str, expect: str, alpha: floa
     equal within the rounding of the stored dtypes), same-lineage (permutation-test p-value below
     --alpha), unrelated. Exit status: 0 verdict at least --expect, 1 not, 2 error.
     """
+    from .paths import check_output_paths
+
+    check_output_paths([("--json", json_path), ("--html", html_path)], [a, b])   # before any work
+    if not offline:
+        from ..sources.remote_warm import warm
+
+        warm(a, token=token, cache_dir=cache_dir)                  # A's hub answers and tensors while torch imports
+        warm(b, token=token, cache_dir=cache_dir, prefetch=False)  # B's headers only: its tensors come after A's
     from ..compare import compare_invariants, invariants_of
     from ..numerics.device import resolve_device
     from ..progress import ProgressReporter, silence_library_progress
     from ..reports.atomic import write_text_atomic
     from ..textsafe import visible
-    from .paths import check_output_paths
 
-    check_output_paths([("--json", json_path), ("--html", html_path)], [a, b])   # before any work
     silence_library_progress()
-    opts = dict(token=token, cache_dir=cache_dir, local_files_only=offline, device=str(resolve_device(device)))
+    opts = {"token": token, "cache_dir": cache_dir, "local_files_only": offline, "device": str(resolve_device(device))}
     with ProgressReporter("never" if quiet else progress) as bars:
         sides = []
         for name, source in (("A", a), ("B", b)):

@@ -69,10 +69,14 @@ def inspect_command(model: str, revision: str | None, token: str | None, cache_d
     # before any work: a report never lands in its input, or in no folder
     check_output_paths([("--json", json_path), ("--html", html_path)], [model])
     check_local_source(model)   # refusals the file system decides, before torch loads
+    if not (download or offline or auto):
+        from ..sources.remote_warm import warm
+
+        warm(model, revision, token=token, cache_dir=cache_dir)   # the hub's answers while torch imports
     from ..analysis.inspection import inspect
+    from ..automatic.loading import load
     from ..progress import ProgressReporter, silence_library_progress
     from ..reports.emit import emit
-    from ..automatic.loading import load
     from ..reports.json_report import timestamp_now
 
     silence_library_progress()

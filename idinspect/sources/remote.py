@@ -2,11 +2,16 @@
 
 :func:`open_remote` resolves the revision to a commit (``HfApi.model_info``), pins every later
 request to it, downloads ``config.json`` (and the shard index) with ``hf_hub_download`` into the
-hub cache, and reads each shard's header as huggingface_hub's safetensors-metadata helper does
-(8 bytes of length, then the JSON). :class:`RemoteCheckpoint` then serves tensors from the byte
-ranges in :mod:`.remote_cache`; the tensors the model registers with :meth:`RemoteCheckpoint.plan`
-(every layer's attention tensors) are fetched together on the first read: spans sorted by offset,
-adjacent ones coalesced, split into :data:`CHUNK` pieces and fetched :data:`WORKERS` at a time.
+hub cache, and reads each shard's header with one speculative range request for its first
+:data:`HEADER_PROBE` bytes (the 8-byte length and, nearly always, the whole JSON; a longer header
+costs one more request), all shards at once. :class:`RemoteCheckpoint` then serves tensors from
+the byte ranges in :mod:`.remote_cache`; the tensors the model registers with
+:meth:`RemoteCheckpoint.plan` (every layer's attention tensors, in layer order) are fetched in the
+background from the first read on (:class:`~.remote_stream.Prefetch`: coalesced, split into
+:data:`CHUNK` pieces, :data:`WORKERS` in flight, earliest layer first), so a read waits only for
+its own tensor's pieces and layer i is analysed while later layers are still in flight. When the
+planned bytes would take more than :data:`DISK_SHARE` of the cache's free disk, they are held in
+memory instead (:data:`WINDOW` bytes ahead of the reads) and not cached.
 """
 
 from __future__ import annotations
@@ -14,23 +19,38 @@ from __future__ import annotations
 import json
 import threading
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from ..errors import IdinspectError
+from . import remote_stream
 from .checkpoint import TensorReader, check_weight_map, shard_of_each_tensor
-from .file_names import CONFIG_FILE, INDEX_FILE, PICKLE_SUFFIXES, SAFETENSORS_SUFFIX, SINGLE_FILE
+from .file_names import (
+    CONFIG_FILE,
+    INDEX_FILE,
+    PICKLE_SUFFIXES,
+    SAFETENSORS_SUFFIX,
+    SINGLE_FILE,
+)
 from .hub_errors import hub_errors
-from .remote_cache import RangeCache, repo_folder
-from .remote_http import RangeFetcher, RemoteFile, resolve_commit
+from .remote_cache import RangeCache
+from .remote_http import RangeFetcher, RemoteFile
+from .remote_pin import Pinned, download, pin
+from .remote_stream import (
+    CHUNK,
+    DISK_SHARE,
+    HEADER_PROBE,
+    WINDOW,
+    WORKERS,
+    Prefetch,
+    coalesce,
+    fetch_range,
+    fits_disk,
+)
+from .remote_warm import probe_header, take
 from .safetensors_format import DTYPES_BY_CODE, header_length, tensor_entries
 
-#: Largest single range request (bytes); bigger coalesced spans are split.
-CHUNK = 32 << 20
-#: Range requests in flight at once.
-WORKERS = 4
 _MAX_HEADER = 100_000_000
 
 
@@ -39,14 +59,19 @@ class RemoteCheckpoint(TensorReader):
 
     def __init__(self, repo_id: str, commit: str, files: dict[str, RemoteFile], cache: RangeCache,
                  fetcher: RangeFetcher | None, shard_files: list[str], weight_map: dict[str, str] | None,
-                 tqdm_class: type | None = None):
+                 tqdm_class: type | None = None, adopt: Prefetch | None = None):
         self.repo_id, self.commit, self.cache, self.fetcher = repo_id, commit, cache, fetcher
         self.files = files
         self.shard_files = shard_files
         self._tqdm = tqdm_class
-        self._planned: set[str] = set()
+        self._planned: dict[str, None] = {}      # in plan (layer) order
+        self._prefetch: Prefetch | None = None
+        self._adopt = adopt        # a prefetch started by remote_warm, taken over on the first read
+        self._bar = None
         self._lock = threading.Lock()
-        with ThreadPoolExecutor(max_workers=max(1, min(WORKERS, len(shard_files)))) as pool:   # headers of shards in parallel
+        self._bar_lock = threading.Lock()
+        self._bar_left = 0
+        with ThreadPoolExecutor(max_workers=max(1, min(remote_stream.WORKERS, len(shard_files)))) as pool:   # headers of shards in parallel
             read = dict(zip(shard_files, pool.map(self._header, shard_files)))
         self.header_bytes = sum(length for length, _ in read.values())
         headers = {fname: header for fname, (_, header) in read.items()}
@@ -90,11 +115,15 @@ class RemoteCheckpoint(TensorReader):
                                  f"need {out.numel() * out.element_size()}; the file is corrupt")
         if end == start:
             return out
+        buf = memoryview(out.reshape(-1).view(torch.uint8).numpy())
+        prefetch = self._start_prefetch()
+        if prefetch is not None and prefetch.read(name, fname, start, buf):
+            return out
         with self._lock:
             if self.cache.missing(fname, start, end):
-                self._fetch(self._planned | {name})
+                self._fetch({name} if prefetch is not None else set(self._planned) | {name})
         try:
-            self.cache.read_into(fname, start, memoryview(out.reshape(-1).view(torch.uint8).numpy()))
+            self.cache.read_into(fname, start, buf)
         except (KeyError, OSError):
             raise IdinspectError(f"{self._ref(fname)}: cached bytes of tensor {name} vanished during the run "
                                  f"({self.cache.root}); rerun") from None
@@ -102,8 +131,51 @@ class RemoteCheckpoint(TensorReader):
 
     # planning and fetching ----------------------------------------------------------------
     def plan(self, names) -> None:
-        """Tensors to fetch together on the first read that misses the cache."""
-        self._planned |= {n for n in names if n in self._meta}
+        """Tensors to fetch in the background, in this order, from the first read on."""
+        for n in names:
+            if n in self._meta:
+                self._planned[n] = None
+
+    def _start_prefetch(self) -> Prefetch | None:
+        """The background fetch of the planned tensors, started on the first call (None offline or
+        with nothing planned)."""
+        with self._lock:
+            if self._prefetch is None and self.fetcher is not None and self._planned:
+                tensors = {n: (self._where[n], self._meta[n][2], self._meta[n][3]) for n in self._planned}
+                total = self.planned_bytes()
+                self._bar = _bar(self._tqdm, total, f"fetching attention tensors of {self.repo_id}")
+                self._bar_left = total
+                rs = remote_stream
+                if self._adopt is not None:                  # started before the adapter was known: re-planned
+                    self._prefetch, self._adopt = self._adopt, None
+                    self._prefetch.replan(tensors)
+                    self._prefetch.on_bytes = self._progress
+                else:
+                    self._prefetch = Prefetch(self.cache, self.fetcher, self.files, tensors,
+                                              to_disk=fits_disk(self.cache, total), window=rs.WINDOW,
+                                              workers=rs.WORKERS, chunk=rs.CHUNK, on_bytes=self._progress)
+                self._progress(total - self._prefetch.pending_bytes)
+            return self._prefetch
+
+    def _progress(self, n: int) -> None:
+        """``n`` more planned bytes arrived: the byte bar moves (and closes at the last byte)."""
+        with self._bar_lock:
+            self._bar_left -= n
+            bar = self._bar
+            if bar is not None and n:
+                bar.update(n)
+                if self._bar_left <= 0:
+                    bar.close()
+                    self._bar = None
+
+    def close(self) -> None:
+        """Stop the background fetch (after the pieces in flight)."""
+        for prefetch in (self._prefetch, self._adopt):
+            if prefetch is not None:
+                prefetch.close()
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
 
     def planned_bytes(self) -> int:
         return sum(self._meta[n][3] - self._meta[n][2] for n in self._planned)
@@ -169,6 +241,8 @@ class RemoteCheckpoint(TensorReader):
         size = self.files[fname].size if fname in self.files else -1
         if 0 <= size < 8:
             raise IdinspectError(f"{self._ref(fname)}: {size} bytes, too small to be a safetensors file")
+        if self.fetcher is not None and fname in self.files and self.cache.missing(fname, 0, 8):
+            probe_header(self.cache, self.fetcher, self.files[fname], remote_stream.HEADER_PROBE)
         n = header_length(self._bytes(fname, 0, 8))
         if n > _MAX_HEADER or (size >= 0 and 8 + n > size):
             raise IdinspectError(f"{self._ref(fname)}: not a safetensors file (header length {n} of a {size}-byte file)")
@@ -182,12 +256,6 @@ class RemoteCheckpoint(TensorReader):
 
     def _ref(self, fname: str) -> str:
         return f"{self.repo_id}@{self.commit[:12]}/{fname}"
-
-
-def fetch_range(cache: RangeCache, fetcher: RangeFetcher, file: RemoteFile, start: int, end: int) -> None:
-    """Bytes ``[start, end)`` of ``file`` into the cache (published only when complete)."""
-    with cache.writer(file.name, start, end) as out:
-        fetcher.fetch(file, start, end, out)
 
 
 def fetch_missing(cache: RangeCache, fetcher: RangeFetcher | None, files: dict[str, RemoteFile],
@@ -233,94 +301,25 @@ def _bar(tqdm_class: type | None, total: int, desc: str):
         return None
 
 
-def coalesce(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    """Sorted ``[start, end)`` ranges with touching or overlapping ones merged."""
-    out: list[list[int]] = []
-    for a, b in sorted(ranges):
-        if out and a <= out[-1][1]:
-            out[-1][1] = max(out[-1][1], b)
-        else:
-            out.append([a, b])
-    return [(a, b) for a, b in out]
-
-
-@dataclass
-class Pinned:
-    """One commit of one repo: its files, the range cache and the fetcher (None offline)."""
-
-    repo_id: str
-    commit: str
-    files: dict[str, RemoteFile]
-    cache: RangeCache
-    fetcher: RangeFetcher | None
-
-
-def pin(repo_id: str, revision: str | None, *, token: str | None, cache_dir: str | Path | None,
-        offline: bool) -> Pinned:
-    """Resolve ``revision`` to a commit. Online it is resolved on every call (so a moved branch is
-    seen) and written to the range cache's ``refs/``; offline the commit comes from there (or from
-    the hub cache's own refs). huggingface_hub errors propagate (see :func:`hub_errors`)."""
-    from .hub_guard import COMMIT_SHA
-
-    folder = repo_folder(cache_dir, repo_id)
-    rev = revision or "main"
-    if offline:
-        commit = rev if COMMIT_SHA.match(rev) else (RangeCache.read_ref(folder, rev) or _hub_ref(folder, rev))
-        commit = commit if commit is not None and COMMIT_SHA.match(commit) else None
-        files = RangeCache(folder, commit).read_files() if commit else None
-        if commit is None or files is None:
-            raise IdinspectError(f"{repo_id}{'@' + revision if revision else ''} is not in the local cache "
-                                 f"({folder.parent.parent}) and offline mode is on (HF_HUB_OFFLINE or --offline): "
-                                 "inspect it once online, or pass a local directory")
-        return Pinned(repo_id, commit, files, RangeCache(folder, commit), None)
-    commit, files = resolve_commit(repo_id, revision, token)   # names and commit validated (hub_api)
-    cache = RangeCache(folder, commit)
-    cache.write_files(files)
-    if not COMMIT_SHA.match(rev):
-        cache.write_ref(rev)
-    return Pinned(repo_id, commit, files, cache, RangeFetcher(repo_id, commit, token))
-
-
 def open_remote(repo_id: str, revision: str | None, *, token: str | None = None, cache_dir: str | Path | None = None,
                 offline: bool = False) -> tuple[Path, RemoteCheckpoint]:
     """Resolve (:func:`pin`), read config and headers; returns (folder holding config.json, reader)."""
     from ..progress import current_hub_tqdm
 
     with hub_errors(repo_id, revision, cache_dir, offline):
-        p = pin(repo_id, revision, token=token, cache_dir=cache_dir, offline=offline)
+        warm = None if offline else take(repo_id, revision, token, cache_dir)   # its failure is raised here
+        p = warm.pinned if warm is not None and warm.pinned is not None else pin(
+            repo_id, revision, token=token, cache_dir=cache_dir, offline=offline)
         if p.files and CONFIG_FILE not in p.files:
             ggufs = sorted(n for n in p.files if n.lower().endswith(".gguf"))
             hint = (f"; it holds GGUF files: inspect one as {repo_id}:{ggufs[0]}" if ggufs else
                     "; not a transformers checkpoint")
             raise IdinspectError(f"{repo_id}@{p.commit[:12]}: no {CONFIG_FILE} in the repository{hint}")
-        config_path = _download(p, CONFIG_FILE, token, cache_dir, offline)
+        config_path = download(p, CONFIG_FILE, token, cache_dir, offline)
         shard_files, weight_map = _weights(p, token, cache_dir, offline)
         reader = RemoteCheckpoint(repo_id, p.commit, p.files, p.cache, p.fetcher, shard_files, weight_map,
-                                  current_hub_tqdm())
+                                  current_hub_tqdm(), adopt=warm.prefetch if warm is not None else None)
     return config_path.parent, reader
-
-
-def _hub_ref(folder: Path, rev: str) -> str | None:
-    """The commit huggingface_hub's own ``refs/<rev>`` names (a snapshot downloaded earlier)."""
-    try:
-        return (folder.parent / "refs" / rev).read_text().strip() or None
-    except OSError:
-        return None
-
-
-def _download(p: Pinned, filename: str, token, cache_dir, offline: bool) -> Path:
-    """``filename`` of the pinned commit through huggingface_hub's cache, checked against the listed
-    digest when downloaded online (:func:`~.hub_verify.verify_download`)."""
-    from huggingface_hub import hf_hub_download
-
-    from .hub_verify import verify_download
-
-    path = Path(hf_hub_download(p.repo_id, filename, revision=p.commit, token=token,
-                                cache_dir=str(cache_dir) if cache_dir is not None else None, local_files_only=offline))
-    file = p.files.get(filename)
-    if not offline and file is not None:
-        verify_download(path, file.etag, f"{p.repo_id}@{p.commit[:12]}/{filename}")
-    return path
 
 
 def _weights(p: Pinned, token, cache_dir, offline: bool) -> tuple[list[str], dict[str, str] | None]:
@@ -331,7 +330,7 @@ def _weights(p: Pinned, token, cache_dir, offline: bool) -> tuple[list[str], dic
     if SINGLE_FILE in files:
         return [SINGLE_FILE], None
     if INDEX_FILE in files:
-        weight_map, _ = _read_index(_download(p, INDEX_FILE, token, cache_dir, offline))
+        weight_map, _ = _read_index(download(p, INDEX_FILE, token, cache_dir, offline))
         shards = sorted(set(weight_map.values()))
         absent = [s for s in shards if s not in files]
         if absent:
@@ -349,4 +348,5 @@ def _weights(p: Pinned, token, cache_dir, offline: bool) -> tuple[list[str], dic
     raise IdinspectError(f"{repo_id}@{commit[:12]}: no {SINGLE_FILE} or {INDEX_FILE} in the repository")
 
 
-__all__ = ["CHUNK", "WORKERS", "Pinned", "RemoteCheckpoint", "coalesce", "fetch_missing", "open_remote", "pin"]
+__all__ = ["CHUNK", "DISK_SHARE", "HEADER_PROBE", "WINDOW", "WORKERS", "Pinned", "RemoteCheckpoint", "coalesce",
+           "fetch_missing", "fetch_range", "open_remote", "pin"]

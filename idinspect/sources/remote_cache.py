@@ -22,6 +22,7 @@ import json
 import os
 import re
 import tempfile
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
@@ -48,6 +49,9 @@ class RangeCache:
         self.commit = commit
         self.root = folder / commit
         self._spans: dict[str, list[tuple[int, int]]] = {}
+        # a listing is kept only if no range of its file was published while it was being read
+        self._generation: dict[str, int] = {}
+        self._memo_lock = threading.Lock()
 
     # refs and file lists ---------------------------------------------------------------
     @staticmethod
@@ -75,15 +79,21 @@ class RangeCache:
     # ranges ------------------------------------------------------------------------------
     def spans(self, filename: str) -> list[tuple[int, int]]:
         """Cached ``[start, end)`` ranges of ``filename``, sorted."""
-        if filename not in self._spans:
+        spans = self._spans.get(filename)
+        if spans is None:
+            with self._memo_lock:
+                generation = self._generation.get(filename, 0)
             found = []
             with contextlib.suppress(OSError):
                 for entry in os.scandir(self._dir(filename)):
                     m = _RANGE.match(entry.name)
                     if m and entry.is_file() and entry.stat().st_size == int(m.group(2)) - int(m.group(1)):
                         found.append((int(m.group(1)), int(m.group(2))))
-            self._spans[filename] = sorted(found)
-        return self._spans[filename]
+            spans = sorted(found)
+            with self._memo_lock:
+                if self._generation.get(filename, 0) == generation:
+                    self._spans[filename] = spans
+        return spans
 
     def missing(self, filename: str, start: int, end: int) -> list[tuple[int, int]]:
         """Parts of ``[start, end)`` not in the cache."""
@@ -118,7 +128,7 @@ class RangeCache:
         finally:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
-        self._spans.pop(filename, None)
+        self._forget(filename)
 
     def read_into(self, filename: str, start: int, buf: memoryview) -> None:
         """Fill ``buf`` with bytes ``[start, start + len(buf))`` from cached ranges (KeyError if any is missing)."""
@@ -146,7 +156,13 @@ class RangeCache:
         for a, b in self.spans(filename) if spans is None else spans:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self._dir(filename) / f"{a}-{b}")
-        self._spans.pop(filename, None)
+        self._forget(filename)
+
+    def _forget(self, filename: str) -> None:
+        """Ranges of ``filename`` changed: its listing is read again (and one being read is not kept)."""
+        with self._memo_lock:
+            self._generation[filename] = self._generation.get(filename, 0) + 1
+            self._spans.pop(filename, None)
 
     def drop_outside(self, filename: str, data_start: int, size: int) -> None:
         """Drop cached ranges that the file's safetensors header rules out: past the file's end

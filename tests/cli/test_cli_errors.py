@@ -17,7 +17,7 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from idinspect import cli as cli_module
-from idinspect.sources import hub, remote
+from idinspect.sources import hub, remote_pin
 from tests.support.cli import run_cli
 
 SUPPORTED = ", ".join(supported_model_types())
@@ -41,7 +41,7 @@ def hub_calls(monkeypatch):
         raise AssertionError("sent to the hub")
 
     monkeypatch.setattr(hub, "snapshot_download", fake)
-    monkeypatch.setattr(remote, "resolve_commit", fake)   # the partial-read path's first request
+    monkeypatch.setattr(remote_pin, "resolve_commit", fake)   # the partial-read path's first request
     return calls
 
 
@@ -79,7 +79,7 @@ def edit_index(directory: Path, edit) -> None:
 
 def tensors_of(path: Path) -> dict:
     with safe_open(str(path), "pt") as f:
-        return {k: f.get_tensor(k) for k in f.keys()}
+        return {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118 - safe_open is not iterable
 
 
 # paths ------------------------------------------------------------------------------------------
@@ -209,7 +209,7 @@ def test_git_lfs_pointer(tiny_dir, tmp_path):
 
 def test_index_naming_a_missing_tensor(tiny_dir, tmp_path):
     d = copy_of(tiny_dir, tmp_path, max_shard_size="20KB")
-    shard = sorted(d.glob("model-*.safetensors"))[0].name
+    shard = min(d.glob("model-*.safetensors")).name
     edit_index(d, lambda ix: ix["weight_map"].update({"model.layers.0.self_attn.q_proj.extra": shard}))
     fails(str(d), match=rf"index.json: tensor model.layers.0.self_attn.q_proj.extra is indexed in {shard} "
                         "but that shard does not contain it")
@@ -217,7 +217,7 @@ def test_index_naming_a_missing_tensor(tiny_dir, tmp_path):
 
 def test_index_naming_a_missing_shard(tiny_dir, tmp_path):
     d = copy_of(tiny_dir, tmp_path, max_shard_size="20KB")
-    shard = sorted(d.glob("model-*.safetensors"))[-1]
+    shard = max(d.glob("model-*.safetensors"))
     shard.unlink()
     fails(str(d), match=rf"index.json: names shard {shard.name}, which does not exist")
 
@@ -249,7 +249,7 @@ def test_tensor_stored_in_two_shards(tiny_dir, tmp_path):
     d = copy_of(tiny_dir, tmp_path, max_shard_size="20KB")
     first, second = sorted(d.glob("model-*.safetensors"))[:2]
     extra = tensors_of(first)
-    name = sorted(extra)[0]
+    name = min(extra)
     both = {**tensors_of(second), name: extra[name]}
     save_file(both, str(second), metadata={"format": "pt"})
     fails(str(d), match=rf"tensor {re.escape(name)} is also stored in")
@@ -335,10 +335,10 @@ def test_process_entry_point_delivers_everything_and_the_exit_status(tiny_dir, t
 
     report = tmp_path / "r.json"
     ok = subprocess.run([sys.executable, "-m", "idinspect", str(tiny_dir("llama-gqa")), "--format", "json",
-                         "--json", str(report)], capture_output=True, text=True, timeout=300)
+                         "--json", str(report)], check=False, capture_output=True, text=True, timeout=300)
     assert ok.returncode == 0, ok.stderr
     assert json.loads(ok.stdout) == json.loads(report.read_text())
     bad = subprocess.run([sys.executable, "-m", "idinspect", str(tmp_path / "missing")], capture_output=True,
-                         text=True, timeout=300)
+                         text=True, timeout=300, check=False)
     assert bad.returncode == 2 and bad.stdout == ""
     assert bad.stderr.strip().splitlines() == [f"error: {tmp_path / 'missing'}: no such file or directory"]

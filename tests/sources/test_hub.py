@@ -22,7 +22,7 @@ from huggingface_hub import errors as hf_errors
 
 import idinspect
 from idinspect import cli as cli_module
-from idinspect.sources import hub, remote
+from idinspect.sources import hub, remote_pin
 from tests.support.cli import run_cli
 
 SHA = "0123456789abcdef0123456789abcdef01234567"
@@ -68,7 +68,7 @@ def fake_hub(monkeypatch):
     def install(folder: Path | None = None, error: BaseException | None = None) -> FakeHub:
         fake = FakeHub(folder, error)
         monkeypatch.setattr(hub, "snapshot_download", fake)
-        monkeypatch.setattr(remote, "resolve_commit", refuse_partial_read)
+        monkeypatch.setattr(remote_pin, "resolve_commit", refuse_partial_read)
         return fake
 
     return install

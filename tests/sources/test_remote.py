@@ -18,7 +18,7 @@ from huggingface_hub import constants as hf_constants
 
 import idinspect
 from idinspect import cli as cli_module
-from idinspect.sources import remote_http
+from idinspect.sources import remote_http, remote_stream
 from idinspect.sources.remote import coalesce
 from idinspect.sources.remote_cache import FOLDER, RangeCache
 from idinspect.sources.safetensors_format import tensor_spans
@@ -26,6 +26,7 @@ from tests.support.cli import run_cli
 from tests.support.hub_server import BytesBlob, Fault, LocalHub, served_files
 
 REPO = "org/tiny-llama"
+DEFAULT_PROBE = remote_stream.HEADER_PROBE
 
 
 @pytest.fixture(autouse=True)
@@ -34,6 +35,9 @@ def _clean(monkeypatch):
     monkeypatch.setattr(hf_constants, "HF_HUB_OFFLINE", False)
     monkeypatch.delenv("HF_TOKEN", raising=False)
     monkeypatch.setattr(remote_http, "BASE_BACKOFF_S", 0.0)
+    # the length alone, then the JSON: not a byte past the header, so the counts below are exact
+    # (the default probe, which reads a tiny shard whole, has its own test)
+    monkeypatch.setattr(remote_stream, "HEADER_PROBE", 8)
 
 
 @pytest.fixture
@@ -129,6 +133,27 @@ def test_hub_id_reads_headers_and_attention_bytes_only(hub, sharded, cache):
     assert len(ranged) == fetch["requests"] - 2 * len(list(sharded.glob("*.safetensors")))
 
 
+def test_one_request_per_header_and_the_probe_bytes_are_used(hub, sharded, cache, monkeypatch):
+    """The default probe reads each shard's length and JSON in one request; what it fetched past the
+    header is cached as tensor bytes, so the CDN sends the union of probes and attention spans, once."""
+    monkeypatch.setattr(remote_stream, "HEADER_PROBE", DEFAULT_PROBE)
+    hub.add_repo(REPO, served_files(sharded))
+    got = inspect_json(REPO, "--cache-dir", str(cache))
+    local = inspect_json(str(sharded))
+    assert got["layers"] == local["layers"] and got["totals"] == local["totals"]
+    shards = sorted(sharded.glob("*.safetensors"))
+    probes = [e for e in hub.log if e["host"] == "cdn" and e["range"].startswith("bytes=0-")]
+    assert len(probes) == len(shards)                                  # one round trip per shard's header
+    model = idinspect.load(sharded)
+    wanted = {p.name: [(0, min(DEFAULT_PROBE, p.stat().st_size))] for p in shards}
+    for i in range(model.num_layers):
+        for key in model.adapter.attention_keys(i):
+            fname = model.reader.file_of(key)
+            wanted[fname].append(tensor_spans(sharded / fname)[key])
+    union = sum(b - a for spans in wanted.values() for a, b in coalesce(spans))
+    assert hub.bytes_served["cdn"] == got["model"]["fetch"]["bytes_fetched"] == union
+
+
 def test_second_run_and_offline_come_from_the_cache(hub, sharded, cache, monkeypatch):
     hub.add_repo(REPO, served_files(sharded))
     first = inspect_json(REPO, "--cache-dir", str(cache))
@@ -158,7 +183,7 @@ def test_offline_with_a_range_missing_names_it(hub, sharded, cache):
     inspect_json(REPO, "--cache-dir", str(cache))
     ranges = sorted(p for p in (cache / "models--org--tiny-llama" / FOLDER).rglob("*-*") if p.is_file()
                     and re.match(r"^\d+-\d+$", p.name) and not p.name.startswith("0-"))
-    victim = [p for p in ranges if not p.name.startswith("8-")][0]
+    victim = next(p for p in ranges if not p.name.startswith("8-"))
     victim.unlink()
     one_line_error(run_cli(REPO, "--cache-dir", str(cache), "--offline"),
                    r"bytes \d+-\d+ are not in the range cache .* offline mode is on")
@@ -343,7 +368,7 @@ def test_progress_shows_bytes_fetched(hub, sharded, cache, monkeypatch):
     hub.add_repo(REPO, served_files(sharded))
     r = run_cli(REPO, "--cache-dir", str(cache), "--progress", "always")
     assert r.code == 0, r.stderr
-    headers, attention = expected_bytes(sharded)
+    _headers, attention = expected_bytes(sharded)
     fetching = [s for s in seen if s[0].startswith("fetching attention tensors")]
     assert fetching and fetching[-1][1] == fetching[-1][2] == attention      # the bar ends at every planned byte
 
@@ -358,13 +383,11 @@ def test_range_cache_writes_whole_ranges_or_nothing(tmp_path):
     c = RangeCache(tmp_path, "a" * 40)
     with c.writer("f.safetensors", 0, 4) as out:
         out.write(b"abcd")
-    with pytest.raises(OSError):
-        with c.writer("f.safetensors", 10, 20) as out:
-            out.write(b"short")
-    with pytest.raises(RuntimeError):
-        with c.writer("f.safetensors", 20, 22) as out:
-            out.write(b"xy")
-            raise RuntimeError("killed mid-write")
+    with pytest.raises(OSError), c.writer("f.safetensors", 10, 20) as out:
+        out.write(b"short")
+    with pytest.raises(RuntimeError), c.writer("f.safetensors", 20, 22) as out:
+        out.write(b"xy")
+        raise RuntimeError("killed mid-write")
     assert c.spans("f.safetensors") == [(0, 4)]
     assert c.missing("f.safetensors", 2, 12) == [(4, 12)]
     assert sorted(os.listdir(tmp_path / ("a" * 40) / "f.safetensors")) == ["0-4"]

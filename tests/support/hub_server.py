@@ -5,7 +5,8 @@ Two real HTTP servers in threads: the *hub* (``GET /api/models/{repo}[/revision/
 ``X-Error-Code``) and a *CDN* that the hub redirects LFS files (``*.safetensors``) to, answering
 ``Range`` with ``206``. Both count the body bytes they send and log every request; faults can be
 queued per request (status codes with headers, dropped connections, ignored ``Range``, a wrong
-``X-Repo-Commit``) and a branch can be moved after a number of API calls.
+``X-Repo-Commit``) and a branch can be moved after a number of API calls. ``LocalHub(link=Link(rate,
+latency))`` (:mod:`tests.support.link`) paces every answer through one shared bandwidth and latency.
 
 Files are :class:`Blob` objects, so a benchmark can serve multi-GB checkpoints whose tensor data
 is generated on the fly (:class:`PatternBlob`) without holding them in memory or on disk.
@@ -19,7 +20,10 @@ import re
 import threading
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Self
 from urllib.parse import unquote, urlparse
+
+from .link import Link
 
 
 class _QuietServer(ThreadingHTTPServer):
@@ -130,7 +134,8 @@ class Fault:
 class LocalHub:
     """Start with ``with LocalHub() as hub:``; ``hub.endpoint`` is the HF_ENDPOINT to use."""
 
-    def __init__(self):
+    def __init__(self, link: Link | None = None):
+        self.link = link if link is not None else Link()
         self.repos: dict[str, Repo] = {}
         self.faults: list[Fault] = []
         self.log: list[dict] = []
@@ -149,7 +154,7 @@ class LocalHub:
         repo.refs["main"] = commit
         return commit
 
-    def __enter__(self) -> "LocalHub":
+    def __enter__(self) -> Self:
         for role in ("hub", "cdn"):
             server = _QuietServer(("127.0.0.1", 0), _handler(self, role))
             server.daemon_threads = True
@@ -221,6 +226,7 @@ def _handler(hub: LocalHub, role: str):
         # plumbing ---------------------------------------------------------------------
         def _send(self, status: int, headers: dict, body: bytes = b"", head: bool = False, length: int | None = None,
                   keep: float | None = None) -> None:
+            hub.link.wait_first_byte()
             self.send_response(status)
             headers = {"Content-Length": str(len(body) if length is None else length), **headers}
             fault = getattr(self, "_fault", None)
@@ -248,8 +254,7 @@ def _handler(hub: LocalHub, role: str):
                         self.wfile.flush()
                         time.sleep(fault.delay)
                 else:
-                    self.wfile.write(body)
-                    self.wfile.flush()
+                    hub.link.write(self.wfile, body)
             except (BrokenPipeError, ConnectionResetError):
                 with hub._lock:
                     hub.bytes_served[role] -= len(body)

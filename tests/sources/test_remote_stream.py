@@ -1,0 +1,162 @@
+"""Background fetching of a hub checkpoint's planned tensors (idinspect/sources/remote_stream.py),
+against the real local hub + CDN on 127.0.0.1, with and without a paced link (tests/support/link.py).
+
+Every run here must give the local inspection's counts: what changes is where the bytes wait
+(range cache or memory window), how they are split, and the pace they arrive at.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from huggingface_hub import constants as hf_constants
+
+from idinspect import cli as cli_module
+from idinspect.sources import remote_http, remote_stream
+from tests.support.cli import run_cli
+from tests.support.hub_server import Fault, LocalHub, served_files
+from tests.support.link import Link
+
+REPO = "org/tiny-llama"
+
+
+@pytest.fixture(autouse=True)
+def _clean(monkeypatch):
+    monkeypatch.setitem(cli_module._DEBUG, "on", False)
+    monkeypatch.setattr(hf_constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    monkeypatch.setattr(remote_http, "BASE_BACKOFF_S", 0.0)
+
+
+@contextlib.contextmanager
+def _serve(monkeypatch, link: Link | None = None) -> Iterator[LocalHub]:
+    with LocalHub(link=link) as server:
+        monkeypatch.setattr(hf_constants, "ENDPOINT", server.endpoint)
+        monkeypatch.setattr(hf_constants, "HUGGINGFACE_CO_URL_TEMPLATE",
+                            server.endpoint + "/{repo_id}/resolve/{revision}/{filename}")
+        yield server
+
+
+@pytest.fixture
+def sharded(tiny_dir) -> Path:
+    return tiny_dir("llama-gqa", max_shard_size="20KB")
+
+
+def inspect_json(*args: str) -> dict:
+    r = run_cli(*args, "--format", "json")
+    assert r.code == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+def range_files(cache: Path) -> list[Path]:
+    return [p for p in cache.rglob("*-*") if p.is_file() and p.parent.name.endswith(".safetensors")]
+
+
+def same_counts(got: dict, local: dict) -> None:
+    assert got["totals"] == local["totals"] and got["layers"] == local["layers"]
+    assert got["findings"] == local["findings"]
+
+
+@pytest.mark.parametrize("chunk", [remote_stream.CHUNK, 1000])
+def test_memory_window_gives_the_local_counts_and_caches_no_tensor(monkeypatch, sharded, tmp_path, chunk):
+    """Planned bytes over the disk share stream through memory: a window smaller than one tensor
+    (pieces of 1000 bytes, tensors over several pieces and pieces over two tensors) still reads
+    every byte once, and no tensor range is left in the cache."""
+    monkeypatch.setattr(remote_stream, "DISK_SHARE", 0.0)
+    monkeypatch.setattr(remote_stream, "WINDOW", 1500)
+    monkeypatch.setattr(remote_stream, "CHUNK", chunk)
+    monkeypatch.setattr(remote_stream, "HEADER_PROBE", 8)
+    local = inspect_json(str(sharded))
+    with _serve(monkeypatch) as hub:
+        hub.add_repo(REPO, served_files(sharded))
+        got = inspect_json(REPO, "--cache-dir", str(tmp_path / "c"))
+        fetch = got["model"]["fetch"]
+        assert hub.bytes_served["cdn"] == fetch["header_bytes"] + fetch["attention_bytes"]
+    same_counts(got, local)
+    cached = range_files(tmp_path / "c")
+    assert cached and all(int(p.name.split("-")[1]) <= 8 + 2048 for p in cached)   # headers only (tiny shards)
+
+
+def test_paced_link_delivers_the_bytes_intact(monkeypatch, sharded, tmp_path):
+    """A throttled, delayed link (shared bandwidth, latency before every answer) changes no count."""
+    link = Link(rate=2e6, latency=0.01, burst=4096)
+    local = inspect_json(str(sharded))
+    with _serve(monkeypatch, link) as hub:
+        hub.add_repo(REPO, served_files(sharded))
+        got = inspect_json(REPO, "--cache-dir", str(tmp_path / "c"))
+        assert link.bytes_sent >= hub.bytes_served["cdn"] > got["model"]["fetch"]["attention_bytes"]
+    same_counts(got, local)
+
+
+def test_a_failed_piece_stops_the_run_with_one_line(monkeypatch, sharded, tmp_path):
+    """A piece that keeps failing is raised by the read that waits for it: one line, exit 2."""
+    monkeypatch.setattr(remote_stream, "HEADER_PROBE", 8)
+    with _serve(monkeypatch) as hub:
+        hub.add_repo(REPO, served_files(sharded))
+        hub.faults.append(Fault("status", host="cdn", status=500, after=6, times=100))   # headers pass, pieces fail
+        r = run_cli(REPO, "--cache-dir", str(tmp_path / "c"), "--format", "json")
+    assert r.code == 2 and r.stdout == "" and "Traceback" not in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+def test_link_paces_bytes_and_delays_answers():
+    """Positive control of the bench's link: a paced GET takes at least bytes / rate + latency."""
+    import time
+
+    import httpx2
+
+    with LocalHub(link=Link(rate=4e6, latency=0.05, burst=1)) as hub:
+        hub.add_repo(REPO, {"model.safetensors": bytes(400_000)})
+        blob = hub.repos[REPO].commits[hub.repos[REPO].refs["main"]]["model.safetensors"]
+        t0 = time.monotonic()
+        r = httpx2.get(f"{hub.cdn}/blobs/{blob.sha256}", headers={"Range": "bytes=0-399999"})
+        took = time.monotonic() - t0
+    assert r.status_code == 206 and len(r.content) == 400_000
+    assert took >= 0.05 + 0.1 * 0.9
+
+
+@pytest.mark.parametrize("to_disk", [True, False])
+def test_replan_drops_unstarted_tensors_and_adds_new_ones(tmp_path, to_disk):
+    """A prefetch started on a guess (remote_warm) and re-planned to the adapter's tensors fetches the
+    new ones, never starts the dropped ones, and reads give the served bytes."""
+    from idinspect.sources.remote_cache import RangeCache
+    from idinspect.sources.remote_http import RangeFetcher, RemoteFile
+    from idinspect.sources.remote_stream import Prefetch
+
+    data = bytes(range(256)) * 64                       # 16 KiB
+    with LocalHub(link=Link(rate=2e5, latency=0.0)) as hub, pytest.MonkeyPatch.context() as mp:
+        mp.setattr(hf_constants, "ENDPOINT", hub.endpoint)
+        mp.setattr(hf_constants, "HUGGINGFACE_CO_URL_TEMPLATE", hub.endpoint + "/{repo_id}/resolve/{revision}/{filename}")
+        commit = hub.add_repo(REPO, {"model.safetensors": data})
+        files = {"model.safetensors": RemoteFile("model.safetensors", len(data), None)}
+        cache = RangeCache(tmp_path, commit)
+        fetcher = RangeFetcher(REPO, commit, None)
+        guess = {f"t{i}": ("model.safetensors", 1024 * i, 1024 * (i + 1)) for i in range(16)}
+        p = Prefetch(cache, fetcher, files, guess, to_disk=to_disk, window=4096, workers=2, chunk=1024)
+        plan = {"t1": guess["t1"], "x": ("model.safetensors", 100, 300)}    # t1 kept, x new, the rest dropped
+        p.replan(plan)
+        for name, (_, a, b) in plan.items():
+            buf = bytearray(b - a)
+            if not p.read(name, "model.safetensors", a, memoryview(buf)):
+                cache.read_into("model.safetensors", a, memoryview(buf))
+            assert bytes(buf) == data[a:b]
+        p.close()
+        served = hub.bytes_served["cdn"]
+    assert "bytes=100-299" in [e["range"] for e in hub.log if e["host"] == "cdn"]
+    # t1 (1 KiB), x and at most the pieces already in flight when re-planned (2 workers): not 16 KiB
+    assert 1024 + 200 <= served < 4096
+
+
+def test_allocator_threshold_is_fixed_on_glibc():
+    """The resident-set fix of long remote reads (process_memory) takes effect where glibc runs."""
+    import platform
+
+    from idinspect.sources.process_memory import return_large_blocks
+
+    if platform.libc_ver()[0] != "glibc":
+        pytest.skip("mallopt's M_MMAP_THRESHOLD is glibc's")
+    assert return_large_blocks() and return_large_blocks()       # set, and idempotent
