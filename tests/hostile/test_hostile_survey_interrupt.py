@@ -41,6 +41,15 @@ def _rows(path: Path) -> list[dict]:
     return [json.loads(line) for line in text.splitlines()]
 
 
+def _as_from_a_terminal() -> None:
+    """In the child before exec: SIGINT unblocked and at its default, as a program started from a terminal
+    has it. Dispositions and the signal mask are inherited, and this test's process need not have them so:
+    a test runner started in the background ignores SIGINT, and under pytest-xdist a worker has run other
+    tests (Ray's among them) before this one; the survey rightly keeps an ignored SIGINT ignored."""
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.fixture
 def short_tmpdir():
     with private_tmpdir() as path:
@@ -64,7 +73,7 @@ def test_ctrl_c_keeps_finished_rows_in_one_line(tiny_dir, tmp_path, short_tmpdir
             "-q", *extra]
     env = dict(os.environ, TMPDIR=str(tmp))
     proc = subprocess.Popen(args, cwd=work, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+                            start_new_session=True, preexec_fn=_as_from_a_terminal)
     try:
         deadline = time.monotonic() + 120
         while len(_rows(journal)) < after and proc.poll() is None and time.monotonic() < deadline:
