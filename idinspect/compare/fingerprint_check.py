@@ -271,12 +271,7 @@ def check_figures(path: Path, index: int, arrays: dict[str, torch.Tensor], finit
             value = float(rows[row][~torch.isfinite(rows[row]) | (rows[row] < 0)][0])
             raise IdinspectError(f"{path}: layer {index} head {int(heads[row])}: {key} holds {value!r}, not a finite "
                                  f"number >= 0 (a head whose weights are not finite is listed in nonfinite_heads); {FIX}")
-    u = unit_roundoff_of(dtype)
-    for kind, u_kind in (("qk", u), ("ov", 0.0), ("planes", u)):
-        if kind not in arrays:
-            continue
-        lower, upper = radius_range(arrays[kind], u, u_kind, (full or {}).get(kind))
-        r = arrays[f"radius_{kind}"]
+    for kind, r, lower, upper in _radius_ranges(arrays, dtype, full):
         live = finite.reshape(-1, *[1] * (r.dim() - 1))
         for mask, bound, what, why in (
                 (live & (r > upper * (1 + STORED_SLACK)), upper, "above the largest",
@@ -287,6 +282,16 @@ def check_figures(path: Path, index: int, arrays: dict[str, torch.Tensor], finit
                 at = tuple(mask.nonzero()[0].tolist())
                 raise IdinspectError(f"{path}: layer {index} head {at[0]}: radius_{kind} {float(r[at]):.3g} is {what} "
                                      f"rounding radius its values allow in {dtype} ({float(bound[at]):.3g}): {why}; {FIX}")
+
+
+def _radius_ranges(arrays: dict[str, torch.Tensor], dtype: str, full: dict[str, int] | None):
+    """(kind, stored radius, smallest and largest radius the values allow in ``dtype``) of each kind present
+    (:func:`radius_range`; W_OV's values carry no rounding of their own, W_QK's and the planes' one)."""
+    u = unit_roundoff_of(dtype)
+    for kind, u_kind in (("qk", u), ("ov", 0.0), ("planes", u)):
+        if kind in arrays:
+            lower, upper = radius_range(arrays[kind], u, u_kind, (full or {}).get(kind))
+            yield kind, arrays[f"radius_{kind}"], lower, upper
 
 
 def check_layers_figures(path: Path, layers: list[tuple[int, dict[str, torch.Tensor], torch.Tensor]], dtype: str,
@@ -309,12 +314,7 @@ def _figures_hold(arrays: dict[str, torch.Tensor], finite: torch.Tensor, dtype: 
         rows = a[finite]
         if not bool(torch.isfinite(rows).all()) or bool((rows < 0).any()):
             return False
-    u = unit_roundoff_of(dtype)
-    for kind, u_kind in (("qk", u), ("ov", 0.0), ("planes", u)):
-        if kind not in arrays:
-            continue
-        lower, upper = radius_range(arrays[kind], u, u_kind, (full or {}).get(kind))
-        r = arrays[f"radius_{kind}"]
+    for _, r, lower, upper in _radius_ranges(arrays, dtype, full):
         live = finite.reshape(*finite.shape, *[1] * (r.dim() - finite.dim()))
         if bool((live & ((r > upper * (1 + STORED_SLACK)) | (r < lower * (1 - STORED_SLACK)))).any()):
             return False
