@@ -59,6 +59,13 @@ def require_ray(local: bool = False):
     return ray
 
 
+#: The Ray backstop's allowance for starting a task's worker: it counts from submission, and a cold
+#: worker (a new process, Ray's runtime_env, importing torch and transformers before the task's own
+#: timer starts) is not the model's time. 30-40 s measured on a 2-core machine at load 4-5, where a
+#: backstop of --timeout 30 + 10 s from submission ended a tiny model's task.
+WORKER_START_S = 60.0
+
+
 class RayBackend:
     """``address``: None or "local" starts a local Ray instance (``num_cpus=workers``) for the run
     and stops it after; "auto" or ``host:port`` / ``ray://host:port`` joins that cluster. If Ray is
@@ -77,16 +84,20 @@ class RayBackend:
         self.stats = BackendStats()
 
     def _wait_limit(self, pending: dict, started: dict) -> float | None:
-        """Seconds until the oldest task in flight is past --timeout + :data:`KILL_GRACE_S` (None: no timeout)."""
-        timeout = self.options.timeout
-        if not timeout or not pending:
+        """Seconds until the oldest task in flight is past its backstop (:meth:`_backstop`; None: no timeout)."""
+        if not self.options.timeout or not pending:
             return None
-        return max(0.0, min(started[ref] for ref in pending) + timeout + KILL_GRACE_S - time.monotonic())
+        return max(0.0, min(started[ref] for ref in pending) + self._backstop() - time.monotonic())
+
+    def _backstop(self) -> float:
+        """Seconds from submission after which a task is ended: --timeout + :data:`KILL_GRACE_S` +
+        :data:`WORKER_START_S` (the task's own timer, started once its worker is up, normally ends it first)."""
+        return self.options.timeout + KILL_GRACE_S + WORKER_START_S
 
     def _overdue(self, pending: dict, started: dict) -> list:
-        """The tasks in flight past --timeout + :data:`KILL_GRACE_S` (their own timer did not stop them)."""
-        now, timeout = time.monotonic(), self.options.timeout
-        return [ref for ref in pending if now - started[ref] >= timeout + KILL_GRACE_S]
+        """The tasks in flight past their backstop (their own timer did not stop them)."""
+        now = time.monotonic()
+        return [ref for ref in pending if now - started[ref] >= self._backstop()]
 
     def _connect(self, ray) -> bool:
         """Initialise Ray unless it already is; True if this backend started it (and must stop it)."""
