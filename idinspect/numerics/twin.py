@@ -163,27 +163,47 @@ def _capture(hf, adapter, src, batch: int, generator: torch.Generator) -> tuple[
     return args, kwargs
 
 
+#: Sequences per Jacobian call of :func:`attention_jacobian`: a row's backward pass runs over every sequence
+#: of its call, though the row depends on one, so small calls cost less (the rows are as many either way).
+SEQUENCES_PER_CALL = 2
+
+
 def attention_jacobian(hf, adapter, batch: int, seed: int = 0, block: int = 0) -> torch.Tensor:
     """d(attention output of ``block`` of the live model ``hf``)/d(its parameters) as a [B T d, P]
-    float64 matrix; ``adapter`` (idinspect's adapter over ``hf``) says where the block lives.
+    float64 matrix over ``batch`` random sequences (B), taken :data:`SEQUENCES_PER_CALL` at a time;
+    ``adapter`` (idinspect's adapter over ``hf``) says where the block lives.
 
     Where the output module sits inside the attention module (BLOOM's ``dense`` before the residual
     add, ALBERT's before a LayerNorm), the block's output is the output module's output during the
     attention module's call, and parameters with no path to it are not the block's.
     """
-    from torch.func import functional_call, jacrev
-
     src, out = adapter.live_modules(hf, block)
     nested = out is not None and any(m is out for m in src.modules())
-    args, kwargs = _capture(hf, adapter, src, batch, torch.Generator().manual_seed(seed + 1 + block))
+    generator = torch.Generator().manual_seed(seed + 1 + block)
     params = {f"a.{k}": v.detach() for k, v in src.named_parameters()}
     if out is not None and not nested:
         params.update({f"o.{k}": v.detach() for k, v in out.named_parameters()})
     table = adapter.shared_table(block)
     if table is not None:
+        params["t.weight"] = hf.get_submodule(table[0]).weight.detach()
+    parts = []
+    for start in range(0, batch, SEQUENCES_PER_CALL):
+        J, params = _block_jacobian(hf, adapter, src, out, nested, table, params,
+                                    min(SEQUENCES_PER_CALL, batch - start), generator, first=not parts)
+        parts.append(J)
+    return torch.cat(parts)
+
+
+def _block_jacobian(hf, adapter, src, out, nested: bool, table, params: dict, batch: int,
+                    generator: torch.Generator, first: bool) -> tuple[torch.Tensor, dict]:
+    """(d output / d params [batch T d, P] on ``batch`` fresh random sequences, params): on the ``first``
+    call of a nested block, the parameters with no path to the output are dropped from ``params``."""
+    from torch.func import functional_call, jacrev
+
+    args, kwargs = _capture(hf, adapter, src, batch, generator)
+    if table is not None:
         path, keyword = table
         lookup = table_lookup(hf, adapter, src, path, keyword, batch)
-        params["t.weight"] = hf.get_submodule(path).weight.detach()
         args, kwargs = as_keywords(src, args, kwargs)
 
     def forward(p: dict) -> torch.Tensor:
@@ -199,12 +219,12 @@ def attention_jacobian(hf, adapter, batch: int, seed: int = 0, block: int = 0) -
         return y.reshape(-1)
 
     with exact_softmax(), adapter.exact_float64():
-        if nested:
+        if nested and first:
             params = _upstream(forward, params)
         with warnings.catch_warnings(), single_threaded_kernels():   # no vmap rule for CPU sdpa backward: slower, exact
             warnings.filterwarnings("ignore", message=".*batching rule.*")
             J = jacrev(forward)(params)
-    return torch.cat([J[k].reshape(J[k].shape[0], -1) for k in params], dim=1)
+    return torch.cat([J[k].reshape(J[k].shape[0], -1) for k in params], dim=1), params
 
 
 def as_keywords(module, args: tuple, kwargs: dict) -> tuple[tuple, dict]:

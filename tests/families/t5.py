@@ -13,7 +13,7 @@ _T5 = dict(vocab_size=64, d_model=16, d_kv=4, d_ff=32, num_layers=2, num_heads=4
 
 VARIANTS = {
     "t5": Variant(lambda: tf.T5Config(**_T5), tf.T5ForConditionalGeneration, frozenset({"cross", "seq2seq"})),
-    "t5-gated-head-dim": Variant(lambda: tf.T5Config(**{**_T5, "d_kv": 8, "num_decoder_layers": 3,
+    "t5-gated-head-dim": Variant(lambda: tf.T5Config(**{**_T5, "d_kv": 5, "num_decoder_layers": 3,
                                                         "feed_forward_proj": "gated-gelu"}),
                                  tf.T5Model, frozenset({"cross"})),
     # the encoder alone (the text encoder of image and video generators): config.json names T5EncoderModel

@@ -144,6 +144,17 @@ def _table_rows(model, src, table: tuple[str, str], ids: torch.Tensor) -> tuple[
     return index, head
 
 
+def _looked_up(weight: torch.Tensor, rows: torch.Tensor, heads: torch.Tensor) -> torch.Tensor:
+    """``weight[rows, heads]`` [B, H, T, S] for a table ``weight`` [R, H]. Where the row does not depend on
+    the head (MPNet: the bucket of (i, j)), as a one-hot product, onehot(rows[:, 0]) [B, T, S, R] @ weight:
+    the same values, and its backward batches under the Jacobian's vmap (the gather's backward, a
+    scatter-add, took about 3 ms a row)."""
+    if rows.dim() == 4 and torch.equal(rows, rows[:, :1].expand_as(rows)):
+        onehot = torch.nn.functional.one_hot(rows[:, 0], weight.shape[0]).to(weight.dtype)
+        return torch.einsum("btsr,rh->bhts", onehot, weight)
+    return weight[rows, heads]
+
+
 def _with_random_hidden(args: tuple, kwargs: dict, gen: torch.Generator) -> tuple[tuple, dict]:
     """The call with the hidden states, and a cross-attention block's encoder states, drawn from N(0, 1)."""
     from tests.support.tiny import KV_ARGUMENTS
@@ -188,8 +199,8 @@ def jacobian_bands(s: torch.Tensor) -> tuple[int, int]:
 def attention_singular_values(model, src, dst=None, *, batches: int = 4, tokens: int = 8, seed: int = 0,
                               edit_call=None, exact=contextlib.nullcontext,
                               oversample: float = 2.0, table: tuple[str, str] | None = None) -> tuple[torch.Tensor, int, int]:
-    """(singular values, descending, of the Jacobian of params -> dst(src(x)) over ``batches`` random
-    batches of about ``oversample`` P rows in all; parameter count P; Jacobian rows).
+    """(singular values, descending, of the Jacobian of params -> dst(src(x)) over at most ``batches``
+    random batches of about ``oversample`` P rows in all; parameter count P; Jacobian rows).
 
     ``src`` is the module that takes the hidden states; ``dst`` an output projection applied after
     it when it is a separate module (BERT's ``attention.output.dense``). ``edit_call(args, kwargs)``
@@ -223,7 +234,7 @@ def attention_singular_values(model, src, dst=None, *, batches: int = 4, tokens:
         if table is not None:
             rows, heads = kwargs["_table_rows"]
             kwargs = {k: v for k, v in kwargs.items() if k != "_table_rows"}
-            kwargs[table[1]] = p["t"]["weight"][rows, heads]
+            kwargs[table[1]] = _looked_up(p["t"]["weight"], rows, heads)
         if nested:
             seen = {}
             handle = dst.register_forward_hook(lambda mod, a, y: seen.__setitem__("y", y))
@@ -250,6 +261,9 @@ def attention_singular_values(model, src, dst=None, *, batches: int = 4, tokens:
     probe_args, probe_kwargs = capture_call(model, src, torch.full((1, tokens), 2))
     x = probe_args[0] if probe_args else probe_kwargs["hidden_states"]
     rows = x.shape[-2] * x.shape[-1]                # one sequence's outputs (a vision tower's tokens are its patches)
+    # no more batches than about oversample P rows need: a long sequence (MPNet's 96 tokens) holds more rows
+    # than a short one, and every extra row costs a backward pass and a share of the SVD
+    batches = max(1, min(batches, math.ceil(oversample * P / rows)))
     per_batch = max(1, math.ceil(oversample * P / (batches * rows)))
     blocks = []
     for _ in range(batches):

@@ -19,6 +19,8 @@ from torch.func import functional_call, jacrev
 
 from tests.support.jacobian import exact_softmax, single_thread
 
+#: Sequences per Jacobian call of :func:`whole_model_singular_values` (the rows are the same in any grouping).
+SEQUENCES_PER_CALL = 2
 #: s / s_max below this is null. Measured on the twins of tests/forms/test_whole_model_jacobian.py: null
 #: <= 5e-16, kept >= 6e-10.
 NULL_RTOL = 1e-13
@@ -83,13 +85,16 @@ def whole_model_singular_values(model, *, tokens: int, seed: int = 0,
     P = sum(sizes)
     ids = sample_ids(model, tokens, seed=seed, oversample=oversample)
 
-    def outputs(theta: torch.Tensor) -> torch.Tensor:
+    def outputs(theta: torch.Tensor, ids: torch.Tensor = ids) -> torch.Tensor:
         params = {n: t.view_as(v) for n, t, v in zip(names, theta.split(sizes), values)}
         return functional_call(model, params, (ids,), {"use_cache": False}).logits.reshape(-1)
 
     theta = torch.cat([v.reshape(-1) for v in values])
     with single_thread(), exact_rms_norms(model), exact_softmax(), exact_routers(model):   # float32 casts kept float64
-        J = jacrev(outputs, chunk_size=512)(theta)
+        # a few sequences at a time: a row's backward pass runs over every sequence of its call, though the
+        # row depends on one (GPT-2 ReLU's 86 sequences: 23 s of Jacobian in one call)
+        J = torch.cat([jacrev(lambda t, part=part: outputs(t, part), chunk_size=512)(theta)
+                       for part in ids.split(SEQUENCES_PER_CALL)])
         V = model.config.vocab_size
         p = torch.softmax(outputs(theta).reshape(-1, V), -1)
         J = J.reshape(-1, V, P)
