@@ -144,17 +144,6 @@ def _table_rows(model, src, table: tuple[str, str], ids: torch.Tensor) -> tuple[
     return index, head
 
 
-def _looked_up(weight: torch.Tensor, rows: torch.Tensor, heads: torch.Tensor) -> torch.Tensor:
-    """``weight[rows, heads]`` [B, H, T, S] for a table ``weight`` [R, H]. Where the row does not depend on
-    the head (MPNet: the bucket of (i, j)), as a one-hot product, onehot(rows[:, 0]) [B, T, S, R] @ weight:
-    the same values, and its backward batches under the Jacobian's vmap (the gather's backward, a
-    scatter-add, took about 3 ms a row)."""
-    if rows.dim() == 4 and torch.equal(rows, rows[:, :1].expand_as(rows)):
-        onehot = torch.nn.functional.one_hot(rows[:, 0], weight.shape[0]).to(weight.dtype)
-        return torch.einsum("btsr,rh->bhts", onehot, weight)
-    return weight[rows, heads]
-
-
 def _with_random_hidden(args: tuple, kwargs: dict, gen: torch.Generator) -> tuple[tuple, dict]:
     """The call with the hidden states, and a cross-attention block's encoder states, drawn from N(0, 1)."""
     from tests.support.tiny import KV_ARGUMENTS
@@ -234,7 +223,7 @@ def attention_singular_values(model, src, dst=None, *, batches: int = 4, tokens:
         if table is not None:
             rows, heads = kwargs["_table_rows"]
             kwargs = {k: v for k, v in kwargs.items() if k != "_table_rows"}
-            kwargs[table[1]] = _looked_up(p["t"]["weight"], rows, heads)
+            kwargs[table[1]] = p["t"]["weight"][rows, heads]
         if nested:
             seen = {}
             handle = dst.register_forward_hook(lambda mod, a, y: seen.__setitem__("y", y))
