@@ -167,13 +167,17 @@ def test_the_edits_reach_what_they_are_about(tiny_dir, tmp_path):
 def test_inspecting_imports_no_config_class(tiny_dir):
     """The point of idinspect.sources.config (and of rope's native default and llama3 paths): inspecting these
     checkpoints imports no part of transformers, nor torch.distributed.tensor."""
-    probe = ("import sys, idinspect; idinspect.inspect(sys.argv[1]); "
-             "bad = sorted(m for m in sys.modules if m.startswith('transformers') "
-             "or m == 'torch.distributed.tensor'); print(bad)")
-    for variant in ("llama-gqa", "llama3-rope", "gpt2", "bert", "mistral", "qwen2", "phi", "gpt-neox", "gptj"):
-        out = subprocess.run([sys.executable, "-c", probe, str(tiny_dir(variant))], capture_output=True, text=True,
-                             check=True).stdout
-        assert out.strip() == "[]", (variant, out)
+    # one process inspects them in turn and lists what each one added (one torch import, not nine)
+    probe = ("import sys, idinspect\n"
+             "for path in sys.argv[1:]:\n"
+             "    idinspect.inspect(path)\n"
+             "    print(sorted(m for m in sys.modules if m.startswith('transformers') or m == 'torch.distributed.tensor'))")
+    variants = ("llama-gqa", "llama3-rope", "gpt2", "bert", "mistral", "qwen2", "phi", "gpt-neox", "gptj")
+    out = subprocess.run([sys.executable, "-c", probe, *(str(tiny_dir(v)) for v in variants)], capture_output=True,
+                         text=True, check=True).stdout.splitlines()
+    assert len(out) == len(variants), out
+    for variant, imported in zip(variants, out):
+        assert imported == "[]", (variant, imported)   # the first variant whose inspection imported them
 
 
 def test_hf_config_is_the_full_class(tiny_dir):
