@@ -12,11 +12,14 @@ Layout, inside the repository's folder of the huggingface_hub cache (``--cache-d
 A commit names immutable content, so a cached range is never stale; a branch or tag is resolved
 online on every run before the cache is read (a cache hit never hides a moved revision), and only
 ``--offline`` reads ``refs/``. Every file is written under a temporary name in the same folder and
-renamed when complete, so a crash or a failed download never leaves a partial range behind.
+renamed when complete, so a crash or a failed download never leaves a partial range behind. A
+temporary file still being written when the process exits (a background fetch's daemon thread, after
+the command failed) is removed at exit (:func:`_remove_unfinished`).
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import json
 import os
@@ -31,6 +34,40 @@ from .remote_http import RemoteFile
 
 FOLDER = "idinspect-ranges"
 _RANGE = re.compile(r"^(\d+)-(\d+)$")
+#: Temporary files being written (removed when published or abandoned; any left at exit: :func:`_remove_unfinished`).
+_UNFINISHED: set[str] = set()
+_UNFINISHED_LOCK = threading.Lock()
+_EXITING = threading.Event()
+
+
+@contextlib.contextmanager
+def _temporary(folder: Path) -> Iterator[tuple[int, str]]:
+    """(fd, path) of a new ``.part-`` file in ``folder``, registered until the block ends (then removed
+    unless the block renamed it)."""
+    if _EXITING.is_set():
+        raise OSError("idinspect is exiting: no new range is written")
+    fd, tmp = tempfile.mkstemp(prefix=".part-", dir=folder)
+    with _UNFINISHED_LOCK:
+        _UNFINISHED.add(tmp)
+    try:
+        yield fd, tmp
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        with _UNFINISHED_LOCK:
+            _UNFINISHED.discard(tmp)
+
+
+@atexit.register
+def _remove_unfinished() -> None:
+    """At exit, before daemon threads are frozen: no new temporary file, and those still being written
+    (a background fetch cut short by the command's end) removed."""
+    _EXITING.set()
+    with _UNFINISHED_LOCK:
+        left = list(_UNFINISHED)
+    for tmp in left:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
 
 
 def repo_folder(hub_cache: str | Path | None, repo_id: str) -> Path:
@@ -116,8 +153,7 @@ class RangeCache:
         and the byte count is right."""
         folder = self._dir(filename)
         folder.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".part-", dir=folder)
-        try:
+        with _temporary(folder) as (fd, tmp):
             with os.fdopen(fd, "wb") as f:
                 yield f
                 f.flush()
@@ -125,9 +161,6 @@ class RangeCache:
             if size != end - start:
                 raise OSError(f"{filename}: wrote {size} bytes for range {start}-{end}")
             os.replace(tmp, folder / f"{start}-{end}")
-        finally:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
         self._forget(filename)
 
     def read_into(self, filename: str, start: int, buf: memoryview) -> None:
@@ -177,14 +210,10 @@ class RangeCache:
 
 def atomic_write(path: Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".part-", dir=path.parent)
-    try:
+    with _temporary(path.parent) as (fd, tmp):
         with os.fdopen(fd, "wb") as f:
             f.write(data)
         os.replace(tmp, path)
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
 
 
 __all__ = ["FOLDER", "RangeCache", "atomic_write", "repo_folder"]

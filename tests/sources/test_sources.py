@@ -209,10 +209,12 @@ def test_inspection_never_instantiates_the_model(tiny_dir, monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("a transformers model was instantiated")
 
+    # the checkpoints are saved first (tiny_dir builds a model the first time a worker asks for one)
+    folders = {variant: tiny_dir(variant) for variant in ("bert", "gpt2", "llama3-rope", "mistral", "qwen2")}
     monkeypatch.setattr(tf.PreTrainedModel, "__init__", refuse)
     monkeypatch.setattr(tf.PreTrainedModel, "from_pretrained", classmethod(refuse))
-    for variant in ("bert", "gpt2", "llama3-rope", "mistral", "qwen2"):
-        model = idinspect.load(tiny_dir(variant))
+    for variant, folder in folders.items():
+        model = idinspect.load(folder)
         assert idinspect.inspect(model)["model"]["layers"] == model.num_layers
         assert len(list(model.layers())) == model.num_layers
 
