@@ -97,6 +97,9 @@ class FoundLayout:
     relative_bidirectional: bool = True         # buckets both ways (encoders) or past only
     stack: str = ""                             # the stack's name where the model has two ("encoder", "decoder")
     layers_key: str = "num_hidden_layers"       # the setting that counts this stack's layers
+    group_list: str | None = None               # layers kept in groups: each group's list ("albert_layers")
+    groups_key: str | None = None               # the setting counting the groups (layer_container's entries)
+    group_layers_key: str | None = None         # the setting counting each group's layers
 
 
 class InferredAdapter(Adapter):
@@ -136,7 +139,15 @@ class InferredAdapter(Adapter):
 
     @cached_property
     def sites(self) -> list[Site]:
-        """Every block of the stack, named by ``found.stack``."""
+        """Every block of the stack, named by ``found.stack``; of layers kept in groups, each stored layer
+        once (block g K + k for layer k of group g), "shared" where the model runs more groups than it
+        stores (num_hidden_layers > groups: every group runs num_hidden_layers / groups times)."""
+        found = self.found
+        if found.group_list:
+            groups, inner = int(self.setting(found.groups_key)), int(self.setting(found.group_layers_key))
+            block = Block("shared" if self.num_layers > groups else "self", found.projections)
+            return [Site(f"{self.layer_container}.{g}.{found.group_list}.{k}", found.stack, g * inner + k, block)
+                    for g in range(groups) for k in range(inner)]
         return [Site(self.layer_path(i), self.found.stack, i, b) for i in range(self.num_layers) for b in self.blocks(i)]
 
     def blocks(self, layer: int) -> tuple[Block, ...]:
@@ -312,8 +323,12 @@ class InferredAdapter(Adapter):
         return out
 
     def twin_settings(self, hf_config, shape: dict) -> dict:
-        """The model's own settings with the twin's sizes: nothing the trace did not see changes."""
-        return twin_settings_from(hf_config, shape)
+        """The model's own settings with the twin's sizes: nothing the trace did not see changes (layers
+        kept in groups: one group of one layer, run once)."""
+        kw = twin_settings_from(hf_config, shape)
+        if self.found.group_list:
+            kw.update({self.found.groups_key: 1, self.found.group_layers_key: 1})
+        return kw
 
 
 #: Settings a twin never copies from the model: sizes it sets itself, and bookkeeping.
@@ -422,6 +437,7 @@ def inferred_adapter(found: FoundLayout) -> type[InferredAdapter]:
         "layer_container": found.layer_container,
         "block": Block("self", found.projections),
         "hf_modules": {"self": (found.attention_module, found.output_module),
+                       **({"shared": (found.attention_module, found.output_module)} if found.group_list else {}),
                        **({"cross": (found.cross.attention_module, found.cross.output_module)} if found.cross else {})},
         "model_tensors": dict(found.model_tensors),
         "sinks_tensor": found.sinks,

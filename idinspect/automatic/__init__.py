@@ -36,6 +36,7 @@ from ..adapters.inferred import (
 )
 from ..errors import IdinspectError, one_line
 from ..numerics.twin import instantiate
+from .groups import check_runs, find_groups
 from .infer import candidates, settle, sizes
 from .trace import layer_lists
 
@@ -53,15 +54,19 @@ def infer_adapter(model_type: str, hf_config, model_class, trust_remote_code: bo
     Returns the adapter class; raises :class:`IdinspectError` naming what was found where any step fails."""
     try:
         hf = trace_twin(hf_config, model_class)
+        groups = find_groups(hf, lambda overrides: trace_twin(hf_config, model_class, overrides))
+        if groups is not None:     # layers kept in groups and run more than once: a twin that runs each twice
+            hf = trace_twin(hf_config, model_class, groups.twin_settings())
         g = torch.Generator().manual_seed(0)
         ids = torch.randint(2, 32, (2, TRACE_TOKENS), generator=g)
         inputs = example_inputs(hf, ids, g)
         states = takes_encoder_states(hf, inputs)
         if states:
             inputs["encoder_hidden_states"] = encoder_states(hf, ids, g)
-        stacks = layer_lists(hf)
-        if len(stacks) == 1:
-            layouts, found = candidates(hf, inputs, model_type)
+        if groups is not None:
+            check_runs(hf, inputs, groups)
+        if groups is not None or len(stacks := layer_lists(hf)) == 1:
+            layouts, found = candidates(hf, inputs, model_type, groups=groups)
             cls, error = settle(hf, layouts, found, TRACE_TOKENS, states)
         else:
             cls, error, found = infer_stacks(hf, inputs, model_type, [p for p, _ in stacks], states)
@@ -127,9 +132,10 @@ def infer_stacks(hf, inputs: dict, model_type: str, paths: list[str], states: bo
     return cls, worst, found
 
 
-def trace_twin(hf_config, model_class):
+def trace_twin(hf_config, model_class, overrides: dict | None = None):
     """The float64 twin the trace runs on (:data:`TRACE_SHAPE`, :data:`TRACE_LAYERS` layers), built by
-    ``model_class`` from ``hf_config``'s own settings; a one-line error where the config class refuses it."""
+    ``model_class`` from ``hf_config``'s own settings and ``overrides`` (the twin of layers kept in
+    groups, :mod:`.groups`); a one-line error where the config class refuses it."""
     towers = sorted(k for k in getattr(hf_config, "sub_configs", None) or {} if is_tower(getattr(hf_config, k, None)))
     if towers:    # a sub-config with no sizes of its own (MPT's attn_config) is part of this model's settings
         raise IdinspectError(f"--auto: {type(hf_config).__name__} holds other models' configs "
@@ -164,6 +170,7 @@ def trace_twin(hf_config, model_class):
                 settings[key] = (kinds * layers)[:layers]
     if getattr(hf_config, "sliding_window", None):
         settings["sliding_window"] = TRACE_WINDOW    # shorter than the trace's sequences: a window shows
+    settings.update(overrides or {})
     try:
         config = type(hf_config)(**settings)
     except Exception as exc:  # noqa: BLE001 - whatever a config class's validation raises, in one line

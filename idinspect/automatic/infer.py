@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import re
 
 import torch
 
@@ -22,6 +23,7 @@ from ..adapters.inferred import (
 )
 from ..adapters.layout import Projection, fused_rows
 from ..errors import IdinspectError
+from .groups import Groups
 from .trace import Trace, affine_kind, find_roles, first_calls, trace
 
 #: The largest relative-position distance tried (the settle's sequences are one token longer).
@@ -108,23 +110,29 @@ def common_parent(paths: list[str]) -> str:
     return ".".join(common)
 
 
-def model_tensors(hf, t: Trace, read: set[str], others: tuple[str, ...] = ()) -> dict[str, str]:
+def model_tensors(hf, t: Trace, read: set[str], others: tuple[str, ...] = (), group_list: str | None = None
+                  ) -> dict[str, str]:
     """Every other tensor of the twin as ``pattern -> component`` (layer numbers as ``{n}``), but those
-    in the layers of the ``others`` stacks (their own layouts declare them)."""
+    in the layers of the ``others`` stacks (their own layouts declare them). With ``group_list``, the
+    traced list is that of group 0 of layers kept in groups (:mod:`.groups`): group numbers are ``{n}`` too."""
     prefix = getattr(hf, "base_model_prefix", "")
     container = t.layer_container
+    stem = re.escape(container) + r"\.(\d+)\.(.+)"
+    if group_list:
+        container = container[:-len(f".0.{group_list}")]
+        stem = re.escape(container) + r"\.(\d+)\." + re.escape(group_list) + r"\.(\d+)\.(.+)"
+        container = f"{container}.{{n}}.{group_list}"
     out = {}
     for key in hf.state_dict():
         name = key[len(prefix) + 1:] if prefix and key.startswith(prefix + ".") else key
         if any(name.startswith(o + ".") for o in others):
             continue
         module_path = key.rsplit(".", 1)[0]
-        parts = name.split(".")
-        n_parts = len(container.split("."))
-        in_layer = name.startswith(container + ".") and parts[n_parts].isdigit()
-        if in_layer and ".".join(parts[n_parts + 1:]) in read:
+        match = re.fullmatch(stem, name)
+        in_layer = match is not None
+        if in_layer and match.groups()[-1] in read:
             continue
-        pattern = ".".join([container, "{n}", *parts[n_parts + 1:]]) if in_layer else name
+        pattern = f"{container}.{{n}}.{match.groups()[-1]}" if in_layer else name
         module = hf.get_submodule(module_path) if module_path != key else hf
         out[pattern] = _component(module, module_path, in_layer)
     return out
@@ -201,6 +209,28 @@ def extra_parameters(module: torch.nn.Module, attention: str, proj: tuple[Projec
     return [pre + n for n, _ in module.named_parameters() if not any((pre + n).startswith(m + ".") for m in placed)]
 
 
+def after_output(hf, inputs: dict, t: Trace, module: torch.nn.Module, attention: str, o_path: str,
+                 extra: list[str]) -> list[str]:
+    """The parameters of ``extra`` (relative to the layer) whose module reads W_O's output: moving the
+    output of ``o_path`` moves that module's input. Such a module (a norm after the residual add inside
+    the attention module) acts on the block's output, not inside the block."""
+    pre = f"{attention}." if attention else ""
+    owners = {e: e[len(pre):].rsplit(".", 1)[0] for e in extra if "." in e[len(pre):]}
+    modules = {o: module.get_submodule(o) for o in set(owners.values())}
+    if not modules:
+        return []
+    before = first_calls(hf, inputs, modules)
+    out = t.outputs[o_path]
+    delta = torch.randn(out.shape[1:], generator=torch.Generator().manual_seed(3), dtype=out.dtype)
+    handle = hf.get_submodule(f"{t.layer_path}.{o_path}").register_forward_hook(lambda m, a, y: y + delta)
+    try:
+        after = first_calls(hf, inputs, modules)
+    finally:
+        handle.remove()
+    return [e for e, o in owners.items() if o in before and before[o][0] is not None
+            and not torch.equal(before[o][0], after[o][0])]
+
+
 def stack_layers_key(hf, cfg, container: str) -> str:
     """The setting that counts the layers of the list at ``container``: num_hidden_layers where it does,
     else a setting ending in "_layers" (BART's decoder_layers, T5's num_decoder_layers) equal to the list's
@@ -244,13 +274,13 @@ def cross_block(hf, inputs: dict, t: Trace, after: str, cfg, kv: str) -> FoundCr
 
 
 def candidates(hf, inputs: dict, model_type: str, container: str | None = None, stack: str = "",
-               others: tuple[str, ...] = ()) -> tuple[list[FoundLayout], dict]:
+               others: tuple[str, ...] = (), groups: Groups | None = None) -> tuple[list[FoundLayout], dict]:
     """Every layout consistent with the trace of ``hf`` (float64 twin), best guess first, and what the
     trace found (for refusals); of its list of layers at ``container`` (path from the root; None: its one
     list), named ``stack`` where the model has two, the ``others`` (relative to the base model) left to
-    their own layouts."""
+    their own layouts; or of its layers kept in ``groups`` (the first group's first layer traced)."""
     cfg = hf.config
-    t = trace(hf, inputs, container)
+    t = trace(hf, inputs, groups.first_list() if groups else container)
     layers_key = stack_layers_key(hf, cfg, container) if container is not None else "num_hidden_layers"
     o_path, roles = find_roles(hf, inputs, t)
     kv = kv_heads_mode(roles, cfg)
@@ -265,7 +295,11 @@ def candidates(hf, inputs: dict, model_type: str, container: str | None = None, 
     output = None if y.shape == o.shape and torch.equal(y, o) else o_path
     norms = qk_norms(t, module, attention, seen, proj, cfg)
     extra = extra_parameters(module, attention, proj, norms[0])
-    found = {"layers": t.layer_container, "attention": attention or "(the layer)", "output": o_path,
+    if output is not None:     # a norm inside the module after W_O (ALBERT's LayerNorm(x + dense(z))): the layer's
+        extra = [p for p in extra if p not in after_output(hf, inputs, t, module, attention, o_path, extra)]
+    # layers kept in groups: the list of groups is the container, group 0's first layer the one traced
+    container = t.layer_container[:-len(f".0.{groups.group_list}")] if groups else t.layer_container
+    found = {"layers": f"{container}.*.{groups.group_list}" if groups else container, "attention": attention or "(the layer)", "output": o_path,
              "projections": {p.module: p.roles + (f" ({p.layout})" if len(p.roles) > 1 else "") for p in proj},
              "qk_norm": norms[0].q_module if norms[0] else None}
     cross = cross_block(hf, inputs, t, o_path, cfg, kv)
@@ -294,15 +328,17 @@ def candidates(hf, inputs: dict, model_type: str, container: str | None = None, 
         stems = [f"{m}.{n0.heads_list}.{h}" for m in (n0.q_module, n0.k_module) for h in range(H)] if n0.heads_list \
             else [n0.q_module, n0.k_module]
         read |= {f"{m}.{w}" for m in stems for w in ("weight", "bias")}
-    tensors = model_tensors(hf, t, read, others)
+    tensors = model_tensors(hf, t, read, others, groups and groups.group_list)
     _, _, hd, _ = sizes(cfg)
-    layouts = [FoundLayout(model_type, t.layer_container, attention, output, proj, pos["positional"], pos["partial"],
+    grouping = {} if groups is None else {"group_list": groups.group_list, "groups_key": groups.groups_key,
+                                          "group_layers_key": groups.group_layers_key}
+    layouts = [FoundLayout(model_type, container, attention, output, proj, pos["positional"], pos["partial"],
                            scale["scale"], causal, norm, tensors, window=window, kv_heads=kv, softcap=cap,
                            rope=pos["rope"], rotary_dim_key=pos["rotary_dim_key"], rope_layers_key=pos["rope_layers_key"],
                            scale_law=scale["law"], scale_by_layer=by_layer, window_offset=offset, sinks=sinks,
                            cross=cross, relative=relative and relative[0], relative_per_layer=bool(relative and relative[1]),
                            relative_distance_key=pos.get("distance"), relative_bidirectional=pos.get("bidirectional", True),
-                           stack=stack, layers_key=layers_key)
+                           stack=stack, layers_key=layers_key, **grouping)
                for pos, causal, scale, by_layer, norm, (window, offset), cap
                in itertools.product(positionals(cfg, relative), (True, False), scale_laws(module, cfg, hd), (False, True), norms,
                                     windows(cfg), [None] + [k for k in SOFTCAP_KEYS if getattr(cfg, k, None)])]

@@ -104,3 +104,25 @@ def test_an_encoder_and_a_decoder_of_different_depths():
         stacks = idinspect.load(hf, auto=True).adapter.parts
         assert [(c.found.stack, c.found.layers_key) for c in stacks] == [("encoder", "num_hidden_layers"),
                                                                         ("decoder", "decoder_layers")]
+
+
+def test_layers_kept_in_groups_are_counted_once_each_by_the_settings_that_count_them():
+    """ALBERT with 6 layers run from 2 groups of 2 layers each (each group runs 3 times): the settings
+    that count the groups and each group's layers are found by changing them on a twin (not by name),
+    every stored layer is one block, "shared", numbered g K + k as the hand-written adapter numbers it."""
+    from idinspect.automatic.groups import find_groups
+
+    cfg = tf.AlbertConfig(hidden_size=16, num_attention_heads=4, num_hidden_layers=6, num_hidden_groups=2,
+                          inner_group_num=2, intermediate_size=32, vocab_size=64, embedding_size=8,
+                          max_position_embeddings=64)
+    twin = trace_twin(cfg, tf.AlbertModel)
+    groups = find_groups(twin, lambda overrides: trace_twin(cfg, tf.AlbertModel, overrides))
+    assert (groups.container, groups.group_list, groups.groups_key, groups.group_layers_key) == \
+        ("encoder.albert_layer_groups", "albert_layers", "num_hidden_groups", "inner_group_num")
+    hf = _model(cfg, tf.AlbertModel)
+    found = _agrees(hf)
+    assert found.group_list == "albert_layers"
+    with hidden("albert"):
+        sites = idinspect.load(hf, auto=True).adapter.sites
+    assert [(s.path, s.layer, s.block.kind) for s in sites] == [
+        (f"encoder.albert_layer_groups.{g}.albert_layers.{k}", 2 * g + k, "shared") for g in range(2) for k in range(2)]
