@@ -97,6 +97,8 @@ class FoundLayout:
     relative_bidirectional: bool = True         # buckets both ways (encoders) or past only
     stack: str = ""                             # the stack's name where the model has two ("encoder", "decoder")
     layers_key: str = "num_hidden_layers"       # the setting that counts this stack's layers
+    alibi_scale: str = "none"                   # ALiBi's slopes as published ("none") or over sqrt(d_k) ("head_dim")
+    alibi_rounding: str | None = None           # the dtype the module rounds the slopes to ("bfloat16": Falcon)
     group_list: str | None = None               # layers kept in groups: each group's list ("albert_layers")
     groups_key: str | None = None               # the setting counting the groups (layer_container's entries)
     group_layers_key: str | None = None         # the setting counting each group's layers
@@ -211,7 +213,13 @@ class InferredAdapter(Adapter):
         if found.positional == "alibi":
             from .falcon import alibi_slopes
 
-            return Positional("alibi", alibi_slopes=alibi_slopes(self.n_heads).to(torch.float64))
+            slopes = alibi_slopes(self.n_heads)
+            if found.alibi_rounding:      # the slopes as the module rounds them (Falcon: bfloat16)
+                slopes = slopes.to(getattr(torch, found.alibi_rounding))
+            slopes = slopes.to(torch.float64)
+            if found.alibi_scale == "head_dim":     # added before the score scale: m_h d_k^-1/2 after it
+                slopes = slopes / self.head_dim ** 0.5
+            return Positional("alibi", alibi_slopes=slopes)
         if found.rope_layers_key is not None and not self._rope_flags[layer]:
             return Positional("none")
         kind = self._layer_types[layer] if found.rope == "layer_type" else None

@@ -338,7 +338,7 @@ def candidates(hf, inputs: dict, model_type: str, container: str | None = None, 
                            scale_law=scale["law"], scale_by_layer=by_layer, window_offset=offset, sinks=sinks,
                            cross=cross, relative=relative and relative[0], relative_per_layer=bool(relative and relative[1]),
                            relative_distance_key=pos.get("distance"), relative_bidirectional=pos.get("bidirectional", True),
-                           stack=stack, layers_key=layers_key, **grouping)
+                           alibi_scale=pos.get("alibi_scale", "none"), stack=stack, layers_key=layers_key, **grouping)
                for pos, causal, scale, by_layer, norm, (window, offset), cap
                in itertools.product(positionals(cfg, relative), (True, False), scale_laws(module, cfg, hd), (False, True), norms,
                                     windows(cfg), [None] + [k for k in SOFTCAP_KEYS if getattr(cfg, k, None)])]
@@ -385,10 +385,12 @@ def positionals(cfg, relative: tuple[str, bool] | None = None) -> list[dict]:
                                            dim_keys if source == "default" else [None]):
             out.append({"positional": pairing, "partial": part, "rope": source, "rotary_dim_key": key,
                         "rope_layers_key": flags})
-    out += [{"positional": kind, "partial": False, "rope": "config", "rotary_dim_key": None, "rope_layers_key": None}
-            for kind in ("none", "alibi")]
+    none = {"positional": "none", "partial": False, "rope": "config", "rotary_dim_key": None, "rope_layers_key": None}
+    # ALiBi added after the score scale, or before it (Falcon's slopes over sqrt(d_k)); the slopes' rounding
+    # shows only where they are not powers of two, on a twin of the model's own head count (.alibi)
+    out += [none, {**none, "positional": "alibi"}, {**none, "positional": "alibi", "alibi_scale": "head_dim"}]
     if relative:     # T5's buckets: both directions or past only, the largest distance from an integer setting
-        out = [{**out[-2], "positional": "relative", "distance": key, "bidirectional": both}
+        out = [{**none, "positional": "relative", "distance": key, "bidirectional": both}
                for both in (True, False) for key, v in cfg.to_dict().items()
                if isinstance(v, int) and not isinstance(v, bool) and 0 < v <= MAX_RELATIVE_DISTANCE] + out
     return out
@@ -423,12 +425,16 @@ def windows(cfg) -> list[tuple[str, int]]:
     return [("layer_types", 0), ("all", 0), ("layer_types", 1), ("all", 1), ("none", 0)]
 
 
-def settle(hf, layouts: list[FoundLayout], found: dict, tokens: int = 8, encoder_states: bool = False):
+def settle(hf, layouts: list[FoundLayout], found: dict, tokens: int = 8, encoder_states: bool = False,
+           rtol: float | None = None):
     """(adapter class, worst relative error) of the first layout whose canonical form reproduces every
-    block of ``hf``; a one-line refusal with the best attempt where none does."""
+    block of ``hf`` to ``rtol`` (default :data:`~idinspect.testing.REFERENCE_RTOL`); a one-line refusal
+    with the best attempt where none does."""
     from ..forms import reference_attention
     from ..sources.checkpoint import StateDictReader
     from ..testing import REFERENCE_RTOL, captured_blocks
+
+    rtol = REFERENCE_RTOL if rtol is None else rtol
 
     distances = [int(getattr(hf.config, x.relative_distance_key)) for x in layouts if x.relative_distance_key]
     tokens = max([tokens] + [d + 1 for d in distances])      # every relative distance's bucket shows
@@ -452,7 +458,7 @@ def settle(hf, layouts: list[FoundLayout], found: dict, tokens: int = 8, encoder
                 worst = max(worst, float((out - y).abs().max() / y.abs().max().clamp_min(1e-300)))
         except (IdinspectError, ValueError, RuntimeError, KeyError, IndexError):
             continue
-        if worst <= REFERENCE_RTOL:
+        if worst <= rtol:
             if layout.relative_distance_key:     # --prove's twin reaches every bucket too
                 cls.twin_tokens = max(cls.twin_tokens, int(getattr(hf.config, layout.relative_distance_key)) + 1)
             return cls, worst

@@ -14,10 +14,12 @@ from __future__ import annotations
 import pytest
 import torch
 import transformers as tf
+from idinspect.adapters import ADAPTERS
 from idinspect.adapters.inferred import twin_settings_from
 
 import idinspect
 from idinspect.automatic import trace_twin
+from idinspect.errors import IdinspectError
 from tests.support.automatic import counted, hidden, layer_facts
 
 
@@ -126,3 +128,18 @@ def test_layers_kept_in_groups_are_counted_once_each_by_the_settings_that_count_
         sites = idinspect.load(hf, auto=True).adapter.sites
     assert [(s.path, s.layer, s.block.kind) for s in sites] == [
         (f"encoder.albert_layer_groups.{g}.albert_layers.{k}", 2 * g + k, "shared") for g in range(2) for k in range(2)]
+
+
+def test_alibi_slopes_are_settled_on_the_models_own_head_count():
+    """On 4 heads ALiBi's slopes are powers of two and no rounding of them shows. On 12 heads (slopes
+    2^-(k/2) among them) BLOOM's unrounded slopes reproduce its module; Falcon's bias, computed in
+    bfloat16 (round(round(m_h) j)), is linear in no slopes: refused by name, nothing counted."""
+    found = _agrees(_model(tf.BloomConfig(hidden_size=48, n_head=12, n_layer=2, vocab_size=64), tf.BloomForCausalLM))
+    assert (found.positional, found.alibi_rounding, found.alibi_scale) == ("alibi", None, "none")
+    cfg = tf.FalconConfig(hidden_size=48, num_attention_heads=12, num_hidden_layers=2, vocab_size=64,
+                          ffn_hidden_size=32, multi_query=False, alibi=True, bias=True, parallel_attn=False)
+    with hidden("falcon"):
+        with pytest.raises(IdinspectError, match="model's 12 heads no slopes") as info:
+            idinspect.load(_model(cfg, tf.FalconForCausalLM), auto=True)
+        assert "falcon" not in ADAPTERS
+    assert "\n" not in str(info.value)
