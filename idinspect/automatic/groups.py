@@ -52,21 +52,23 @@ def _holds_layers(module: torch.nn.Module) -> bool:
 def grouped_lists(hf) -> tuple[str, str] | None:
     """(path of the list of groups, name of each group's list of layers) where ``hf``'s one outermost
     list of modules with projections has entries that each hold, as a child, exactly one list of layers
-    (and no other child with projections); None otherwise."""
+    of one class (and no other child with projections); None otherwise."""
     lists = [(p, m) for p, m in hf.named_modules() if isinstance(m, torch.nn.ModuleList) and len(m) > 0]
     outer = [(p, m) for p, m in lists if all(_holds_layers(c) for c in m)]
     outer = [(p, m) for p, m in outer if not any(p != q and p.startswith(q + ".") for q, _ in outer)]
     if len(outer) != 1:
         return None
     path, groups = outer[0]
-    names = set()
+    names, kinds = set(), set()
     for group in groups:
         inner = [(name, c) for name, c in group.named_children() if isinstance(c, torch.nn.ModuleList)]
         rest = [c for name, c in group.named_children() if not isinstance(c, torch.nn.ModuleList)]
         if len(inner) != 1 or any(_holds_layers(c) for c in rest) or not all(_holds_layers(c) for c in inner[0][1]):
             return None
         names.add(inner[0][0])
-    return (path, names.pop()) if len(names) == 1 else None
+        kinds |= {type(layer) for layer in inner[0][1]}
+    # one class of layer throughout (T5's block holds a list of sublayers of different classes: not groups)
+    return (path, names.pop()) if len(names) == 1 and len(kinds) == 1 else None
 
 
 def find_groups(hf, build) -> Groups | None:
