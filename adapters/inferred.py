@@ -97,6 +97,10 @@ class FoundLayout:
     relative_bidirectional: bool = True         # buckets both ways (encoders) or past only
     stack: str = ""                             # the stack's name where the model has two ("encoder", "decoder")
     layers_key: str = "num_hidden_layers"       # the setting that counts this stack's layers
+    relative_table: str | None = None           # a relative-position table [buckets, H] of the model's (MPNet's), below the prefix
+    relative_keyword: str | None = None         # the attention call's argument that carries its lookup
+    relative_distance: int | None = None        # the buckets' largest distance, where no setting holds it
+    relative_tokens: int = 0                    # the sequence length that reaches every bucket
     alibi_scale: str = "none"                   # ALiBi's slopes as published ("none") or over sqrt(d_k) ("head_dim")
     alibi_rounding: str | None = None           # the dtype the module rounds the slopes to ("bfloat16": Falcon)
     group_list: str | None = None               # layers kept in groups: each group's list ("albert_layers")
@@ -228,11 +232,13 @@ class InferredAdapter(Adapter):
         return self._ropes[kind]
 
     def _relative_key(self, site: Site) -> str:
+        if self.found.relative_table:
+            return f"{self.prefix}{self.found.relative_table}.weight"
         first = next(s for s in self.sites if s.block.kind == "self" and s.stack == site.stack)
         return self.key(site if self.found.relative_per_layer else first, self.found.relative)
 
     def positional_keys(self) -> list[str]:
-        if self.found.relative is None:
+        if self.found.relative is None and self.found.relative_table is None:
             return []
         return list(dict.fromkeys(self._relative_key(s) for s in self.sites if s.block.kind == "self"))
 
@@ -245,7 +251,7 @@ class InferredAdapter(Adapter):
         table = self._load(key, (rows, self.n_heads))
         return Positional("relative", relative=RelativeBias(
             table=table, bidirectional=self.found.relative_bidirectional,
-            max_distance=int(self.setting(self.found.relative_distance_key)),
+            max_distance=int(self.found.relative_distance or self.setting(self.found.relative_distance_key)),
             owned=self.found.relative_per_layer or site.layer == 0, tensor_name=key))
 
     @cached_property
@@ -449,6 +455,8 @@ def inferred_adapter(found: FoundLayout) -> type[InferredAdapter]:
                        **({"cross": (found.cross.attention_module, found.cross.output_module)} if found.cross else {})},
         "model_tensors": dict(found.model_tensors),
         "sinks_tensor": found.sinks,
+        **({"hf_shared_tables": {"self": (found.relative_table, found.relative_keyword)},
+            "twin_tokens": max(InferredAdapter.twin_tokens, found.relative_tokens)} if found.relative_table else {}),
         "__module__": __name__,
     }
     name = "Automatic_" + "".join(c if c.isalnum() else "_" for c in found.model_type) + "_Adapter"

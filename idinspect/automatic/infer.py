@@ -24,6 +24,7 @@ from ..adapters.inferred import (
 from ..adapters.layout import Projection, fused_rows
 from ..errors import IdinspectError
 from .groups import Groups
+from .tables import ModelTable, model_table
 from .trace import Trace, affine_kind, find_roles, first_calls, trace
 
 #: The largest relative-position distance tried (the settle's sequences are one token longer).
@@ -318,6 +319,9 @@ def candidates(hf, inputs: dict, model_type: str, container: str | None = None, 
     relative = relative_table(hf, t, module, attention, extra, H)
     if relative:     # a table [buckets, H] the module looks up: tried as T5's relative-position bias
         found["relative"], extra = relative[0], []
+    table = None if relative else model_table(hf, module, t.layer_container, H)
+    if table is not None:     # the model's own table, looked up once and passed to every layer (MPNet)
+        found["relative"] = table.path
     if extra:
         raise IdinspectError(f"--auto: the attention module {attention or t.layer_path} has parameters no projection "
                              f"holds ({', '.join(extra)}); found {found}; an adapter must be written by hand")
@@ -329,6 +333,10 @@ def candidates(hf, inputs: dict, model_type: str, container: str | None = None, 
             else [n0.q_module, n0.k_module]
         read |= {f"{m}.{w}" for m in stems for w in ("weight", "bias")}
     tensors = model_tensors(hf, t, read, others, groups and groups.group_list)
+    if table is not None:
+        tensors.pop(f"{table.path}.weight", None)
+    shared = {} if table is None else {"relative_table": table.path, "relative_keyword": table.keyword,
+                                       "relative_distance": table.distance, "relative_tokens": table.tokens}
     _, _, hd, _ = sizes(cfg)
     grouping = {} if groups is None else {"group_list": groups.group_list, "groups_key": groups.groups_key,
                                           "group_layers_key": groups.group_layers_key}
@@ -338,9 +346,10 @@ def candidates(hf, inputs: dict, model_type: str, container: str | None = None, 
                            scale_law=scale["law"], scale_by_layer=by_layer, window_offset=offset, sinks=sinks,
                            cross=cross, relative=relative and relative[0], relative_per_layer=bool(relative and relative[1]),
                            relative_distance_key=pos.get("distance"), relative_bidirectional=pos.get("bidirectional", True),
-                           alibi_scale=pos.get("alibi_scale", "none"), stack=stack, layers_key=layers_key, **grouping)
+                           alibi_scale=pos.get("alibi_scale", "none"), **(shared if pos["positional"] == "relative" else {}),
+                           stack=stack, layers_key=layers_key, **grouping)
                for pos, causal, scale, by_layer, norm, (window, offset), cap
-               in itertools.product(positionals(cfg, relative), (True, False), scale_laws(module, cfg, hd), (False, True), norms,
+               in itertools.product(positionals(cfg, relative, table), (True, False), scale_laws(module, cfg, hd), (False, True), norms,
                                     windows(cfg), [None] + [k for k in SOFTCAP_KEYS if getattr(cfg, k, None)])]
     return layouts, found
 
@@ -362,7 +371,7 @@ def relative_table(hf, t: Trace, module: torch.nn.Module, attention: str, extra:
     return extra[0], f"{second}.{extra[0]}" in keys
 
 
-def positionals(cfg, relative: tuple[str, bool] | None = None) -> list[dict]:
+def positionals(cfg, relative: tuple[str, bool] | None = None, table: ModelTable | None = None) -> list[dict]:
     """The positional schemes worth trying on ``cfg`` (best guess first): RoPE with rotate-half or
     interleaved pairs, its frequencies from the config (as a whole, or per layer type where
     ``rope_parameters`` is keyed by ``layer_types``' values), or from the default base over the
@@ -389,6 +398,8 @@ def positionals(cfg, relative: tuple[str, bool] | None = None) -> list[dict]:
     # ALiBi added after the score scale, or before it (Falcon's slopes over sqrt(d_k)); the slopes' rounding
     # shows only where they are not powers of two, on a twin of the model's own head count (.alibi)
     out += [none, {**none, "positional": "alibi"}, {**none, "positional": "alibi", "alibi_scale": "head_dim"}]
+    if table is not None:     # the model's table: its bucketing read from the model itself (.tables)
+        out = [{**none, "positional": "relative", "bidirectional": table.bidirectional}] + out
     if relative:     # T5's buckets: both directions or past only, the largest distance from an integer setting
         out = [{**none, "positional": "relative", "distance": key, "bidirectional": both}
                for both in (True, False) for key, v in cfg.to_dict().items()
@@ -437,7 +448,7 @@ def settle(hf, layouts: list[FoundLayout], found: dict, tokens: int = 8, encoder
     rtol = REFERENCE_RTOL if rtol is None else rtol
 
     distances = [int(getattr(hf.config, x.relative_distance_key)) for x in layouts if x.relative_distance_key]
-    tokens = max([tokens] + [d + 1 for d in distances])      # every relative distance's bucket shows
+    tokens = max([tokens] + [d + 1 for d in distances] + [x.relative_tokens for x in layouts])   # every bucket shows
     best = (float("inf"), None)
     reader = StateDictReader(hf.state_dict())
     norms = tuple({type(m) for m in hf.modules() if "norm" in type(m).__name__.lower() and affine_kind(m) is None})
@@ -461,6 +472,7 @@ def settle(hf, layouts: list[FoundLayout], found: dict, tokens: int = 8, encoder
         if worst <= rtol:
             if layout.relative_distance_key:     # --prove's twin reaches every bucket too
                 cls.twin_tokens = max(cls.twin_tokens, int(getattr(hf.config, layout.relative_distance_key)) + 1)
+            cls.twin_tokens = max(cls.twin_tokens, layout.relative_tokens)
             return cls, worst
         if worst < best[0]:
             best = (worst, layout)

@@ -143,3 +143,15 @@ def test_alibi_slopes_are_settled_on_the_models_own_head_count():
             idinspect.load(_model(cfg, tf.FalconForCausalLM), auto=True)
         assert "falcon" not in ADAPTERS
     assert "\n" not in str(info.value)
+
+
+def test_a_relative_position_table_of_the_models_read_on_its_longest_sequence():
+    """MPNet's encoder holds the table and passes its lookup to every layer (position_bias); the largest
+    distance, 128, is a constant of transformers' code, in no setting. With the released 514 positions
+    the lookup is read on 513 tokens, where every bucket shows: the distance is the number that fits,
+    and --prove's twin runs the 92 tokens that reach the last bucket."""
+    cfg = tf.MPNetConfig(hidden_size=16, num_attention_heads=4, num_hidden_layers=2, intermediate_size=32,
+                         vocab_size=64, max_position_embeddings=514)
+    found = _agrees(_model(cfg, tf.MPNetModel))
+    assert (found.relative_table, found.relative_keyword, found.relative_distance, found.relative_tokens,
+            found.relative_bidirectional) == ("encoder.relative_attention_bias", "position_bias", 128, 92, True)
