@@ -66,6 +66,27 @@ class FoundCross:
 
 
 @dataclass(frozen=True)
+class LatentModules:
+    """A multi-head latent attention block found by the trace (:mod:`idinspect.automatic.latent`):
+    module names relative to the layer, and the settings that count its widths."""
+
+    q: str | None                  # queries straight from x (W_Q), where there is no query latent
+    q_a: str | None                # W_QA, its norm and W_QB, where there is one
+    q_norm: str | None
+    q_b: str | None
+    kv_a: str                      # [W_KVA | W_KR]: the key/value latent, then the shared rotary key
+    kv_norm: str
+    kv_b: str                      # per head [W_KB | W_VB]
+    o: str
+    q_a_bias: bool
+    kv_a_bias: bool
+    o_bias: bool
+    eps_q: float | None
+    eps_kv: float
+    settings: tuple[tuple[str, str], ...]   # (width, setting): q_lora_rank, kv_lora_rank, qk_nope/rope_head_dim, v_head_dim
+
+
+@dataclass(frozen=True)
 class FoundLayout:
     """Layout facts of one model type's attention, as found in a live module."""
 
@@ -103,6 +124,7 @@ class FoundLayout:
     relative_tokens: int = 0                    # the sequence length that reaches every bucket
     alibi_scale: str = "none"                   # ALiBi's slopes as published ("none") or over sqrt(d_k) ("head_dim")
     alibi_rounding: str | None = None           # the dtype the module rounds the slopes to ("bfloat16": Falcon)
+    latent: LatentModules | None = None         # multi-head latent attention (adapters/inferred_latent.py)
     group_list: str | None = None               # layers kept in groups: each group's list ("albert_layers")
     groups_key: str | None = None               # the setting counting the groups (layer_container's entries)
     group_layers_key: str | None = None         # the setting counting each group's layers
@@ -464,5 +486,5 @@ def inferred_adapter(found: FoundLayout) -> type[InferredAdapter]:
 
 
 __all__ = ["POSITIONAL_CHOICES", "ROPE_SOURCES", "ROTARY_DIM_KEYS", "SCALE_LAWS", "FoundCross", "FoundLayout", "FoundNorm",
-           "InferredAdapter", "encoder_states", "inferred_adapter", "rotates_part", "takes_encoder_states",
+           "InferredAdapter", "LatentModules", "encoder_states", "inferred_adapter", "rotates_part", "takes_encoder_states",
            "twin_settings_from"]

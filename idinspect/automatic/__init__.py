@@ -67,7 +67,8 @@ def infer_adapter(model_type: str, hf_config, model_class, trust_remote_code: bo
         if groups is not None:
             check_runs(hf, inputs, groups)
         if groups is not None or len(stacks := layer_lists(hf)) == 1:
-            layouts, found = candidates(hf, inputs, model_type, groups=groups)
+            layouts, found = candidates(hf, inputs, model_type, groups=groups,
+                                        build=lambda overrides: trace_twin(hf_config, model_class, overrides))
             cls, error = settle(hf, layouts, found, TRACE_TOKENS, states)
             cls, error = settle_alibi(cls, error, lambda: trace_twin(hf_config, model_class, model_heads=True),
                                       found, TRACE_TOKENS, states)

@@ -19,11 +19,12 @@ from ..adapters.inferred import (
     FoundCross,
     FoundLayout,
     FoundNorm,
-    inferred_adapter,
 )
+from ..adapters.inferred_latent import inferred_latent_adapter
 from ..adapters.layout import Projection, fused_rows
 from ..errors import IdinspectError
 from .groups import Groups
+from .latent import latent_modules
 from .tables import ModelTable, model_table
 from .trace import Trace, affine_kind, find_roles, first_calls, trace
 
@@ -275,15 +276,20 @@ def cross_block(hf, inputs: dict, t: Trace, after: str, cfg, kv: str) -> FoundCr
 
 
 def candidates(hf, inputs: dict, model_type: str, container: str | None = None, stack: str = "",
-               others: tuple[str, ...] = (), groups: Groups | None = None) -> tuple[list[FoundLayout], dict]:
+               others: tuple[str, ...] = (), groups: Groups | None = None, build=None) -> tuple[list[FoundLayout], dict]:
     """Every layout consistent with the trace of ``hf`` (float64 twin), best guess first, and what the
     trace found (for refusals); of its list of layers at ``container`` (path from the root; None: its one
     list), named ``stack`` where the model has two, the ``others`` (relative to the base model) left to
-    their own layouts; or of its layers kept in ``groups`` (the first group's first layer traced)."""
+    their own layouts; or of its layers kept in ``groups`` (the first group's first layer traced).
+    ``build(overrides)`` builds another twin with some settings changed (latent attention's widths are
+    tied to their settings on such twins)."""
     cfg = hf.config
     t = trace(hf, inputs, groups.first_list() if groups else container)
     layers_key = stack_layers_key(hf, cfg, container) if container is not None else "num_hidden_layers"
     o_path, roles = find_roles(hf, inputs, t)
+    found_latent = latent_candidates(hf, inputs, model_type, t, o_path, roles, layers_key, others, groups, build)
+    if found_latent is not None:
+        return found_latent
     kv = kv_heads_mode(roles, cfg)
     proj = projections(t, roles, o_path, cfg, kv)
     attention = common_parent([p.module for p in proj if p.roles != "o"])
@@ -351,6 +357,40 @@ def candidates(hf, inputs: dict, model_type: str, container: str | None = None, 
                for pos, causal, scale, by_layer, norm, (window, offset), cap
                in itertools.product(positionals(cfg, relative, table), (True, False), scale_laws(module, cfg, hd), (False, True), norms,
                                     windows(cfg), [None] + [k for k in SOFTCAP_KEYS if getattr(cfg, k, None)])]
+    return layouts, found
+
+
+def latent_candidates(hf, inputs: dict, model_type: str, t: Trace, o_path: str, roles: dict[str, list[str]],
+                      layers_key: str, others: tuple[str, ...], groups: Groups | None, build
+                      ) -> tuple[list[FoundLayout], dict] | None:
+    """The layouts worth trying where the traced block is multi-head latent attention (:mod:`.latent`),
+    and what was found; None where it is not."""
+    attention = common_parent(list(roles))
+    module = hf.get_submodule(f"{t.layer_path}.{attention}" if attention else t.layer_path)
+    m = latent_modules(hf, inputs, t, o_path, roles, attention, module, build)
+    if m is None:
+        return None
+    pre = f"{attention}." if attention else ""
+    placed = [p for p in (m.q, m.q_a, m.q_norm, m.q_b, m.kv_a, m.kv_norm, m.kv_b, m.o) if p]
+    extra = [pre + n for n, _ in module.named_parameters() if not any((pre + n).startswith(p + ".") for p in placed)]
+    found = {"layers": t.layer_container, "attention": attention or "(the layer)", "latent": {
+        k: v for k, v in m.__dict__.items() if v and k in ("q", "q_a", "q_norm", "q_b", "kv_a", "kv_norm", "kv_b", "o")},
+        "widths": dict(m.settings)}
+    if extra:
+        raise IdinspectError(f"--auto: the latent attention module {attention} has parameters no projection holds "
+                             f"({', '.join(extra)}); found {found}; an adapter must be written by hand")
+    _, y = first_calls(hf, inputs, {"": module})[""]
+    o = t.outputs[o_path]
+    output = None if y.shape == o.shape and torch.equal(y, o) else o_path
+    read = {f"{p}.{w}" for p in placed for w in ("weight", "bias")}
+    tensors = model_tensors(hf, t, read, others, groups and groups.group_list)
+    grouping = {} if groups is None else {"group_list": groups.group_list, "groups_key": groups.groups_key,
+                                          "group_layers_key": groups.group_layers_key}
+    container = t.layer_container[:-len(f".0.{groups.group_list}")] if groups else t.layer_container
+    layouts = [FoundLayout(model_type, container, attention, output, (), pairing, False, 1.0, causal,
+                           model_tensors=tensors, scale_law=law, latent=m, layers_key=layers_key, **grouping)
+               for pairing, causal, law in itertools.product(("interleaved", "half", "none"), (True, False),
+                                                              ("head_dim", "yarn_mscale", "one"))]
     return layouts, found
 
 
@@ -454,7 +494,7 @@ def settle(hf, layouts: list[FoundLayout], found: dict, tokens: int = 8, encoder
     norms = tuple({type(m) for m in hf.modules() if "norm" in type(m).__name__.lower() and affine_kind(m) is None})
     exact, blocks = None, None
     for layout in layouts:
-        cls = inferred_adapter(layout)
+        cls = inferred_latent_adapter(layout)
         cls.encoder_states = encoder_states
         try:
             adapter = cls(hf.config, reader)
