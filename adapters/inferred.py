@@ -125,6 +125,7 @@ class FoundLayout:
     alibi_scale: str = "none"                   # ALiBi's slopes as published ("none") or over sqrt(d_k) ("head_dim")
     alibi_rounding: str | None = None           # the dtype the module rounds the slopes to ("bfloat16": Falcon)
     latent: LatentModules | None = None         # multi-head latent attention (adapters/inferred_latent.py)
+    rope_polar: bool = False                    # cos and sin as torch.polar forms them in complex64 (DeepSeek-V2)
     group_list: str | None = None               # layers kept in groups: each group's list ("albert_layers")
     groups_key: str | None = None               # the setting counting the groups (layer_container's entries)
     group_layers_key: str | None = None         # the setting counting each group's layers

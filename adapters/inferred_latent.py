@@ -13,6 +13,7 @@ are read from the settings the trace tied them to, never from the tensors:
 
 from __future__ import annotations
 
+import dataclasses
 from functools import cached_property
 
 import torch
@@ -69,7 +70,10 @@ class InferredLatentAdapter(InferredAdapter):
         if self.found.positional == "none":
             return Positional("absolute")
         if "rope" not in self.__dict__:
-            self.__dict__["rope"] = rope_positional(self._full, self.found.positional)
+            rope = rope_positional(self._full, self.found.positional)
+            if self.found.rope_polar:      # the module's rotation factors: torch.polar of float32 angles
+                rope = dataclasses.replace(rope, rotary=dataclasses.replace(rope.rotary, polar=True))
+            self.__dict__["rope"] = rope
         return self.__dict__["rope"]
 
     def scale(self, site: Site) -> float:

@@ -155,3 +155,22 @@ def test_a_relative_position_table_of_the_models_read_on_its_longest_sequence():
     found = _agrees(_model(cfg, tf.MPNetModel))
     assert (found.relative_table, found.relative_keyword, found.relative_distance, found.relative_tokens,
             found.relative_bidirectional) == ("encoder.relative_attention_bias", "position_bias", 128, 92, True)
+
+
+@pytest.mark.parametrize(("variant", "q_latent", "law", "pairing", "polar"), [
+    ("deepseek-v3", True, "head_dim", "interleaved", False),
+    ("deepseek-v3-direct-q", False, "yarn_mscale", "half", False),
+    ("deepseek-v2", False, "head_dim", "interleaved", True),
+])
+def test_latent_attention_widths_are_tied_to_the_settings_that_count_them(variant, q_latent, law, pairing, polar):
+    """The tiny MLA variants have n = e = v = 4 and both latent ranks 8: every width equals several
+    settings, and only changing the one that counts it (on another twin) changes that width alone. The
+    scale follows (n + e)^-1/2, times YaRN's mscale^2 where rope_parameters ask for it; the pairing and
+    DeepSeek-V2's complex rotation factors are settled by the reproduction."""
+    from tests.support.tiny import build
+
+    found = _agrees(build(variant))
+    widths = dict(found.latent.settings)
+    assert widths == {k: k for k in ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
+                      if q_latent or k != "q_lora_rank"}
+    assert (found.latent.q_b is not None, found.scale_law, found.positional, found.rope_polar) == (q_latent, law, pairing, polar)
