@@ -29,7 +29,7 @@ import torch
 
 from ..adapters.inferred import LatentModules
 from ..errors import IdinspectError
-from .trace import LINEAR_RTOL, Trace, _moved, _scale, first_calls, record
+from .trace import LINEAR_RTOL, Trace, _moved, _scale, affine_kind, first_calls, record
 
 #: The widths of the form, by the name the shape of :func:`idinspect.forms.latent.prove.latent_twin_shape` uses.
 WIDTHS = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
@@ -119,9 +119,9 @@ def latent_norm(hf, inputs: dict, t: Trace, module: torch.nn.Module, attention: 
                 reader: str) -> tuple[str, float]:
     """(path relative to the layer, eps) of the parametrised module of ``module`` (the attention module)
     whose input is ``source`` and whose output is the input of the affine module ``reader``."""
-    from .infer import norm_candidates
-
-    seen = first_calls(hf, inputs, norm_candidates(module))
+    norms = {p: m for p, m in module.named_modules()
+             if p and affine_kind(m) is None and list(m.parameters(recurse=False))}
+    seen = first_calls(hf, inputs, norms)
     target = t.inputs[reader]
     for path, (x, y) in seen.items():
         # compared flat: the latent may be viewed as one head ([B, 1, T, r]) between the norm and its reader
