@@ -2,8 +2,8 @@
 
 Agreement: on real transformers classes whose hand-written adapter is hidden from the registry, the
 inferred adapter gives the same counts as the hand-written one, and reads every block as the same
-attention function. Refusal: where the module does something --auto does not model (Falcon's rounded
-ALiBi, shared layers, two towers) or the inference is wrong, nothing is counted
+attention function. Refusal: where the module does something --auto does not model (two towers; Falcon's
+bfloat16 ALiBi on 12 heads, tests/automatic/test_laws.py) or the inference is wrong, nothing is counted
 and the error names what was found. Live models of a config class registered with
 ``AutoConfig.register``, and a checkpoint folder whose code is in the repository (auto_map), which only
 runs with --trust-remote-code.
