@@ -26,7 +26,7 @@ from ..errors import IdinspectError
 from .groups import Groups
 from .latent import latent_modules
 from .tables import ModelTable, model_table
-from .trace import Trace, affine_kind, find_roles, first_calls, trace
+from .trace import Trace, affine_kind, after_output, find_roles, first_calls, trace
 
 #: The largest relative-position distance tried (the settle's sequences are one token longer).
 MAX_RELATIVE_DISTANCE = 512
@@ -209,28 +209,6 @@ def extra_parameters(module: torch.nn.Module, attention: str, proj: tuple[Projec
     pre = f"{attention}." if attention else ""
     placed = {p.module for p in proj} | ({norm.q_module, norm.k_module} if norm else set())
     return [pre + n for n, _ in module.named_parameters() if not any((pre + n).startswith(m + ".") for m in placed)]
-
-
-def after_output(hf, inputs: dict, t: Trace, module: torch.nn.Module, attention: str, o_path: str,
-                 extra: list[str]) -> list[str]:
-    """The parameters of ``extra`` (relative to the layer) whose module reads W_O's output: moving the
-    output of ``o_path`` moves that module's input. Such a module (a norm after the residual add inside
-    the attention module) acts on the block's output, not inside the block."""
-    pre = f"{attention}." if attention else ""
-    owners = {e: e[len(pre):].rsplit(".", 1)[0] for e in extra if "." in e[len(pre):]}
-    modules = {o: module.get_submodule(o) for o in set(owners.values())}
-    if not modules:
-        return []
-    before = first_calls(hf, inputs, modules)
-    out = t.outputs[o_path]
-    delta = torch.randn(out.shape[1:], generator=torch.Generator().manual_seed(3), dtype=out.dtype)
-    handle = hf.get_submodule(f"{t.layer_path}.{o_path}").register_forward_hook(lambda m, a, y: y + delta)
-    try:
-        after = first_calls(hf, inputs, modules)
-    finally:
-        handle.remove()
-    return [e for e, o in owners.items() if o in before and before[o][0] is not None
-            and not torch.equal(before[o][0], after[o][0])]
 
 
 def stack_layers_key(hf, cfg, container: str) -> str:
