@@ -118,8 +118,13 @@ def _bucketing(hf, path: str, keyword: str, index: torch.Tensor, rows: int, T: i
     """The T5 bucketing (direction, largest distance) of the rows ``index`` [T, T] a table of ``rows``
     rows is read at; a one-line refusal naming what was seen where none fits."""
     r = torch.arange(T)[None, :] - torch.arange(T)[:, None]
+    by_distance = torch.cat([index[1:, 0].flip(0), index[0]])     # the row of each j - i, -(T-1)..T-1
+    if not torch.equal(by_distance[r + T - 1], index):
+        raise IdinspectError(f"--auto: the attention module reads the model's table {path} through {keyword!r}, but "
+                             "not by the distance between positions; an adapter must be written by hand")
+    distances = torch.arange(-(T - 1), T)
     for both in (True, False):
-        fits = [d for d in range(1, LONGEST) if torch.equal(relative_buckets(r, both, rows, d), index)]
+        fits = [d for d in range(1, LONGEST) if torch.equal(relative_buckets(distances, both, rows, d), by_distance)]
         if not fits:
             continue
         last = rows - 1 if not both else {rows // 2 - 1, rows - 1}
