@@ -174,3 +174,16 @@ def test_latent_attention_widths_are_tied_to_the_settings_that_count_them(varian
     assert widths == {k: k for k in ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
                       if q_latent or k != "q_lora_rank"}
     assert (found.latent.q_b is not None, found.scale_law, found.positional, found.rope_polar) == (q_latent, law, pairing, polar)
+
+
+def test_latent_attention_of_distinct_widths_on_a_model_wider_than_its_twin():
+    """DeepSeek-V3 with r_q = 10, r = 12, n = 6, e = 4, v = 2, two heads of a width-32 model (the trace
+    twin has four heads of width 16): every width is read from the setting found on the twin, and the
+    model's blocks are read as the hand-written adapter reads them."""
+    cfg = tf.DeepseekV3Config(hidden_size=32, intermediate_size=32, moe_intermediate_size=8, num_hidden_layers=2,
+                              num_attention_heads=2, num_key_value_heads=2, q_lora_rank=10, kv_lora_rank=12,
+                              qk_nope_head_dim=6, qk_rope_head_dim=4, v_head_dim=2, n_routed_experts=2,
+                              num_experts_per_tok=1, n_shared_experts=1, n_group=1, topk_group=1,
+                              first_k_dense_replace=1, vocab_size=64, max_position_embeddings=64)
+    found = _agrees(_model(cfg, tf.DeepseekV3ForCausalLM))
+    assert dict(found.latent.settings)["v_head_dim"] == "v_head_dim"
