@@ -284,7 +284,8 @@ def candidates(hf, inputs: dict, model_type: str, container: str | None = None, 
         extra = [p for p in extra if p not in after_output(hf, inputs, t, module, attention, o_path, extra)]
     # layers kept in groups: the list of groups is the container, group 0's first layer the one traced
     container = t.layer_container[:-len(f".0.{groups.group_list}")] if groups else t.layer_container
-    found = {"layers": f"{container}.*.{groups.group_list}" if groups else container, "attention": attention or "(the layer)", "output": o_path,
+    found = {"layers": f"{container}.*.{groups.group_list}" if groups else container,
+             "attention": attention or "(the layer)", "output": o_path,
              "projections": {p.module: p.roles + (f" ({p.layout})" if len(p.roles) > 1 else "") for p in proj},
              "qk_norm": norms[0].q_module if norms[0] else None}
     cross = cross_block(hf, inputs, t, o_path, cfg, kv)
@@ -303,7 +304,7 @@ def candidates(hf, inputs: dict, model_type: str, container: str | None = None, 
     relative = relative_table(hf, t, module, attention, extra, H)
     if relative:     # a table [buckets, H] the module looks up: tried as T5's relative-position bias
         found["relative"], extra = relative[0], []
-    table = None if relative else model_table(hf, module, t.layer_container, H)
+    table = None if relative else model_table(hf, module, container, H)
     if table is not None:     # the model's own table, looked up once and passed to every layer (MPNet)
         found["relative"] = table.path
     if extra:
