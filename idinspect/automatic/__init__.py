@@ -70,7 +70,8 @@ def infer_adapter(model_type: str, hf_config, model_class, trust_remote_code: bo
             layouts, found = candidates(hf, inputs, model_type, groups=groups,
                                         build=lambda overrides: trace_twin(hf_config, model_class, overrides))
             cls, error = settle(hf, layouts, found, TRACE_TOKENS, states)
-            cls, error = settle_alibi(cls, error, lambda: trace_twin(hf_config, model_class, model_heads=True),
+            cls, error = settle_alibi(cls, error, sizes(hf_config)[0],
+                                      lambda: trace_twin(hf_config, model_class, model_heads=True),
                                       found, TRACE_TOKENS, states)
         else:
             cls, error, found = infer_stacks(hf, inputs, model_type, [p for p, _ in stacks], states)

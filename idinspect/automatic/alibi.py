@@ -30,19 +30,19 @@ SLOPES_RTOL = 1e-6
 MAX_HEADS = 256
 
 
-def settle_alibi(cls: type, error: float, wide_twin: Callable[[], object], found: dict, tokens: int,
+def settle_alibi(cls: type, error: float, heads: int, wide_twin: Callable[[], object], found: dict, tokens: int,
                  encoder_states: bool) -> tuple[type, float]:
     """(adapter class, worst relative error on the trace twin): ``cls`` itself where its layout is not
-    ALiBi, else the layout settled again on ``wide_twin()`` (the model's own H heads) among :data:`ROUNDINGS`
-    at :data:`SLOPES_RTOL`."""
+    ALiBi, else the layout settled again on ``wide_twin()`` (the model's own ``heads``) among
+    :data:`ROUNDINGS` at :data:`SLOPES_RTOL`."""
     layout = cls.found
     if layout.positional != "alibi":
         return cls, error
-    wide = wide_twin()
-    H = int(wide.config.num_attention_heads)
+    H = heads
     if H > MAX_HEADS:
         raise IdinspectError(f"--auto: ALiBi reproduces the module on 4 heads; the model's {H} heads are more than "
                              f"the {MAX_HEADS} a twin settles its slopes' rounding on; an adapter must be written by hand")
+    wide = wide_twin()
     layouts = [dataclasses.replace(layout, alibi_rounding=r) for r in ROUNDINGS]
     try:
         settled, _ = settle(wide, layouts, found, tokens, encoder_states, rtol=SLOPES_RTOL)
