@@ -66,6 +66,27 @@ class FoundCross:
 
 
 @dataclass(frozen=True)
+class LatentModules:
+    """A multi-head latent attention block found by the trace (:mod:`idinspect.automatic.latent`):
+    module names relative to the layer, and the settings that count its widths."""
+
+    q: str | None                  # queries straight from x (W_Q), where there is no query latent
+    q_a: str | None                # W_QA, its norm and W_QB, where there is one
+    q_norm: str | None
+    q_b: str | None
+    kv_a: str                      # [W_KVA | W_KR]: the key/value latent, then the shared rotary key
+    kv_norm: str
+    kv_b: str                      # per head [W_KB | W_VB]
+    o: str
+    q_a_bias: bool
+    kv_a_bias: bool
+    o_bias: bool
+    eps_q: float | None
+    eps_kv: float
+    settings: tuple[tuple[str, str], ...]   # (width, setting): q_lora_rank, kv_lora_rank, qk_nope/rope_head_dim, v_head_dim
+
+
+@dataclass(frozen=True)
 class FoundLayout:
     """Layout facts of one model type's attention, as found in a live module."""
 
@@ -97,6 +118,17 @@ class FoundLayout:
     relative_bidirectional: bool = True         # buckets both ways (encoders) or past only
     stack: str = ""                             # the stack's name where the model has two ("encoder", "decoder")
     layers_key: str = "num_hidden_layers"       # the setting that counts this stack's layers
+    relative_table: str | None = None           # a relative-position table [buckets, H] of the model's (MPNet's), below the prefix
+    relative_keyword: str | None = None         # the attention call's argument that carries its lookup
+    relative_distance: int | None = None        # the buckets' largest distance, where no setting holds it
+    relative_tokens: int = 0                    # the sequence length that reaches every bucket
+    alibi_scale: str = "none"                   # ALiBi's slopes as published ("none") or over sqrt(d_k) ("head_dim")
+    alibi_rounding: str | None = None           # the dtype the module rounds the slopes to ("bfloat16": Falcon)
+    latent: LatentModules | None = None         # multi-head latent attention (adapters/inferred_latent.py)
+    rope_polar: bool = False                    # cos and sin as torch.polar forms them in complex64 (DeepSeek-V2)
+    group_list: str | None = None               # layers kept in groups: each group's list ("albert_layers")
+    groups_key: str | None = None               # the setting counting the groups (layer_container's entries)
+    group_layers_key: str | None = None         # the setting counting each group's layers
 
 
 class InferredAdapter(Adapter):
@@ -136,7 +168,15 @@ class InferredAdapter(Adapter):
 
     @cached_property
     def sites(self) -> list[Site]:
-        """Every block of the stack, named by ``found.stack``."""
+        """Every block of the stack, named by ``found.stack``; of layers kept in groups, each stored layer
+        once (block g K + k for layer k of group g), "shared" where the model runs more groups than it
+        stores (num_hidden_layers > groups: every group runs num_hidden_layers / groups times)."""
+        found = self.found
+        if found.group_list:
+            groups, inner = int(self.setting(found.groups_key)), int(self.setting(found.group_layers_key))
+            block = Block("shared" if self.num_layers > groups else "self", found.projections)
+            return [Site(f"{self.layer_container}.{g}.{found.group_list}.{k}", found.stack, g * inner + k, block)
+                    for g in range(groups) for k in range(inner)]
         return [Site(self.layer_path(i), self.found.stack, i, b) for i in range(self.num_layers) for b in self.blocks(i)]
 
     def blocks(self, layer: int) -> tuple[Block, ...]:
@@ -200,7 +240,13 @@ class InferredAdapter(Adapter):
         if found.positional == "alibi":
             from .falcon import alibi_slopes
 
-            return Positional("alibi", alibi_slopes=alibi_slopes(self.n_heads).to(torch.float64))
+            slopes = alibi_slopes(self.n_heads)
+            if found.alibi_rounding:      # the slopes as the module rounds them (Falcon: bfloat16)
+                slopes = slopes.to(getattr(torch, found.alibi_rounding))
+            slopes = slopes.to(torch.float64)
+            if found.alibi_scale == "head_dim":     # added before the score scale: m_h d_k^-1/2 after it
+                slopes = slopes / self.head_dim ** 0.5
+            return Positional("alibi", alibi_slopes=slopes)
         if found.rope_layers_key is not None and not self._rope_flags[layer]:
             return Positional("none")
         kind = self._layer_types[layer] if found.rope == "layer_type" else None
@@ -209,11 +255,13 @@ class InferredAdapter(Adapter):
         return self._ropes[kind]
 
     def _relative_key(self, site: Site) -> str:
+        if self.found.relative_table:
+            return f"{self.prefix}{self.found.relative_table}.weight"
         first = next(s for s in self.sites if s.block.kind == "self" and s.stack == site.stack)
         return self.key(site if self.found.relative_per_layer else first, self.found.relative)
 
     def positional_keys(self) -> list[str]:
-        if self.found.relative is None:
+        if self.found.relative is None and self.found.relative_table is None:
             return []
         return list(dict.fromkeys(self._relative_key(s) for s in self.sites if s.block.kind == "self"))
 
@@ -226,7 +274,7 @@ class InferredAdapter(Adapter):
         table = self._load(key, (rows, self.n_heads))
         return Positional("relative", relative=RelativeBias(
             table=table, bidirectional=self.found.relative_bidirectional,
-            max_distance=int(self.setting(self.found.relative_distance_key)),
+            max_distance=int(self.found.relative_distance or self.setting(self.found.relative_distance_key)),
             owned=self.found.relative_per_layer or site.layer == 0, tensor_name=key))
 
     @cached_property
@@ -312,8 +360,12 @@ class InferredAdapter(Adapter):
         return out
 
     def twin_settings(self, hf_config, shape: dict) -> dict:
-        """The model's own settings with the twin's sizes: nothing the trace did not see changes."""
-        return twin_settings_from(hf_config, shape)
+        """The model's own settings with the twin's sizes: nothing the trace did not see changes (layers
+        kept in groups: one group of one layer, run once)."""
+        kw = twin_settings_from(hf_config, shape)
+        if self.found.group_list:
+            kw.update({self.found.groups_key: 1, self.found.group_layers_key: 1})
+        return kw
 
 
 #: Settings a twin never copies from the model: sizes it sets itself, and bookkeeping.
@@ -422,9 +474,12 @@ def inferred_adapter(found: FoundLayout) -> type[InferredAdapter]:
         "layer_container": found.layer_container,
         "block": Block("self", found.projections),
         "hf_modules": {"self": (found.attention_module, found.output_module),
+                       **({"shared": (found.attention_module, found.output_module)} if found.group_list else {}),
                        **({"cross": (found.cross.attention_module, found.cross.output_module)} if found.cross else {})},
         "model_tensors": dict(found.model_tensors),
         "sinks_tensor": found.sinks,
+        **({"hf_shared_tables": {"self": (found.relative_table, found.relative_keyword)},
+            "twin_tokens": max(InferredAdapter.twin_tokens, found.relative_tokens)} if found.relative_table else {}),
         "__module__": __name__,
     }
     name = "Automatic_" + "".join(c if c.isalnum() else "_" for c in found.model_type) + "_Adapter"
@@ -432,5 +487,5 @@ def inferred_adapter(found: FoundLayout) -> type[InferredAdapter]:
 
 
 __all__ = ["POSITIONAL_CHOICES", "ROPE_SOURCES", "ROTARY_DIM_KEYS", "SCALE_LAWS", "FoundCross", "FoundLayout", "FoundNorm",
-           "InferredAdapter", "encoder_states", "inferred_adapter", "rotates_part", "takes_encoder_states",
+           "InferredAdapter", "LatentModules", "encoder_states", "inferred_adapter", "rotates_part", "takes_encoder_states",
            "twin_settings_from"]

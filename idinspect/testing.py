@@ -14,7 +14,8 @@ idinspect's own generic tests check for every built-in family:
 2. **function**: the canonical form's reference attention reproduces the transformers module's output
    on random hidden states, in float64, to ``rtol`` (1e-10);
 3. **count**: ``--prove``'s twin (same config, reduced sizes) has Jacobian nullity equal to the
-   structural count, block by block, in float64.
+   structural count, block by block, in float64 (multi-head latent attention: its exact and its
+   nearly-null bands, :mod:`idinspect.forms.latent.prove`).
 """
 
 from __future__ import annotations

@@ -36,6 +36,8 @@ from ..adapters.inferred import (
 )
 from ..errors import IdinspectError, one_line
 from ..numerics.twin import instantiate
+from .alibi import settle_alibi
+from .groups import check_runs, find_groups
 from .infer import candidates, settle, sizes
 from .trace import layer_lists
 
@@ -53,16 +55,24 @@ def infer_adapter(model_type: str, hf_config, model_class, trust_remote_code: bo
     Returns the adapter class; raises :class:`IdinspectError` naming what was found where any step fails."""
     try:
         hf = trace_twin(hf_config, model_class)
+        groups = find_groups(hf, lambda overrides: trace_twin(hf_config, model_class, overrides))
+        if groups is not None:     # layers kept in groups and run more than once: a twin that runs each twice
+            hf = trace_twin(hf_config, model_class, groups.twin_settings())
         g = torch.Generator().manual_seed(0)
         ids = torch.randint(2, 32, (2, TRACE_TOKENS), generator=g)
         inputs = example_inputs(hf, ids, g)
         states = takes_encoder_states(hf, inputs)
         if states:
             inputs["encoder_hidden_states"] = encoder_states(hf, ids, g)
-        stacks = layer_lists(hf)
-        if len(stacks) == 1:
-            layouts, found = candidates(hf, inputs, model_type)
+        if groups is not None:
+            check_runs(hf, inputs, groups)
+        if groups is not None or len(stacks := layer_lists(hf)) == 1:
+            layouts, found = candidates(hf, inputs, model_type, groups=groups,
+                                        build=lambda overrides: trace_twin(hf_config, model_class, overrides))
             cls, error = settle(hf, layouts, found, TRACE_TOKENS, states)
+            cls, error = settle_alibi(cls, error, sizes(hf_config)[0],
+                                      lambda: trace_twin(hf_config, model_class, model_heads=True),
+                                      found, TRACE_TOKENS, states)
         else:
             cls, error, found = infer_stacks(hf, inputs, model_type, [p for p, _ in stacks], states)
     except IdinspectError:
@@ -127,9 +137,11 @@ def infer_stacks(hf, inputs: dict, model_type: str, paths: list[str], states: bo
     return cls, worst, found
 
 
-def trace_twin(hf_config, model_class):
+def trace_twin(hf_config, model_class, overrides: dict | None = None, model_heads: bool = False):
     """The float64 twin the trace runs on (:data:`TRACE_SHAPE`, :data:`TRACE_LAYERS` layers), built by
-    ``model_class`` from ``hf_config``'s own settings; a one-line error where the config class refuses it."""
+    ``model_class`` from ``hf_config``'s own settings and ``overrides`` (the twin of layers kept in
+    groups, :mod:`.groups`); with ``model_heads``, the model's own H and G heads (of the trace's width:
+    ALiBi's slopes depend on H alone, :mod:`.alibi`). A one-line error where the config class refuses it."""
     towers = sorted(k for k in getattr(hf_config, "sub_configs", None) or {} if is_tower(getattr(hf_config, k, None)))
     if towers:    # a sub-config with no sizes of its own (MPT's attn_config) is part of this model's settings
         raise IdinspectError(f"--auto: {type(hf_config).__name__} holds other models' configs "
@@ -142,6 +154,8 @@ def trace_twin(hf_config, model_class):
     shape = {**TRACE_SHAPE, "kv_heads": TRACE_SHAPE["kv_heads"] if G < H else TRACE_SHAPE["heads"]}
     if rotates_part(hf_config):    # two rotated planes and some unrotated dims: pairings and partial rotation differ
         shape.update(head_dim=2 * TRACE_SHAPE["head_dim"], hidden_size=2 * TRACE_SHAPE["hidden_size"])
+    if model_heads:
+        shape.update(heads=H, kv_heads=G, hidden_size=H * shape["head_dim"])
     pad = getattr(hf_config, "pad_token_id", None)
     n = int(hf_config.num_hidden_layers)
     # another stack's layer count kept from the model (BART's decoder_layers where it differs from the
@@ -164,6 +178,7 @@ def trace_twin(hf_config, model_class):
                 settings[key] = (kinds * layers)[:layers]
     if getattr(hf_config, "sliding_window", None):
         settings["sliding_window"] = TRACE_WINDOW    # shorter than the trace's sequences: a window shows
+    settings.update(overrides or {})
     try:
         config = type(hf_config)(**settings)
     except Exception as exc:  # noqa: BLE001 - whatever a config class's validation raises, in one line

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import re
 
 import torch
 
@@ -18,11 +19,14 @@ from ..adapters.inferred import (
     FoundCross,
     FoundLayout,
     FoundNorm,
-    inferred_adapter,
 )
+from ..adapters.inferred_latent import inferred_latent_adapter
 from ..adapters.layout import Projection, fused_rows
 from ..errors import IdinspectError
-from .trace import Trace, affine_kind, find_roles, first_calls, trace
+from .groups import Groups
+from .latent import latent_modules
+from .tables import ModelTable, model_table
+from .trace import Trace, affine_kind, after_output, find_roles, first_calls, trace
 
 #: The largest relative-position distance tried (the settle's sequences are one token longer).
 MAX_RELATIVE_DISTANCE = 512
@@ -108,23 +112,29 @@ def common_parent(paths: list[str]) -> str:
     return ".".join(common)
 
 
-def model_tensors(hf, t: Trace, read: set[str], others: tuple[str, ...] = ()) -> dict[str, str]:
+def model_tensors(hf, t: Trace, read: set[str], others: tuple[str, ...] = (), group_list: str | None = None
+                  ) -> dict[str, str]:
     """Every other tensor of the twin as ``pattern -> component`` (layer numbers as ``{n}``), but those
-    in the layers of the ``others`` stacks (their own layouts declare them)."""
+    in the layers of the ``others`` stacks (their own layouts declare them). With ``group_list``, the
+    traced list is that of group 0 of layers kept in groups (:mod:`.groups`): group numbers are ``{n}`` too."""
     prefix = getattr(hf, "base_model_prefix", "")
     container = t.layer_container
+    stem = re.escape(container) + r"\.(\d+)\.(.+)"
+    if group_list:
+        container = container[:-len(f".0.{group_list}")]
+        stem = re.escape(container) + r"\.(\d+)\." + re.escape(group_list) + r"\.(\d+)\.(.+)"
+        container = f"{container}.{{n}}.{group_list}"
     out = {}
     for key in hf.state_dict():
         name = key[len(prefix) + 1:] if prefix and key.startswith(prefix + ".") else key
         if any(name.startswith(o + ".") for o in others):
             continue
         module_path = key.rsplit(".", 1)[0]
-        parts = name.split(".")
-        n_parts = len(container.split("."))
-        in_layer = name.startswith(container + ".") and parts[n_parts].isdigit()
-        if in_layer and ".".join(parts[n_parts + 1:]) in read:
+        match = re.fullmatch(stem, name)
+        in_layer = match is not None
+        if in_layer and match.groups()[-1] in read:
             continue
-        pattern = ".".join([container, "{n}", *parts[n_parts + 1:]]) if in_layer else name
+        pattern = f"{container}.{{n}}.{match.groups()[-1]}" if in_layer else name
         module = hf.get_submodule(module_path) if module_path != key else hf
         out[pattern] = _component(module, module_path, in_layer)
     return out
@@ -244,15 +254,20 @@ def cross_block(hf, inputs: dict, t: Trace, after: str, cfg, kv: str) -> FoundCr
 
 
 def candidates(hf, inputs: dict, model_type: str, container: str | None = None, stack: str = "",
-               others: tuple[str, ...] = ()) -> tuple[list[FoundLayout], dict]:
+               others: tuple[str, ...] = (), groups: Groups | None = None, build=None) -> tuple[list[FoundLayout], dict]:
     """Every layout consistent with the trace of ``hf`` (float64 twin), best guess first, and what the
     trace found (for refusals); of its list of layers at ``container`` (path from the root; None: its one
     list), named ``stack`` where the model has two, the ``others`` (relative to the base model) left to
-    their own layouts."""
+    their own layouts; or of its layers kept in ``groups`` (the first group's first layer traced).
+    ``build(overrides)`` builds another twin with some settings changed (latent attention's widths are
+    tied to their settings on such twins)."""
     cfg = hf.config
-    t = trace(hf, inputs, container)
+    t = trace(hf, inputs, groups.first_list() if groups else container)
     layers_key = stack_layers_key(hf, cfg, container) if container is not None else "num_hidden_layers"
     o_path, roles = find_roles(hf, inputs, t)
+    found_latent = latent_candidates(hf, inputs, model_type, t, o_path, roles, layers_key, others, groups, build)
+    if found_latent is not None:
+        return found_latent
     kv = kv_heads_mode(roles, cfg)
     proj = projections(t, roles, o_path, cfg, kv)
     attention = common_parent([p.module for p in proj if p.roles != "o"])
@@ -265,7 +280,12 @@ def candidates(hf, inputs: dict, model_type: str, container: str | None = None, 
     output = None if y.shape == o.shape and torch.equal(y, o) else o_path
     norms = qk_norms(t, module, attention, seen, proj, cfg)
     extra = extra_parameters(module, attention, proj, norms[0])
-    found = {"layers": t.layer_container, "attention": attention or "(the layer)", "output": o_path,
+    if output is not None:     # a norm inside the module after W_O (ALBERT's LayerNorm(x + dense(z))): the layer's
+        extra = [p for p in extra if p not in after_output(hf, inputs, t, module, attention, o_path, extra)]
+    # layers kept in groups: the list of groups is the container, group 0's first layer the one traced
+    container = t.layer_container[:-len(f".0.{groups.group_list}")] if groups else t.layer_container
+    found = {"layers": f"{container}.*.{groups.group_list}" if groups else container,
+             "attention": attention or "(the layer)", "output": o_path,
              "projections": {p.module: p.roles + (f" ({p.layout})" if len(p.roles) > 1 else "") for p in proj},
              "qk_norm": norms[0].q_module if norms[0] else None}
     cross = cross_block(hf, inputs, t, o_path, cfg, kv)
@@ -284,6 +304,9 @@ def candidates(hf, inputs: dict, model_type: str, container: str | None = None, 
     relative = relative_table(hf, t, module, attention, extra, H)
     if relative:     # a table [buckets, H] the module looks up: tried as T5's relative-position bias
         found["relative"], extra = relative[0], []
+    table = None if relative else model_table(hf, module, container, H)
+    if table is not None:     # the model's own table, looked up once and passed to every layer (MPNet)
+        found["relative"] = table.path
     if extra:
         raise IdinspectError(f"--auto: the attention module {attention or t.layer_path} has parameters no projection "
                              f"holds ({', '.join(extra)}); found {found}; an adapter must be written by hand")
@@ -294,18 +317,60 @@ def candidates(hf, inputs: dict, model_type: str, container: str | None = None, 
         stems = [f"{m}.{n0.heads_list}.{h}" for m in (n0.q_module, n0.k_module) for h in range(H)] if n0.heads_list \
             else [n0.q_module, n0.k_module]
         read |= {f"{m}.{w}" for m in stems for w in ("weight", "bias")}
-    tensors = model_tensors(hf, t, read, others)
+    tensors = model_tensors(hf, t, read, others, groups and groups.group_list)
+    if table is not None:
+        tensors.pop(f"{table.path}.weight", None)
+    shared = {} if table is None else {"relative_table": table.path, "relative_keyword": table.keyword,
+                                       "relative_distance": table.distance, "relative_tokens": table.tokens}
     _, _, hd, _ = sizes(cfg)
-    layouts = [FoundLayout(model_type, t.layer_container, attention, output, proj, pos["positional"], pos["partial"],
+    grouping = {} if groups is None else {"group_list": groups.group_list, "groups_key": groups.groups_key,
+                                          "group_layers_key": groups.group_layers_key}
+    layouts = [FoundLayout(model_type, container, attention, output, proj, pos["positional"], pos["partial"],
                            scale["scale"], causal, norm, tensors, window=window, kv_heads=kv, softcap=cap,
                            rope=pos["rope"], rotary_dim_key=pos["rotary_dim_key"], rope_layers_key=pos["rope_layers_key"],
                            scale_law=scale["law"], scale_by_layer=by_layer, window_offset=offset, sinks=sinks,
                            cross=cross, relative=relative and relative[0], relative_per_layer=bool(relative and relative[1]),
                            relative_distance_key=pos.get("distance"), relative_bidirectional=pos.get("bidirectional", True),
-                           stack=stack, layers_key=layers_key)
+                           alibi_scale=pos.get("alibi_scale", "none"), **(shared if pos["positional"] == "relative" else {}),
+                           stack=stack, layers_key=layers_key, **grouping)
                for pos, causal, scale, by_layer, norm, (window, offset), cap
-               in itertools.product(positionals(cfg, relative), (True, False), scale_laws(module, cfg, hd), (False, True), norms,
+               in itertools.product(positionals(cfg, relative, table), (True, False), scale_laws(module, cfg, hd), (False, True), norms,
                                     windows(cfg), [None] + [k for k in SOFTCAP_KEYS if getattr(cfg, k, None)])]
+    return layouts, found
+
+
+def latent_candidates(hf, inputs: dict, model_type: str, t: Trace, o_path: str, roles: dict[str, list[str]],
+                      layers_key: str, others: tuple[str, ...], groups: Groups | None, build
+                      ) -> tuple[list[FoundLayout], dict] | None:
+    """The layouts worth trying where the traced block is multi-head latent attention (:mod:`.latent`),
+    and what was found; None where it is not."""
+    attention = common_parent(list(roles))
+    module = hf.get_submodule(f"{t.layer_path}.{attention}" if attention else t.layer_path)
+    m = latent_modules(hf, inputs, t, o_path, roles, attention, module, build)
+    if m is None:
+        return None
+    pre = f"{attention}." if attention else ""
+    placed = [p for p in (m.q, m.q_a, m.q_norm, m.q_b, m.kv_a, m.kv_norm, m.kv_b, m.o) if p]
+    extra = [pre + n for n, _ in module.named_parameters() if not any((pre + n).startswith(p + ".") for p in placed)]
+    found = {"layers": t.layer_container, "attention": attention or "(the layer)", "latent": {
+        k: v for k, v in m.__dict__.items() if v and k in ("q", "q_a", "q_norm", "q_b", "kv_a", "kv_norm", "kv_b", "o")},
+        "widths": dict(m.settings)}
+    if extra:
+        raise IdinspectError(f"--auto: the latent attention module {attention} has parameters no projection holds "
+                             f"({', '.join(extra)}); found {found}; an adapter must be written by hand")
+    _, y = first_calls(hf, inputs, {"": module})[""]
+    o = t.outputs[o_path]
+    output = None if y.shape == o.shape and torch.equal(y, o) else o_path
+    read = {f"{p}.{w}" for p in placed for w in ("weight", "bias")}
+    tensors = model_tensors(hf, t, read, others, groups and groups.group_list)
+    grouping = {} if groups is None else {"group_list": groups.group_list, "groups_key": groups.groups_key,
+                                          "group_layers_key": groups.group_layers_key}
+    container = t.layer_container[:-len(f".0.{groups.group_list}")] if groups else t.layer_container
+    layouts = [FoundLayout(model_type, container, attention, output, (), pairing, False, 1.0, causal,
+                           model_tensors=tensors, scale_law=law, latent=m, layers_key=layers_key, rope_polar=polar,
+                           **grouping)
+               for pairing, polar, causal, law in itertools.product(("interleaved", "half"), (False, True), (True, False),
+                                                                     ("head_dim", "yarn_mscale", "one"))]
     return layouts, found
 
 
@@ -326,7 +391,7 @@ def relative_table(hf, t: Trace, module: torch.nn.Module, attention: str, extra:
     return extra[0], f"{second}.{extra[0]}" in keys
 
 
-def positionals(cfg, relative: tuple[str, bool] | None = None) -> list[dict]:
+def positionals(cfg, relative: tuple[str, bool] | None = None, table: ModelTable | None = None) -> list[dict]:
     """The positional schemes worth trying on ``cfg`` (best guess first): RoPE with rotate-half or
     interleaved pairs, its frequencies from the config (as a whole, or per layer type where
     ``rope_parameters`` is keyed by ``layer_types``' values), or from the default base over the
@@ -349,10 +414,14 @@ def positionals(cfg, relative: tuple[str, bool] | None = None) -> list[dict]:
                                            dim_keys if source == "default" else [None]):
             out.append({"positional": pairing, "partial": part, "rope": source, "rotary_dim_key": key,
                         "rope_layers_key": flags})
-    out += [{"positional": kind, "partial": False, "rope": "config", "rotary_dim_key": None, "rope_layers_key": None}
-            for kind in ("none", "alibi")]
+    none = {"positional": "none", "partial": False, "rope": "config", "rotary_dim_key": None, "rope_layers_key": None}
+    # ALiBi added after the score scale, or before it (Falcon's slopes over sqrt(d_k)); the slopes' rounding
+    # shows only where they are not powers of two, on a twin of the model's own head count (.alibi)
+    out += [none, {**none, "positional": "alibi"}, {**none, "positional": "alibi", "alibi_scale": "head_dim"}]
+    if table is not None:     # the model's table: its bucketing read from the model itself (.tables)
+        out = [{**none, "positional": "relative", "bidirectional": table.bidirectional}] + out
     if relative:     # T5's buckets: both directions or past only, the largest distance from an integer setting
-        out = [{**out[-2], "positional": "relative", "distance": key, "bidirectional": both}
+        out = [{**none, "positional": "relative", "distance": key, "bidirectional": both}
                for both in (True, False) for key, v in cfg.to_dict().items()
                if isinstance(v, int) and not isinstance(v, bool) and 0 < v <= MAX_RELATIVE_DISTANCE] + out
     return out
@@ -387,21 +456,25 @@ def windows(cfg) -> list[tuple[str, int]]:
     return [("layer_types", 0), ("all", 0), ("layer_types", 1), ("all", 1), ("none", 0)]
 
 
-def settle(hf, layouts: list[FoundLayout], found: dict, tokens: int = 8, encoder_states: bool = False):
+def settle(hf, layouts: list[FoundLayout], found: dict, tokens: int = 8, encoder_states: bool = False,
+           rtol: float | None = None):
     """(adapter class, worst relative error) of the first layout whose canonical form reproduces every
-    block of ``hf``; a one-line refusal with the best attempt where none does."""
+    block of ``hf`` to ``rtol`` (default :data:`~idinspect.testing.REFERENCE_RTOL`); a one-line refusal
+    with the best attempt where none does."""
     from ..forms import reference_attention
     from ..sources.checkpoint import StateDictReader
     from ..testing import REFERENCE_RTOL, captured_blocks
 
+    rtol = REFERENCE_RTOL if rtol is None else rtol
+
     distances = [int(getattr(hf.config, x.relative_distance_key)) for x in layouts if x.relative_distance_key]
-    tokens = max([tokens] + [d + 1 for d in distances])      # every relative distance's bucket shows
+    tokens = max([tokens] + [d + 1 for d in distances] + [x.relative_tokens for x in layouts])   # every bucket shows
     best = (float("inf"), None)
     reader = StateDictReader(hf.state_dict())
     norms = tuple({type(m) for m in hf.modules() if "norm" in type(m).__name__.lower() and affine_kind(m) is None})
     exact, blocks = None, None
     for layout in layouts:
-        cls = inferred_adapter(layout)
+        cls = inferred_latent_adapter(layout)
         cls.encoder_states = encoder_states
         try:
             adapter = cls(hf.config, reader)
@@ -416,9 +489,10 @@ def settle(hf, layouts: list[FoundLayout], found: dict, tokens: int = 8, encoder
                 worst = max(worst, float((out - y).abs().max() / y.abs().max().clamp_min(1e-300)))
         except (IdinspectError, ValueError, RuntimeError, KeyError, IndexError):
             continue
-        if worst <= REFERENCE_RTOL:
+        if worst <= rtol:
             if layout.relative_distance_key:     # --prove's twin reaches every bucket too
                 cls.twin_tokens = max(cls.twin_tokens, int(getattr(hf.config, layout.relative_distance_key)) + 1)
+            cls.twin_tokens = max(cls.twin_tokens, layout.relative_tokens)
             return cls, worst
         if worst < best[0]:
             best = (worst, layout)

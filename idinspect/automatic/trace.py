@@ -158,6 +158,28 @@ def trace(hf, inputs: dict, container: str | None = None) -> Trace:
     return Trace(relative, layer_path, affine, order, ins, outs)
 
 
+def after_output(hf, inputs: dict, t: Trace, module: torch.nn.Module, attention: str, o_path: str,
+                 extra: list[str]) -> list[str]:
+    """The parameters of ``extra`` (relative to the layer) whose module reads W_O's output: moving the
+    output of ``o_path`` moves that module's input. Such a module (a norm after the residual add inside
+    the attention module) acts on the block's output, not inside the block."""
+    pre = f"{attention}." if attention else ""
+    owners = {e: e[len(pre):].rsplit(".", 1)[0] for e in extra if "." in e[len(pre):]}
+    modules = {o: module.get_submodule(o) for o in set(owners.values())}
+    if not modules:
+        return []
+    before = first_calls(hf, inputs, modules)
+    out = t.outputs[o_path]
+    delta = torch.randn(out.shape[1:], generator=torch.Generator().manual_seed(3), dtype=out.dtype)
+    handle = hf.get_submodule(f"{t.layer_path}.{o_path}").register_forward_hook(lambda m, a, y: y + delta)
+    try:
+        after = first_calls(hf, inputs, modules)
+    finally:
+        handle.remove()
+    return [e for e, o in owners.items() if o in before and before[o][0] is not None
+            and not torch.equal(before[o][0], after[o][0])]
+
+
 def _moved(a: torch.Tensor, b: torch.Tensor, scale: float) -> torch.Tensor:
     """Positions [B, T] where b differs from a by more than MOVE_RTOL * scale."""
     diff = (a - b).abs().reshape(a.shape[0], a.shape[1], -1).amax(-1)
@@ -249,5 +271,5 @@ def _scale(x: torch.Tensor) -> float:
     return max(float(x.abs().max()), 1e-300)
 
 
-__all__ = ["Affine", "Trace", "affine_kind", "find_roles", "first_calls", "layer_list", "layer_lists", "record",
+__all__ = ["Affine", "Trace", "affine_kind", "after_output", "find_roles", "first_calls", "layer_list", "layer_lists", "record",
            "trace"]

@@ -14,10 +14,12 @@ from __future__ import annotations
 import pytest
 import torch
 import transformers as tf
+from idinspect.adapters import ADAPTERS
 from idinspect.adapters.inferred import twin_settings_from
 
 import idinspect
 from idinspect.automatic import trace_twin
+from idinspect.errors import IdinspectError
 from tests.support.automatic import counted, hidden, layer_facts
 
 
@@ -104,3 +106,84 @@ def test_an_encoder_and_a_decoder_of_different_depths():
         stacks = idinspect.load(hf, auto=True).adapter.parts
         assert [(c.found.stack, c.found.layers_key) for c in stacks] == [("encoder", "num_hidden_layers"),
                                                                         ("decoder", "decoder_layers")]
+
+
+def test_layers_kept_in_groups_are_counted_once_each_by_the_settings_that_count_them():
+    """ALBERT with 6 layers run from 2 groups of 2 layers each (each group runs 3 times): the settings
+    that count the groups and each group's layers are found by changing them on a twin (not by name),
+    every stored layer is one block, "shared", numbered g K + k as the hand-written adapter numbers it."""
+    from idinspect.automatic.groups import find_groups
+
+    cfg = tf.AlbertConfig(hidden_size=16, num_attention_heads=4, num_hidden_layers=6, num_hidden_groups=2,
+                          inner_group_num=2, intermediate_size=32, vocab_size=64, embedding_size=8,
+                          max_position_embeddings=64)
+    twin = trace_twin(cfg, tf.AlbertModel)
+    groups = find_groups(twin, lambda overrides: trace_twin(cfg, tf.AlbertModel, overrides))
+    assert (groups.container, groups.group_list, groups.groups_key, groups.group_layers_key) == \
+        ("encoder.albert_layer_groups", "albert_layers", "num_hidden_groups", "inner_group_num")
+    hf = _model(cfg, tf.AlbertModel)
+    found = _agrees(hf)
+    assert found.group_list == "albert_layers"
+    with hidden("albert"):
+        sites = idinspect.load(hf, auto=True).adapter.sites
+    assert [(s.path, s.layer, s.block.kind) for s in sites] == [
+        (f"encoder.albert_layer_groups.{g}.albert_layers.{k}", 2 * g + k, "shared") for g in range(2) for k in range(2)]
+
+
+def test_alibi_slopes_are_settled_on_the_models_own_head_count():
+    """On 4 heads ALiBi's slopes are powers of two and no rounding of them shows. On 12 heads (slopes
+    2^-(k/2) among them) BLOOM's unrounded slopes reproduce its module; Falcon's bias, computed in
+    bfloat16 (round(round(m_h) j)), is linear in no slopes: refused by name, nothing counted."""
+    found = _agrees(_model(tf.BloomConfig(hidden_size=48, n_head=12, n_layer=2, vocab_size=64), tf.BloomForCausalLM))
+    assert (found.positional, found.alibi_rounding, found.alibi_scale) == ("alibi", None, "none")
+    cfg = tf.FalconConfig(hidden_size=48, num_attention_heads=12, num_hidden_layers=2, vocab_size=64,
+                          ffn_hidden_size=32, multi_query=False, alibi=True, bias=True, parallel_attn=False)
+    with hidden("falcon"):
+        with pytest.raises(IdinspectError, match="model's 12 heads no slopes") as info:
+            idinspect.load(_model(cfg, tf.FalconForCausalLM), auto=True)
+        assert "falcon" not in ADAPTERS
+    assert "\n" not in str(info.value)
+
+
+def test_a_relative_position_table_of_the_models_read_on_its_longest_sequence():
+    """MPNet's encoder holds the table and passes its lookup to every layer (position_bias); the largest
+    distance, 128, is a constant of transformers' code, in no setting. With the released 514 positions
+    the lookup is read on 513 tokens, where every bucket shows: the distance is the number that fits,
+    and --prove's twin runs the 92 tokens that reach the last bucket."""
+    cfg = tf.MPNetConfig(hidden_size=16, num_attention_heads=4, num_hidden_layers=2, intermediate_size=32,
+                         vocab_size=64, max_position_embeddings=514)
+    found = _agrees(_model(cfg, tf.MPNetModel))
+    assert (found.relative_table, found.relative_keyword, found.relative_distance, found.relative_tokens,
+            found.relative_bidirectional) == ("encoder.relative_attention_bias", "position_bias", 128, 92, True)
+
+
+@pytest.mark.parametrize(("variant", "q_latent", "law", "pairing", "polar"), [
+    ("deepseek-v3", True, "head_dim", "interleaved", False),
+    ("deepseek-v3-direct-q", False, "yarn_mscale", "half", False),
+    ("deepseek-v2", False, "head_dim", "interleaved", True),
+])
+def test_latent_attention_widths_are_tied_to_the_settings_that_count_them(variant, q_latent, law, pairing, polar):
+    """The tiny MLA variants have n = e = v = 4 and both latent ranks 8: every width equals several
+    settings, and only changing the one that counts it (on another twin) changes that width alone. The
+    scale follows (n + e)^-1/2, times YaRN's mscale^2 where rope_parameters ask for it; the pairing and
+    DeepSeek-V2's complex rotation factors are settled by the reproduction."""
+    from tests.support.tiny import build
+
+    found = _agrees(build(variant))
+    widths = dict(found.latent.settings)
+    assert widths == {k: k for k in ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
+                      if q_latent or k != "q_lora_rank"}
+    assert (found.latent.q_b is not None, found.scale_law, found.positional, found.rope_polar) == (q_latent, law, pairing, polar)
+
+
+def test_latent_attention_of_distinct_widths_on_a_model_wider_than_its_twin():
+    """DeepSeek-V3 with r_q = 10, r = 12, n = 6, e = 4, v = 2, two heads of a width-32 model (the trace
+    twin has four heads of width 16): every width is read from the setting found on the twin, and the
+    model's blocks are read as the hand-written adapter reads them."""
+    cfg = tf.DeepseekV3Config(hidden_size=32, intermediate_size=32, moe_intermediate_size=8, num_hidden_layers=2,
+                              num_attention_heads=2, num_key_value_heads=2, q_lora_rank=10, kv_lora_rank=12,
+                              qk_nope_head_dim=6, qk_rope_head_dim=4, v_head_dim=2, n_routed_experts=2,
+                              num_experts_per_tok=1, n_shared_experts=1, n_group=1, topk_group=1,
+                              first_k_dense_replace=1, vocab_size=64, max_position_embeddings=64)
+    found = _agrees(_model(cfg, tf.DeepseekV3ForCausalLM))
+    assert dict(found.latent.settings)["v_head_dim"] == "v_head_dim"

@@ -131,3 +131,16 @@ def test_export_is_gauge_fixed_and_verified(tiny_dir, tmp_path):
     assert idinspect.verify(src, tmp_path / "out").equivalent
     audit = run_cli("audit", tmp_path / "out", "--require-gauge-fixed")
     assert audit.code == 0, audit.stdout + audit.stderr
+
+
+@pytest.mark.parametrize("variant", ["deepseek-v3", "deepseek-v2"])
+def test_check_adapter_covers_the_latent_form(variant):
+    """The plugin contract (idinspect.testing.check_adapter) on latent attention: bit-exact round trip,
+    the reference against the HF module at 1e-10, and the twin's exact and nearly-null bands equal to
+    the counts (--auto proves the latent adapters it infers with it)."""
+    from idinspect.testing import check_adapter
+
+    result = check_adapter(tiny.build(variant))
+    assert result["max_reference_error"] <= 1e-10
+    assert result["proof"]["agree"] is True
+    assert result["proof"]["jacobian_near_null"] == result["proof"]["structural_near_unidentified"]

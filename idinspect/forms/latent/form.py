@@ -25,7 +25,6 @@ from .structure import unidentified_dims
 #: What the latent form does not provide, and why (:meth:`refusal`).
 REFUSALS = {
     "per-head invariants": "multi-head latent attention has no per-head invariants",
-    "check_adapter": "check_adapter covers per-head attention; latent attention is not checked here",
 }
 
 
