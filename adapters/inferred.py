@@ -97,6 +97,7 @@ class FoundLayout:
     relative_bidirectional: bool = True         # buckets both ways (encoders) or past only
     stack: str = ""                             # the stack's name where the model has two ("encoder", "decoder")
     layers_key: str = "num_hidden_layers"       # the setting that counts this stack's layers
+    config_key: str | None = None               # a tower's sub-config ("text_config"): its settings are read there
 
 
 class InferredAdapter(Adapter):
@@ -114,6 +115,17 @@ class InferredAdapter(Adapter):
     #: The model's norm classes and its attention class, whose float32 casts the proofs skip on float64
     #: inputs (RoPE applied in float32 inside the attention module: Cohere, ModernBERT).
     exact_classes: tuple[type, ...] = ()
+
+    def __init__(self, config, reader):
+        super().__init__(self.own_config(config), reader)
+
+    def own_config(self, config):
+        """The settings this adapter reads: a tower's sub-config (``found.config_key``), else ``config``."""
+        if self.found.config_key is None:
+            return config
+        from .multimodal import sub_config
+
+        return sub_config(config, self.found.config_key)
 
     @property
     def n_kv_heads(self) -> int:

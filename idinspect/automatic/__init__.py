@@ -34,9 +34,11 @@ from ..adapters.inferred import (
     takes_encoder_states,
     twin_settings_from,
 )
+from ..adapters.inferred_towers import towers_twin_settings
 from ..errors import IdinspectError, one_line
 from ..numerics.twin import instantiate
 from .infer import candidates, settle, sizes
+from .towers import infer_towers, tower_keys
 from .trace import layer_lists
 
 #: The twin the trace runs on: heads, key/value groups (where the model groups them), head width, width.
@@ -59,8 +61,9 @@ def infer_adapter(model_type: str, hf_config, model_class, trust_remote_code: bo
         states = takes_encoder_states(hf, inputs)
         if states:
             inputs["encoder_hidden_states"] = encoder_states(hf, ids, g)
-        stacks = layer_lists(hf)
-        if len(stacks) == 1:
+        if tower_keys(hf.config):
+            cls, error, found = infer_towers(hf, inputs, model_type, states, TRACE_TOKENS)
+        elif len(stacks := layer_lists(hf)) == 1:
             layouts, found = candidates(hf, inputs, model_type)
             cls, error = settle(hf, layouts, found, TRACE_TOKENS, states)
         else:
@@ -129,11 +132,25 @@ def infer_stacks(hf, inputs: dict, model_type: str, paths: list[str], states: bo
 
 def trace_twin(hf_config, model_class):
     """The float64 twin the trace runs on (:data:`TRACE_SHAPE`, :data:`TRACE_LAYERS` layers), built by
-    ``model_class`` from ``hf_config``'s own settings; a one-line error where the config class refuses it."""
-    towers = sorted(k for k in getattr(hf_config, "sub_configs", None) or {} if is_tower(getattr(hf_config, k, None)))
-    if towers:    # a sub-config with no sizes of its own (MPT's attn_config) is part of this model's settings
-        raise IdinspectError(f"--auto: {type(hf_config).__name__} holds other models' configs "
-                             f"({', '.join(towers)}); --auto reads single-tower models")
+    ``model_class`` from ``hf_config``'s own settings; a one-line error where the config class refuses it.
+    A config holding other models' configs (a text and a vision tower: CLIP, Qwen-VL) gets each tower
+    shrunk so, inside its own settings (:func:`.towers.tower_keys`)."""
+    towers = tower_keys(hf_config)
+    if towers:
+        settings = towers_twin_settings(hf_config, tuple(towers), lambda sub: _twin_settings(sub)[0])
+        shape = {k: {n: settings[k].get(n) for n in ("hidden_size", "num_attention_heads")} for k in towers}
+    else:
+        settings, shape = _twin_settings(hf_config)
+    try:
+        config = type(hf_config)(**settings)
+    except Exception as exc:  # noqa: BLE001 - whatever a config class's validation raises, in one line
+        raise IdinspectError(f"--auto: transformers' {type(hf_config).__name__} refuses the trace twin {shape} "
+                             f"({one_line(exc)}); an adapter must be written by hand") from None
+    return instantiate(config, model_class._from_config)
+
+
+def _twin_settings(hf_config) -> tuple[dict, dict]:
+    """(settings of the trace twin of one model or tower config, its shape): see :func:`trace_twin`."""
     if not all(hasattr(hf_config, k) for k in ("num_attention_heads", "hidden_size", "num_hidden_layers")):
         raise IdinspectError(f"--auto: {type(hf_config).__name__} has no num_attention_heads / hidden_size / "
                              "num_hidden_layers of its own (a composite model with text_config / vision_config?); "
@@ -164,18 +181,7 @@ def trace_twin(hf_config, model_class):
                 settings[key] = (kinds * layers)[:layers]
     if getattr(hf_config, "sliding_window", None):
         settings["sliding_window"] = TRACE_WINDOW    # shorter than the trace's sequences: a window shows
-    try:
-        config = type(hf_config)(**settings)
-    except Exception as exc:  # noqa: BLE001 - whatever a config class's validation raises, in one line
-        raise IdinspectError(f"--auto: transformers' {type(hf_config).__name__} refuses the trace twin {shape} "
-                             f"({one_line(exc)}); an adapter must be written by hand") from None
-    return instantiate(config, model_class._from_config)
-
-
-def is_tower(config) -> bool:
-    """Whether a sub-config describes a model of its own (sizes and layers: a text or vision tower),
-    not settings of this one (MPT's ``attn_config``)."""
-    return config is not None and all(hasattr(config, k) for k in ("hidden_size", "num_hidden_layers"))
+    return settings, shape
 
 
 def folder_model_class(folder: Path, trust_remote_code: bool) -> tuple[object, type]:

@@ -244,12 +244,12 @@ def cross_block(hf, inputs: dict, t: Trace, after: str, cfg, kv: str) -> FoundCr
 
 
 def candidates(hf, inputs: dict, model_type: str, container: str | None = None, stack: str = "",
-               others: tuple[str, ...] = ()) -> tuple[list[FoundLayout], dict]:
+               others: tuple[str, ...] = (), config_key: str | None = None) -> tuple[list[FoundLayout], dict]:
     """Every layout consistent with the trace of ``hf`` (float64 twin), best guess first, and what the
     trace found (for refusals); of its list of layers at ``container`` (path from the root; None: its one
     list), named ``stack`` where the model has two, the ``others`` (relative to the base model) left to
-    their own layouts."""
-    cfg = hf.config
+    their own layouts; its settings those of ``hf.config``'s sub-config ``config_key`` (a tower) where given."""
+    cfg = getattr(hf.config, config_key) if config_key else hf.config
     t = trace(hf, inputs, container)
     layers_key = stack_layers_key(hf, cfg, container) if container is not None else "num_hidden_layers"
     o_path, roles = find_roles(hf, inputs, t)
@@ -302,7 +302,7 @@ def candidates(hf, inputs: dict, model_type: str, container: str | None = None, 
                            scale_law=scale["law"], scale_by_layer=by_layer, window_offset=offset, sinks=sinks,
                            cross=cross, relative=relative and relative[0], relative_per_layer=bool(relative and relative[1]),
                            relative_distance_key=pos.get("distance"), relative_bidirectional=pos.get("bidirectional", True),
-                           stack=stack, layers_key=layers_key)
+                           stack=stack, layers_key=layers_key, config_key=config_key)
                for pos, causal, scale, by_layer, norm, (window, offset), cap
                in itertools.product(positionals(cfg, relative), (True, False), scale_laws(module, cfg, hd), (False, True), norms,
                                     windows(cfg), [None] + [k for k in SOFTCAP_KEYS if getattr(cfg, k, None)])]
@@ -394,7 +394,10 @@ def settle(hf, layouts: list[FoundLayout], found: dict, tokens: int = 8, encoder
     from ..sources.checkpoint import StateDictReader
     from ..testing import REFERENCE_RTOL, captured_blocks
 
-    distances = [int(getattr(hf.config, x.relative_distance_key)) for x in layouts if x.relative_distance_key]
+    def distance(x: FoundLayout) -> int:
+        return int(getattr(getattr(hf.config, x.config_key) if x.config_key else hf.config, x.relative_distance_key))
+
+    distances = [distance(x) for x in layouts if x.relative_distance_key]
     tokens = max([tokens] + [d + 1 for d in distances])      # every relative distance's bucket shows
     best = (float("inf"), None)
     reader = StateDictReader(hf.state_dict())
@@ -418,7 +421,7 @@ def settle(hf, layouts: list[FoundLayout], found: dict, tokens: int = 8, encoder
             continue
         if worst <= REFERENCE_RTOL:
             if layout.relative_distance_key:     # --prove's twin reaches every bucket too
-                cls.twin_tokens = max(cls.twin_tokens, int(getattr(hf.config, layout.relative_distance_key)) + 1)
+                cls.twin_tokens = max(cls.twin_tokens, distance(layout) + 1)
             return cls, worst
         if worst < best[0]:
             best = (worst, layout)

@@ -62,20 +62,22 @@ def affine_kind(module: torch.nn.Module) -> str | None:
     return None
 
 
-def layer_lists(hf) -> list[tuple[str, torch.nn.ModuleList]]:
+def layer_lists(hf, root: str = "", n: int | None = None) -> list[tuple[str, torch.nn.ModuleList]]:
     """(path from the root, module) of each of the model's lists of layers (one stack, or an encoder's
     and a decoder's), in the model's order: the outermost ModuleLists whose entries hold affine modules,
-    one with an entry per ``config.num_hidden_layers``."""
-    n = int(hf.config.num_hidden_layers)
-    stacks = [(path, module) for path, module in hf.named_modules()
+    one with an entry per ``config.num_hidden_layers`` (``n`` where given); of the module at ``root``
+    where given (a tower)."""
+    n = int(hf.config.num_hidden_layers) if n is None else n
+    base = hf.get_submodule(root) if root else hf
+    stacks = [(f"{root}.{path}" if root else path, module) for path, module in base.named_modules()
               if isinstance(module, torch.nn.ModuleList) and len(module) > 0
               and all(sum(affine_kind(m) is not None for m in child.modules()) >= 2 for child in module)]
     stacks = [(p, m) for p, m in stacks if not any(p != q and p.startswith(q + ".") for q, _ in stacks)]
     if not any(len(m) == n for _, m in stacks):
-        raise IdinspectError(f"--auto: no list of {n} layers with projections in {type(hf).__name__}; "
+        raise IdinspectError(f"--auto: no list of {n} layers with projections in {type(base).__name__}; "
                              "an adapter must be written by hand (docs/adding-a-family.md)")
     if len(stacks) > 2:
-        raise IdinspectError(f"--auto: {type(hf).__name__} has {len(stacks)} stacks of layers "
+        raise IdinspectError(f"--auto: {type(base).__name__} has {len(stacks)} stacks of layers "
                              f"({', '.join(p for p, _ in stacks)}); --auto reads one stack, or an encoder's and a "
                              "decoder's; an adapter must be written by hand for the others (docs/adding-a-family.md)")
     return stacks
