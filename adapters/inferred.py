@@ -18,7 +18,7 @@ from functools import cached_property
 import torch
 
 from ..errors import IdinspectError, one_line
-from ..layer.attention_layer import Positional, QKNorm, RelativeBias
+from ..layer.attention_layer import Positional, QKNorm, QueryTemperature, RelativeBias
 from .base import Adapter, Site, rope_positional
 from .layout import Block, Projection
 
@@ -98,6 +98,13 @@ class FoundLayout:
     stack: str = ""                             # the stack's name where the model has two ("encoder", "decoder")
     layers_key: str = "num_hidden_layers"       # the setting that counts this stack's layers
     config_key: str | None = None               # a tower's sub-config ("text_config"): its settings are read there
+    rope_polar: bool = False                    # cos and sin from torch.polar in float32 (Llama 4's complex RoPE)
+    chunk_key: str | None = None                # the setting of chunked attention's chunk size (Llama 4's)
+    chunk_layers: str = "all"                   # "all", or "layer_types": the layers layer_types marks chunked_attention
+    temperature_keys: tuple[str, str] | None = None   # (floor_scale, attn_scale) settings of query temperature tuning
+    temperature_layers: str = "all"             # "all", or "norope": the layers rope_layers_key flags 0
+    l2_norm_eps_key: str | None = None          # a weightless L2 (RMS) q/k norm after RoPE, eps from this setting
+    l2_norm_layers: str = "all"                 # "all", or "rope": the layers rope_layers_key flags 1
 
 
 class InferredAdapter(Adapter):
@@ -195,6 +202,32 @@ class InferredAdapter(Adapter):
     def causal(self, site: Site) -> bool:
         return self.found.causal
 
+    def _uses_rope(self, site: Site) -> bool:
+        return self.found.rope_layers_key is None or self._rope_flags[site.layer]
+
+    def attention_chunk(self, site: Site) -> int | None:
+        """Chunked attention (``found.chunk_key``) on every layer or on those layer_types marks chunked."""
+        found = self.found
+        if found.chunk_key is None or site.block.kind == "cross":
+            return None
+        if found.chunk_layers == "layer_types" and self._layer_types[site.layer] != "chunked_attention":
+            return None
+        chunk = self.optional(found.chunk_key)
+        if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
+            raise IdinspectError(f"config.json: {found.chunk_key} is {chunk!r}; layer {site.layer} attends in chunks "
+                                 "of that many tokens; fix the config")
+        return chunk
+
+    def query_temperature(self, site: Site) -> QueryTemperature | None:
+        """Query temperature tuning (``found.temperature_keys``) on every layer or on those without RoPE."""
+        found = self.found
+        if found.temperature_keys is None or site.block.kind == "cross":
+            return None
+        if found.temperature_layers == "norope" and self._uses_rope(site):
+            return None
+        floor, scale = found.temperature_keys
+        return QueryTemperature(float(self.setting(floor)), float(self.setting(scale)))
+
     @cached_property
     def _ropes(self) -> dict[str | None, Positional]:
         return {}
@@ -278,10 +311,17 @@ class InferredAdapter(Adapter):
                 raise IdinspectError(f"config.json: {found.rotary_dim_key} is {stored!r}; the module rotates an even "
                                      f"number of dims of each head, at most head_dim {self.head_dim}; fix the config")
             return Positional("rope", rotary=default_rotary_spec(DEFAULT_THETA, dim, found.positional))
-        return rope_positional(self.config, found.positional, found.partial_rotary)
+        rope = rope_positional(self.config, found.positional, found.partial_rotary)
+        if found.rope_polar:
+            rope = dataclasses.replace(rope, rotary=dataclasses.replace(rope.rotary, polar=True))
+        return rope
 
     def qk_norm(self, site: Site) -> QKNorm | None:
         norm = self.found.qk_norm
+        if self.found.l2_norm_eps_key is not None and site.block.kind != "cross":
+            if self.found.l2_norm_layers == "rope" and not self._uses_rope(site):
+                return None
+            return QKNorm("l2", "head", float(self.setting(self.found.l2_norm_eps_key)), after_rope=True)
         if norm is None or site.block.kind == "cross":
             return None
         if norm.heads_list:

@@ -306,7 +306,9 @@ def candidates(hf, inputs: dict, model_type: str, container: str | None = None, 
                for pos, causal, scale, by_layer, norm, (window, offset), cap
                in itertools.product(positionals(cfg, relative), (True, False), scale_laws(module, cfg, hd), (False, True), norms,
                                     windows(cfg), [None] + [k for k in SOFTCAP_KEYS if getattr(cfg, k, None)])]
-    return layouts, found
+    from .query_variants import extended
+
+    return layouts + extended(layouts, cfg, module), found
 
 
 def relative_table(hf, t: Trace, module: torch.nn.Module, attention: str, extra: list[str], H: int
