@@ -20,6 +20,7 @@ import torch
 from ..errors import IdinspectError, one_line
 from ..layer.attention_layer import Positional, QKNorm, QueryTemperature, RelativeBias
 from .base import Adapter, Site, rope_positional
+from .inferred_inputs import cross_inputs
 from .layout import Block, Projection
 
 #: Where positions enter: nothing inside attention, RoPE with rotate-half / interleaved pairs, or
@@ -63,6 +64,7 @@ class FoundCross:
     attention_module: str
     output_module: str | None
     projections: tuple[Projection, ...]
+    qk_norm: FoundNorm | None = None     # a q/k norm of its own (Mllama's cross layers: per-head RMS gains)
 
 
 @dataclass(frozen=True)
@@ -105,6 +107,7 @@ class FoundLayout:
     temperature_layers: str = "all"             # "all", or "norope": the layers rope_layers_key flags 0
     l2_norm_eps_key: str | None = None          # a weightless L2 (RMS) q/k norm after RoPE, eps from this setting
     l2_norm_layers: str = "all"                 # "all", or "rope": the layers rope_layers_key flags 1
+    cross_layers_key: str | None = None         # the setting listing the layers that hold only the cross block (Mllama's)
 
 
 class InferredAdapter(Adapter):
@@ -117,11 +120,14 @@ class InferredAdapter(Adapter):
     #: The model's configuration and modelling code come from its repository (--trust-remote-code).
     trust_remote_code: bool = False
     #: The model takes encoder states it has no encoder for (a decoder saved alone: BartForCausalLM):
-    #: its example inputs get N(0, 1) states of T + 3 positions (:func:`takes_encoder_states`).
+    #: its example inputs get N(0, 1) states of T + 3 positions (:func:`~adapters.inferred_inputs.cross_states_argument`).
     encoder_states: bool = False
     #: The model's norm classes and its attention class, whose float32 casts the proofs skip on float64
     #: inputs (RoPE applied in float32 inside the attention module: Cohere, ModernBERT).
     exact_classes: tuple[type, ...] = ()
+    #: The keyword the model takes those states under (Mllama's ``cross_attention_states``), with an additive
+    #: mask of zeros under ``{stem}_mask`` where it takes one (:func:`cross_inputs`).
+    cross_states: str = "encoder_hidden_states"
 
     def __init__(self, config, reader):
         super().__init__(self.own_config(config), reader)
@@ -145,8 +151,8 @@ class InferredAdapter(Adapter):
 
     def example_inputs(self, hf_model, input_ids: torch.Tensor, generator: torch.Generator) -> dict[str, torch.Tensor]:
         kw = super().example_inputs(hf_model, input_ids, generator)
-        if self.encoder_states and "encoder_hidden_states" not in kw:
-            kw["encoder_hidden_states"] = encoder_states(hf_model, input_ids, generator)
+        if self.encoder_states and self.cross_states not in kw:
+            kw.update(cross_inputs(hf_model, self.cross_states, input_ids, generator))
         return kw
 
     @property
@@ -161,7 +167,18 @@ class InferredAdapter(Adapter):
     def blocks(self, layer: int) -> tuple[Block, ...]:
         """The self-attention block, and the cross-attention block where the trace found one."""
         cross = self.found.cross
+        if cross is not None and self.found.cross_layers_key is not None:     # a layer of one kind or the other
+            return (Block("cross", cross.projections),) if layer in self._cross_layers else (self.block,)
         return (self.block,) if cross is None else (self.block, Block("cross", cross.projections))
+
+    @cached_property
+    def _cross_layers(self) -> frozenset[int]:
+        key = self.found.cross_layers_key
+        listed = self.optional(key) or []
+        if not isinstance(listed, list) or any(isinstance(i, bool) or not isinstance(i, int) for i in listed):
+            raise IdinspectError(f"config.json: {key} is {listed!r}; it lists the indices of the cross-attention "
+                                 "layers; fix the config")
+        return frozenset(listed)
 
     def sliding_window(self, site: Site) -> int | None:
         window = self.optional("sliding_window")
@@ -322,7 +339,11 @@ class InferredAdapter(Adapter):
             if self.found.l2_norm_layers == "rope" and not self._uses_rope(site):
                 return None
             return QKNorm("l2", "head", float(self.setting(self.found.l2_norm_eps_key)), after_rope=True)
-        if norm is None or site.block.kind == "cross":
+        if site.block.kind == "cross":
+            norm = self.found.cross.qk_norm
+            return None if norm is None else self.read_qk_norm(site, norm.kind, norm.scope, norm.eps,
+                                                               (norm.q_module, norm.k_module), norm.gain_offset)
+        if norm is None:
             return None
         if norm.heads_list:
             return self._per_head_norm(site, norm)
@@ -364,8 +385,17 @@ class InferredAdapter(Adapter):
         return out
 
     def twin_settings(self, hf_config, shape: dict) -> dict:
-        """The model's own settings with the twin's sizes: nothing the trace did not see changes."""
-        return twin_settings_from(hf_config, shape)
+        """The model's own settings with the twin's sizes: nothing the trace did not see changes; a
+        layer of each kind where the layers listed in ``found.cross_layers_key`` hold the cross block."""
+        key = self.found.cross_layers_key
+        if key is None:
+            return twin_settings_from(hf_config, shape)
+        kw = {**twin_settings_from(hf_config, shape, 2), "num_hidden_layers": 2, key: [1]}
+        for name, fallback in (("bos_token_id", 1), ("eos_token_id", 2)):
+            # ids outside the twin's 32 tokens: a token inside where the config class wants an int (Mllama's)
+            v = getattr(hf_config, name, None)
+            kw[name] = None if v is None else v if isinstance(v, int) and 0 <= v < 32 else fallback
+        return kw
 
 
 #: Settings a twin never copies from the model: sizes it sets itself, and bookkeeping.
@@ -423,32 +453,6 @@ def twin_settings_from(hf_config, shape: dict, layers: int = 1) -> dict:
     return kw
 
 
-def takes_encoder_states(hf, inputs: dict) -> bool:
-    """Whether ``hf`` (a live model) takes ``encoder_hidden_states`` that ``inputs`` do not give, with no
-    ``decoder_input_ids`` of its own (a decoder without its encoder: BartForCausalLM, whose cross-attention
-    blocks run only on encoder states), and runs with them."""
-    import inspect
-
-    params = inspect.signature(hf.forward).parameters
-    if "encoder_hidden_states" not in params or "decoder_input_ids" in params or "encoder_hidden_states" in inputs:
-        return False
-    ids = inputs.get("input_ids")
-    if ids is None:
-        return False
-    try:
-        with torch.no_grad():
-            hf(**inputs, encoder_hidden_states=encoder_states(hf, ids, torch.Generator().manual_seed(0)), use_cache=False)
-    except Exception:  # noqa: BLE001 - a model that refuses encoder states it cannot use (a BERT decoder without cross-attention)
-        return False
-    return True
-
-
-def encoder_states(hf, input_ids: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-    """N(0, 1) encoder states [B, T + 3, d] for ``input_ids`` [B, T], in ``hf``'s dtype."""
-    B, T = input_ids.shape
-    return torch.randn(B, T + 3, int(hf.config.hidden_size), generator=generator, dtype=next(hf.parameters()).dtype)
-
-
 def _head_dim(hf_config) -> int | None:
     heads = getattr(hf_config, "num_attention_heads", None)
     return getattr(hf_config, "head_dim", None) or (int(hf_config.hidden_size) // int(heads) if heads else None)
@@ -484,5 +488,4 @@ def inferred_adapter(found: FoundLayout) -> type[InferredAdapter]:
 
 
 __all__ = ["POSITIONAL_CHOICES", "ROPE_SOURCES", "ROTARY_DIM_KEYS", "SCALE_LAWS", "FoundCross", "FoundLayout", "FoundNorm",
-           "InferredAdapter", "encoder_states", "inferred_adapter", "rotates_part", "takes_encoder_states",
-           "twin_settings_from"]
+           "InferredAdapter", "inferred_adapter", "rotates_part", "twin_settings_from"]

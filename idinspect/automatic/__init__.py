@@ -28,16 +28,13 @@ import torch
 
 from ..adapters import ADAPTERS
 from ..adapters.example_inputs import example_inputs
-from ..adapters.inferred import (
-    encoder_states,
-    rotates_part,
-    takes_encoder_states,
-    twin_settings_from,
-)
+from ..adapters.inferred import rotates_part, twin_settings_from
+from ..adapters.inferred_inputs import cross_inputs, cross_states_argument
 from ..adapters.inferred_towers import towers_twin_settings
 from ..errors import IdinspectError, one_line
 from ..numerics.twin import instantiate
-from .infer import candidates, settle, sizes
+from .cross_layers import layouts_by_layer_kind
+from .infer import settle, sizes, with_cross_states
 from .towers import infer_towers, tower_keys
 from .trace import layer_lists
 
@@ -58,13 +55,13 @@ def infer_adapter(model_type: str, hf_config, model_class, trust_remote_code: bo
         g = torch.Generator().manual_seed(0)
         ids = torch.randint(2, 32, (2, TRACE_TOKENS), generator=g)
         inputs = example_inputs(hf, ids, g)
-        states = takes_encoder_states(hf, inputs)
+        states = cross_states_argument(hf, inputs)
         if states:
-            inputs["encoder_hidden_states"] = encoder_states(hf, ids, g)
+            inputs.update(cross_inputs(hf, states, ids, g))
         if tower_keys(hf.config):
             cls, error, found = infer_towers(hf, inputs, model_type, states, TRACE_TOKENS)
         elif len(stacks := layer_lists(hf)) == 1:
-            layouts, found = candidates(hf, inputs, model_type)
+            layouts, found = layouts_by_layer_kind(hf, inputs, model_type)
             cls, error = settle(hf, layouts, found, TRACE_TOKENS, states)
         else:
             cls, error, found = infer_stacks(hf, inputs, model_type, [p for p, _ in stacks], states)
@@ -73,6 +70,7 @@ def infer_adapter(model_type: str, hf_config, model_class, trust_remote_code: bo
     except Exception as exc:  # noqa: BLE001 - the model's own code failing on the twin, in one line
         raise IdinspectError(f"--auto: tracing {model_type!r} failed ({type(exc).__name__}: {one_line(exc)}); "
                              "an adapter must be written by hand (docs/adding-a-family.md)") from None
+    with_cross_states(cls, states)
     cls.twin_model_class = model_class
     cls.trust_remote_code = trust_remote_code
     ADAPTERS.add_automatic(cls, {"proven_on_twin": False})
@@ -102,7 +100,7 @@ def infer_adapter(model_type: str, hf_config, model_class, trust_remote_code: bo
     return cls
 
 
-def infer_stacks(hf, inputs: dict, model_type: str, paths: list[str], states: bool) -> tuple[type, float, dict]:
+def infer_stacks(hf, inputs: dict, model_type: str, paths: list[str], states: str | None) -> tuple[type, float, dict]:
     """(adapter class, worst reference error, what was found) of a model with an encoder's and a
     decoder's list of layers (``paths``, from the root): each stack traced and settled on its own (its
     blocks reproduced by its own layout), then read together, encoder first. The stacks are named by
@@ -116,7 +114,7 @@ def infer_stacks(hf, inputs: dict, model_type: str, paths: list[str], states: bo
     parts, found, worst, exact, tokens = [], {}, 0.0, (), 0
     for path, r, names in zip(paths, rel, parts_of):
         stack = names[at]
-        layouts, seen = candidates(hf, inputs, model_type, path, stack, tuple(x for x in rel if x != r))
+        layouts, seen = layouts_by_layer_kind(hf, inputs, model_type, path, stack, tuple(x for x in rel if x != r))
         cls, error = settle(hf, layouts, {**seen, "stack": stack}, TRACE_TOKENS, states)
         parts.append(cls.found)
         found[stack], worst = seen, max(worst, error)
@@ -125,7 +123,8 @@ def infer_stacks(hf, inputs: dict, model_type: str, paths: list[str], states: bo
     if len({(f.attention_module, f.output_module) for f in parts}) > 1:
         raise IdinspectError(f"--auto: the stacks' attention modules differ ({found}); an adapter must be written by hand")
     cls = inferred_stacks_adapter(parts)
-    cls.exact_classes, cls.encoder_states = exact, states
+    cls.exact_classes = exact
+    with_cross_states(cls, states)
     cls.twin_tokens = tokens
     return cls, worst, found
 
@@ -179,9 +178,17 @@ def _twin_settings(hf_config) -> tuple[dict, dict]:
             kinds = list(dict.fromkeys(v))
             if len(kinds) > 1:
                 settings[key] = (kinds * layers)[:layers]
+        elif _layer_indices(v, n):     # a list of some layers' indices (Mllama's cross_attention_layers): the
+            settings[key] = [layers - 1]    # twin's last layer listed, its first not, so both kinds are traced
     if getattr(hf_config, "sliding_window", None):
         settings["sliding_window"] = TRACE_WINDOW    # shorter than the trace's sequences: a window shows
     return settings, shape
+
+
+def _layer_indices(v, n: int) -> bool:
+    """Whether ``v`` is a list of some (not all) of ``n`` layers' indices, increasing."""
+    return (isinstance(v, list) and 0 < len(v) < n and all(isinstance(x, int) and not isinstance(x, bool) for x in v)
+            and v == sorted(set(v)) and 0 <= v[0] and v[-1] < n)
 
 
 def folder_model_class(folder: Path, trust_remote_code: bool) -> tuple[object, type]:

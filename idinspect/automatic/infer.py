@@ -389,9 +389,10 @@ def windows(cfg) -> list[tuple[str, int]]:
     return [("layer_types", 0), ("all", 0), ("layer_types", 1), ("all", 1), ("none", 0)]
 
 
-def settle(hf, layouts: list[FoundLayout], found: dict, tokens: int = 8, encoder_states: bool = False):
+def settle(hf, layouts: list[FoundLayout], found: dict, tokens: int = 8, encoder_states: bool | str | None = False):
     """(adapter class, worst relative error) of the first layout whose canonical form reproduces every
-    block of ``hf``; a one-line refusal with the best attempt where none does."""
+    block of ``hf``; a one-line refusal with the best attempt where none does. ``encoder_states``: the
+    model takes states for cross-attention it has no encoder for (under that keyword where a string)."""
     from ..forms import reference_attention
     from ..sources.checkpoint import StateDictReader
     from ..testing import REFERENCE_RTOL, captured_blocks
@@ -407,7 +408,7 @@ def settle(hf, layouts: list[FoundLayout], found: dict, tokens: int = 8, encoder
     exact, blocks = None, None
     for layout in layouts:
         cls = inferred_adapter(layout)
-        cls.encoder_states = encoder_states
+        with_cross_states(cls, encoder_states)
         try:
             adapter = cls(hf.config, reader)
             if exact is None:     # the norms' and the attention module's own float32 casts skipped on float64
@@ -434,4 +435,13 @@ def settle(hf, layouts: list[FoundLayout], found: dict, tokens: int = 8, encoder
                          f"module (found {found}{what}); an adapter must be written by hand")
 
 
-__all__ = ["candidates", "common_parent", "projections", "settle", "sizes"]
+def with_cross_states(cls, states: bool | str | None) -> None:
+    """Mark ``cls`` as taking states for cross-attention it has no encoder for (under keyword ``states``
+    where a string: its example inputs give them, its blocks read them as their keys' input)."""
+    cls.encoder_states = bool(states)
+    if isinstance(states, str):
+        cls.cross_states = states
+        cls.kv_arguments = tuple(dict.fromkeys((*cls.kv_arguments, states)))
+
+
+__all__ = ["candidates", "common_parent", "projections", "settle", "sizes", "with_cross_states"]

@@ -16,7 +16,8 @@ from __future__ import annotations
 import torch
 
 from ..errors import IdinspectError
-from .infer import candidates, settle
+from .cross_layers import layouts_by_layer_kind
+from .infer import settle, with_cross_states
 from .trace import layer_lists
 
 
@@ -60,7 +61,7 @@ def _runs(hf, inputs: dict, modules: dict[str, torch.nn.Module]) -> set[str]:
     return ran
 
 
-def infer_towers(hf, inputs: dict, model_type: str, states: bool, tokens: int) -> tuple[type, float, dict]:
+def infer_towers(hf, inputs: dict, model_type: str, states: str | None, tokens: int) -> tuple[type, float, dict]:
     """(adapter class, worst reference error, what was found) of a multi-tower twin ``hf``: each tower
     that ``inputs`` run traced and settled on its own sub-config (its stack named after the key:
     "text", "vision"), the others listed as untraced."""
@@ -94,7 +95,7 @@ def infer_towers(hf, inputs: dict, model_type: str, states: bool, tokens: int) -
     for key in traced:
         stack = key.removesuffix("_config")
         others = tuple(relative(containers[k]) for k in traced if k != key) + tuple(p for _, p in untraced)
-        layouts, seen = candidates(hf, inputs, model_type, containers[key], stack, others, config_key=key)
+        layouts, seen = layouts_by_layer_kind(hf, inputs, model_type, containers[key], stack, others, config_key=key)
         cls, error = settle(hf, layouts, {**seen, "stack": stack}, tokens, states)
         parts.append(cls.found)
         found[stack], worst = seen, max(worst, error)
@@ -105,7 +106,8 @@ def infer_towers(hf, inputs: dict, model_type: str, states: bool, tokens: int) -
     if len({(f.attention_module, f.output_module) for f in parts}) > 1:
         raise IdinspectError(f"--auto: the towers' attention modules differ ({found}); an adapter must be written by hand")
     cls = inferred_towers_adapter(parts, tuple(roots), untraced)
-    cls.exact_classes, cls.encoder_states, cls.twin_tokens = exact, states, twin_tokens
+    cls.exact_classes, cls.twin_tokens = exact, twin_tokens
+    with_cross_states(cls, states)
     return cls, worst, found
 
 

@@ -146,11 +146,11 @@ def _forward_with(hf, inputs: dict, handles: list) -> None:
             h.remove()
 
 
-def trace(hf, inputs: dict, container: str | None = None) -> Trace:
-    """Record layer 0 of ``hf``'s list of layers at ``container`` (path from the root; None: its one
-    list) once (see :func:`record`)."""
+def trace(hf, inputs: dict, container: str | None = None, index: int = 0) -> Trace:
+    """Record layer ``index`` (0 unless given) of ``hf``'s list of layers at ``container`` (path from the
+    root; None: its one list) once (see :func:`record`)."""
     container = container if container is not None else layer_list(hf)[0]
-    layer_path = f"{container}.0"
+    layer_path = f"{container}.{index}"
     layer = hf.get_submodule(layer_path)
     ins, outs, order = record(hf, inputs, layer_path)
     affine = {path: Affine(path, affine_kind(m) == "conv1d", getattr(m, "bias", None) is not None)
@@ -178,12 +178,14 @@ def _unit_move(out: torch.Tensor, unit: int | None, amount: float, generator: to
     return delta
 
 
-def find_roles(hf, inputs: dict, t: Trace, after: str | None = None) -> tuple[str, dict[str, list[str]]] | None:
+def find_roles(hf, inputs: dict, t: Trace, after: str | None = None, every: bool = False
+               ) -> tuple[str, dict[str, list[str]]] | None:
     """(W_O's module, {module: role of each output unit}) of the first attention block of layer 0 after
     module ``after`` in call order (None: the layer's first block), roles "q", "k", "v" (see the module
     docstring). The first block's projections read what its first mixing module reads; a later block's
     (a cross-attention block, whose keys and values read the encoder's states) are the modules between
-    the previous block's W_O and its own. Raises naming what was found where the first block's marks do
+    the previous block's W_O and its own; with ``every``, those before its W_O (a layer whose one block is a
+    cross-attention block: its queries read the layer's input, its keys and values other states). Raises naming what was found where the first block's marks do
     not fit; None where there is no block after ``after``."""
     g = torch.Generator().manual_seed(7)
     start = 0 if after is None else t.order.index(after) + 1
@@ -203,7 +205,7 @@ def find_roles(hf, inputs: dict, t: Trace, after: str | None = None) -> tuple[st
         raise IdinspectError("--auto: no projection of layer 0 moves information between positions: no attention "
                              "found; an adapter must be written by hand (docs/adding-a-family.md)")
     o_path = _output_projection(hf, inputs, t, first, g)
-    if after is None:
+    if after is None and not every:
         before = t.order[:t.order.index(o_path)]
         source = t.inputs[first]
         candidates = [p for p in before if t.inputs[p].shape == source.shape and torch.equal(t.inputs[p], source)]
