@@ -25,7 +25,7 @@ def cross_states_argument(hf, inputs: dict) -> str | None:
         try:
             with torch.no_grad():
                 hf(**inputs, **cross_inputs(hf, name, ids, torch.Generator().manual_seed(0)), use_cache=False)
-        except Exception:  # noqa: BLE001 - a model that refuses states it cannot use (a BERT decoder without cross-attention)
+        except Exception:  # noqa: BLE001, S112 - a model that refuses states it cannot use (a BERT decoder without cross-attention)
             continue
         return name
     return None

@@ -118,7 +118,7 @@ class InferredTowersAdapter(InferredStacksAdapter):
         """Each untraced tower as one module, with its tensors and parameter count."""
         out = []
         for key, path in self.untraced:
-            names = [k for k in self.reader.keys() if k.startswith(f"{self.prefix}{path}.")]
+            names = [k for k in self.reader.keys() if k.startswith(f"{self.prefix}{path}.")]  # noqa: SIM118
             if names:
                 out.append({"module": f"{self.prefix}{path}", "tensors": sorted(names),
                             "reason": f"the {key.removesuffix('_config')} tower ({key}): {UNTRACED_REASON}",

@@ -15,7 +15,14 @@ import torch
 
 from ..adapters.inferred import FoundCross, FoundLayout
 from ..errors import IdinspectError
-from .infer import candidates, common_parent, extra_parameters, norm_candidates, projections, qk_norms
+from .infer import (
+    candidates,
+    common_parent,
+    extra_parameters,
+    norm_candidates,
+    projections,
+    qk_norms,
+)
 from .trace import Trace, find_roles, first_calls, trace
 
 

@@ -49,7 +49,9 @@ AGREEING = ["llama-mqa", "qwen3-bias-window", "phi3-partial-mqa", "gpt2", "gpt-n
             # tied to the vision tower's); a vision tower the token ids do not run listed as not analysed (Qwen-VL,
             # Llama 4); Llama 4's text model: chunked attention, query temperature on NoPE layers, a weightless L2
             # q/k norm after polar RoPE on the RoPE layers
-            "clip", "siglip", "qwen2-vl", "qwen3-vl", "llama4-text", "llama4"]
+            "clip", "siglip", "qwen2-vl", "qwen3-vl", "llama4-text", "llama4",
+            # a list of layers of two kinds: Mllama's text model, whose listed layers hold a cross-attention block only
+            "mllama-text"]
 
 
 @pytest.mark.parametrize("variant", AGREEING)

@@ -52,7 +52,10 @@ def test_a_tower_the_token_ids_do_not_run_is_listed_as_not_analysed():
 def test_the_twin_ties_a_tower_setting_to_another_towers_width():
     """SigLIP's text projection_size is the vision tower's width (both towers' embeddings meet there):
     it follows the vision tower's twin width, or the twin's towers would not fit together."""
-    from idinspect.adapters.inferred_towers import tower_twin_settings, towers_twin_settings
+    from idinspect.adapters.inferred_towers import (
+        tower_twin_settings,
+        towers_twin_settings,
+    )
 
     cfg = build("siglip").config
     assert cfg.text_config.projection_size == cfg.vision_config.hidden_size != cfg.text_config.hidden_size
@@ -65,7 +68,10 @@ def test_the_twin_ties_a_tower_setting_to_another_towers_width():
 def test_a_tower_whose_config_refuses_the_twin_keeps_its_own_sizes():
     """Qwen2-VL's vision tower names its width embed_dim (8, two heads): four twin heads do not divide
     it, so that tower keeps its sizes (its layer count still shrunk), and the twin builds."""
-    from idinspect.adapters.inferred_towers import tower_twin_settings, towers_twin_settings
+    from idinspect.adapters.inferred_towers import (
+        tower_twin_settings,
+        towers_twin_settings,
+    )
 
     cfg = build("qwen2-vl").config
     shape = {"heads": 4, "kv_heads": 2, "head_dim": 4, "hidden_size": 16}
@@ -84,6 +90,7 @@ def test_llama4_text_laws_are_found_and_each_is_needed():
     from dataclasses import replace
 
     from idinspect.adapters.example_inputs import example_inputs
+
     from idinspect.automatic import TRACE_TOKENS, trace_twin
     from idinspect.automatic.infer import candidates, settle
 
