@@ -46,10 +46,11 @@ def towers_twin_settings(hf_config, keys: tuple[str, ...], settings_of: Callable
     out = {k: v for k, v in hf_config.to_dict().items() if k not in keys and k not in _BOOKKEEPING}
     subs = {k: getattr(hf_config, k) for k in keys}
     for key, sub in subs.items():
-        kw = settings_of(sub)
+        kw: dict = {}
         try:
+            kw = settings_of(sub)
             type(sub)(**kw)
-        except Exception:  # noqa: BLE001 - whatever the sub-config class's validation raises: keep its sizes
+        except Exception:  # noqa: BLE001 - no sizes to shrink, or the sub-config class's validation: keep its sizes
             own = {k: v for k, v in sub.to_dict().items() if k not in _BOOKKEEPING}
             kw = {**own, **{k: kw[k] for k in _COUNTS if k in kw}}
         out[key] = kw

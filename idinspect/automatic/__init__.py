@@ -7,7 +7,8 @@ counted.
    weights; each kind of a per-layer setting on a twin layer; d_k = 8 where part of each head
    rotates) and its first layer traced (:mod:`.trace`): which modules play W_Q, W_K, W_V and W_O,
    their fused rows, biases and q/k norms, and a cross-attention block after them. An encoder's and
-   a decoder's stack are traced and settled each on its own (:func:`infer_stacks`).
+   a decoder's stack are traced and settled each on its own (:func:`infer_stacks`), and so are the towers
+   of a config holding other models' configs (:mod:`.towers`: CLIP's text and vision towers).
 2. The settings one module does not show (positional scheme, score scale, causality, window, the
    norm's kind) are chosen as the one combination whose canonical form reproduces the module's
    output on every layer to 1e-10 (:mod:`.infer`).
@@ -152,8 +153,8 @@ def _twin_settings(hf_config) -> tuple[dict, dict]:
     """(settings of the trace twin of one model or tower config, its shape): see :func:`trace_twin`."""
     if not all(hasattr(hf_config, k) for k in ("num_attention_heads", "hidden_size", "num_hidden_layers")):
         raise IdinspectError(f"--auto: {type(hf_config).__name__} has no num_attention_heads / hidden_size / "
-                             "num_hidden_layers of its own (a composite model with text_config / vision_config?); "
-                             "--auto reads single-tower models")
+                             "num_hidden_layers of its own, nor towers that have (sub-configs with hidden_size and "
+                             "num_hidden_layers); an adapter must be written by hand")
     H, G, _, _ = sizes(hf_config)
     shape = {**TRACE_SHAPE, "kv_heads": TRACE_SHAPE["kv_heads"] if G < H else TRACE_SHAPE["heads"]}
     if rotates_part(hf_config):    # two rotated planes and some unrotated dims: pairings and partial rotation differ
