@@ -184,9 +184,10 @@ def find_roles(hf, inputs: dict, t: Trace, after: str | None = None, every: bool
     module ``after`` in call order (None: the layer's first block), roles "q", "k", "v" (see the module
     docstring). The first block's projections read what its first mixing module reads; a later block's
     (a cross-attention block, whose keys and values read the encoder's states) are the modules between
-    the previous block's W_O and its own; with ``every``, those before its W_O (a layer whose one block is a
-    cross-attention block: its queries read the layer's input, its keys and values other states). Raises naming what was found where the first block's marks do
-    not fit; None where there is no block after ``after``."""
+    the previous block's W_O and its own; with ``every``, those before its W_O (a layer whose one block is
+    a cross-attention block: its queries read the layer's input, its keys and values other states).
+    Raises naming what was found where the first block's marks do not fit; None where there is no block
+    after ``after``."""
     g = torch.Generator().manual_seed(7)
     start = 0 if after is None else t.order.index(after) + 1
     first = None
