@@ -18,8 +18,9 @@ from functools import cached_property
 import torch
 
 from ..errors import IdinspectError, one_line
-from ..layer.attention_layer import Positional, QKNorm, RelativeBias
+from ..layer.attention_layer import Positional, QKNorm, QueryTemperature, RelativeBias
 from .base import Adapter, Site, rope_positional
+from .inferred_inputs import cross_inputs
 from .layout import Block, Projection
 
 #: Where positions enter: nothing inside attention, RoPE with rotate-half / interleaved pairs, or
@@ -63,6 +64,7 @@ class FoundCross:
     attention_module: str
     output_module: str | None
     projections: tuple[Projection, ...]
+    qk_norm: FoundNorm | None = None     # a q/k norm of its own (Mllama's cross layers: per-head RMS gains)
 
 
 @dataclass(frozen=True)
@@ -125,10 +127,19 @@ class FoundLayout:
     alibi_scale: str = "none"                   # ALiBi's slopes as published ("none") or over sqrt(d_k) ("head_dim")
     alibi_rounding: str | None = None           # the dtype the module rounds the slopes to ("bfloat16": Falcon)
     latent: LatentModules | None = None         # multi-head latent attention (adapters/inferred_latent.py)
-    rope_polar: bool = False                    # cos and sin as torch.polar forms them in complex64 (DeepSeek-V2)
+    rope_polar: bool = False                    # cos and sin as torch.polar forms them from float32 angles (complex64:
+                                                # DeepSeek-V2's latent RoPE, Llama 4's complex RoPE)
     group_list: str | None = None               # layers kept in groups: each group's list ("albert_layers")
     groups_key: str | None = None               # the setting counting the groups (layer_container's entries)
     group_layers_key: str | None = None         # the setting counting each group's layers
+    config_key: str | None = None               # a tower's sub-config ("text_config"): its settings are read there
+    chunk_key: str | None = None                # the setting of chunked attention's chunk size (Llama 4's)
+    chunk_layers: str = "all"                   # "all", or "layer_types": the layers layer_types marks chunked_attention
+    temperature_keys: tuple[str, str] | None = None   # (floor_scale, attn_scale) settings of query temperature tuning
+    temperature_layers: str = "all"             # "all", or "norope": the layers rope_layers_key flags 0
+    l2_norm_eps_key: str | None = None          # a weightless L2 (RMS) q/k norm after RoPE, eps from this setting
+    l2_norm_layers: str = "all"                 # "all", or "rope": the layers rope_layers_key flags 1
+    cross_layers_key: str | None = None         # the setting listing the layers that hold only the cross block (Mllama's)
 
 
 class InferredAdapter(Adapter):
@@ -141,11 +152,25 @@ class InferredAdapter(Adapter):
     #: The model's configuration and modelling code come from its repository (--trust-remote-code).
     trust_remote_code: bool = False
     #: The model takes encoder states it has no encoder for (a decoder saved alone: BartForCausalLM):
-    #: its example inputs get N(0, 1) states of T + 3 positions (:func:`takes_encoder_states`).
+    #: its example inputs get N(0, 1) states of T + 3 positions (:func:`~adapters.inferred_inputs.cross_states_argument`).
     encoder_states: bool = False
     #: The model's norm classes and its attention class, whose float32 casts the proofs skip on float64
     #: inputs (RoPE applied in float32 inside the attention module: Cohere, ModernBERT).
     exact_classes: tuple[type, ...] = ()
+    #: The keyword the model takes those states under (Mllama's ``cross_attention_states``), with an additive
+    #: mask of zeros under ``{stem}_mask`` where it takes one (:func:`cross_inputs`).
+    cross_states: str = "encoder_hidden_states"
+
+    def __init__(self, config, reader):
+        super().__init__(self.own_config(config), reader)
+
+    def own_config(self, config):
+        """The settings this adapter reads: a tower's sub-config (``found.config_key``), else ``config``."""
+        if self.found.config_key is None:
+            return config
+        from .multimodal import sub_config
+
+        return sub_config(config, self.found.config_key)
 
     @property
     def n_kv_heads(self) -> int:
@@ -158,8 +183,8 @@ class InferredAdapter(Adapter):
 
     def example_inputs(self, hf_model, input_ids: torch.Tensor, generator: torch.Generator) -> dict[str, torch.Tensor]:
         kw = super().example_inputs(hf_model, input_ids, generator)
-        if self.encoder_states and "encoder_hidden_states" not in kw:
-            kw["encoder_hidden_states"] = encoder_states(hf_model, input_ids, generator)
+        if self.encoder_states and self.cross_states not in kw:
+            kw.update(cross_inputs(hf_model, self.cross_states, input_ids, generator))
         return kw
 
     @property
@@ -182,7 +207,18 @@ class InferredAdapter(Adapter):
     def blocks(self, layer: int) -> tuple[Block, ...]:
         """The self-attention block, and the cross-attention block where the trace found one."""
         cross = self.found.cross
+        if cross is not None and self.found.cross_layers_key is not None:     # a layer of one kind or the other
+            return (Block("cross", cross.projections),) if layer in self._cross_layers else (self.block,)
         return (self.block,) if cross is None else (self.block, Block("cross", cross.projections))
+
+    @cached_property
+    def _cross_layers(self) -> frozenset[int]:
+        key = self.found.cross_layers_key
+        listed = self.optional(key) or []
+        if not isinstance(listed, list) or any(isinstance(i, bool) or not isinstance(i, int) for i in listed):
+            raise IdinspectError(f"config.json: {key} is {listed!r}; it lists the indices of the cross-attention "
+                                 "layers; fix the config")
+        return frozenset(listed)
 
     def sliding_window(self, site: Site) -> int | None:
         window = self.optional("sliding_window")
@@ -222,6 +258,32 @@ class InferredAdapter(Adapter):
 
     def causal(self, site: Site) -> bool:
         return self.found.causal
+
+    def _uses_rope(self, site: Site) -> bool:
+        return self.found.rope_layers_key is None or self._rope_flags[site.layer]
+
+    def attention_chunk(self, site: Site) -> int | None:
+        """Chunked attention (``found.chunk_key``) on every layer or on those layer_types marks chunked."""
+        found = self.found
+        if found.chunk_key is None or site.block.kind == "cross":
+            return None
+        if found.chunk_layers == "layer_types" and self._layer_types[site.layer] != "chunked_attention":
+            return None
+        chunk = self.optional(found.chunk_key)
+        if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
+            raise IdinspectError(f"config.json: {found.chunk_key} is {chunk!r}; layer {site.layer} attends in chunks "
+                                 "of that many tokens; fix the config")
+        return chunk
+
+    def query_temperature(self, site: Site) -> QueryTemperature | None:
+        """Query temperature tuning (``found.temperature_keys``) on every layer or on those without RoPE."""
+        found = self.found
+        if found.temperature_keys is None or site.block.kind == "cross":
+            return None
+        if found.temperature_layers == "norope" and self._uses_rope(site):
+            return None
+        floor, scale = found.temperature_keys
+        return QueryTemperature(float(self.setting(floor)), float(self.setting(scale)))
 
     @cached_property
     def _ropes(self) -> dict[str | None, Positional]:
@@ -314,11 +376,22 @@ class InferredAdapter(Adapter):
                 raise IdinspectError(f"config.json: {found.rotary_dim_key} is {stored!r}; the module rotates an even "
                                      f"number of dims of each head, at most head_dim {self.head_dim}; fix the config")
             return Positional("rope", rotary=default_rotary_spec(DEFAULT_THETA, dim, found.positional))
-        return rope_positional(self.config, found.positional, found.partial_rotary)
+        rope = rope_positional(self.config, found.positional, found.partial_rotary)
+        if found.rope_polar:
+            rope = dataclasses.replace(rope, rotary=dataclasses.replace(rope.rotary, polar=True))
+        return rope
 
     def qk_norm(self, site: Site) -> QKNorm | None:
         norm = self.found.qk_norm
-        if norm is None or site.block.kind == "cross":
+        if self.found.l2_norm_eps_key is not None and site.block.kind != "cross":
+            if self.found.l2_norm_layers == "rope" and not self._uses_rope(site):
+                return None
+            return QKNorm("l2", "head", float(self.setting(self.found.l2_norm_eps_key)), after_rope=True)
+        if site.block.kind == "cross":
+            norm = self.found.cross.qk_norm
+            return None if norm is None else self.read_qk_norm(site, norm.kind, norm.scope, norm.eps,
+                                                               (norm.q_module, norm.k_module), norm.gain_offset)
+        if norm is None:
             return None
         if norm.heads_list:
             return self._per_head_norm(site, norm)
@@ -361,10 +434,19 @@ class InferredAdapter(Adapter):
 
     def twin_settings(self, hf_config, shape: dict) -> dict:
         """The model's own settings with the twin's sizes: nothing the trace did not see changes (layers
-        kept in groups: one group of one layer, run once)."""
-        kw = twin_settings_from(hf_config, shape)
-        if self.found.group_list:
-            kw.update({self.found.groups_key: 1, self.found.group_layers_key: 1})
+        kept in groups: one group of one layer, run once; a layer of each kind where the layers listed in
+        ``found.cross_layers_key`` hold the cross block)."""
+        key = self.found.cross_layers_key
+        if key is None:
+            kw = twin_settings_from(hf_config, shape)
+            if self.found.group_list:
+                kw.update({self.found.groups_key: 1, self.found.group_layers_key: 1})
+            return kw
+        kw = {**twin_settings_from(hf_config, shape, 2), "num_hidden_layers": 2, key: [1]}
+        for name, fallback in (("bos_token_id", 1), ("eos_token_id", 2)):
+            # ids outside the twin's 32 tokens: a token inside where the config class wants an int (Mllama's)
+            v = getattr(hf_config, name, None)
+            kw[name] = None if v is None else v if isinstance(v, int) and 0 <= v < 32 else fallback
         return kw
 
 
@@ -423,32 +505,6 @@ def twin_settings_from(hf_config, shape: dict, layers: int = 1) -> dict:
     return kw
 
 
-def takes_encoder_states(hf, inputs: dict) -> bool:
-    """Whether ``hf`` (a live model) takes ``encoder_hidden_states`` that ``inputs`` do not give, with no
-    ``decoder_input_ids`` of its own (a decoder without its encoder: BartForCausalLM, whose cross-attention
-    blocks run only on encoder states), and runs with them."""
-    import inspect
-
-    params = inspect.signature(hf.forward).parameters
-    if "encoder_hidden_states" not in params or "decoder_input_ids" in params or "encoder_hidden_states" in inputs:
-        return False
-    ids = inputs.get("input_ids")
-    if ids is None:
-        return False
-    try:
-        with torch.no_grad():
-            hf(**inputs, encoder_hidden_states=encoder_states(hf, ids, torch.Generator().manual_seed(0)), use_cache=False)
-    except Exception:  # noqa: BLE001 - a model that refuses encoder states it cannot use (a BERT decoder without cross-attention)
-        return False
-    return True
-
-
-def encoder_states(hf, input_ids: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-    """N(0, 1) encoder states [B, T + 3, d] for ``input_ids`` [B, T], in ``hf``'s dtype."""
-    B, T = input_ids.shape
-    return torch.randn(B, T + 3, int(hf.config.hidden_size), generator=generator, dtype=next(hf.parameters()).dtype)
-
-
 def _head_dim(hf_config) -> int | None:
     heads = getattr(hf_config, "num_attention_heads", None)
     return getattr(hf_config, "head_dim", None) or (int(hf_config.hidden_size) // int(heads) if heads else None)
@@ -487,5 +543,4 @@ def inferred_adapter(found: FoundLayout) -> type[InferredAdapter]:
 
 
 __all__ = ["POSITIONAL_CHOICES", "ROPE_SOURCES", "ROTARY_DIM_KEYS", "SCALE_LAWS", "FoundCross", "FoundLayout", "FoundNorm",
-           "InferredAdapter", "LatentModules", "encoder_states", "inferred_adapter", "rotates_part", "takes_encoder_states",
-           "twin_settings_from"]
+           "InferredAdapter", "LatentModules", "inferred_adapter", "rotates_part", "twin_settings_from"]

@@ -13,7 +13,7 @@ from typing import ClassVar
 
 import torch
 
-from ..layer.attention_layer import Positional, QKNorm
+from ..layer.attention_layer import Positional, QKNorm, QueryTemperature
 from .base import Site
 from .inferred import FoundLayout, InferredAdapter, inferred_adapter
 from .layout import Block
@@ -60,6 +60,12 @@ class InferredStacksAdapter(InferredAdapter):
 
     def logit_softcap(self, site: Site) -> float | None:
         return self._view(site).logit_softcap(site)
+
+    def attention_chunk(self, site: Site) -> int | None:
+        return self._view(site).attention_chunk(site)
+
+    def query_temperature(self, site: Site) -> QueryTemperature | None:
+        return self._view(site).query_temperature(site)
 
     def qk_norm(self, site: Site) -> QKNorm | None:
         return self._view(site).qk_norm(site)

@@ -24,6 +24,18 @@ def text_config(config, model_type: str):
     return config.text_config
 
 
+def sub_config(config, key: str):
+    """Sub-config ``key`` of a multi-tower ``config`` (``text_config``, ``vision_config``) as an adapter
+    reads a config: a :class:`CheckpointConfig` over config.json's stored ``key`` (transformers'
+    sub-config class answers what it lacks), or the live config's sub-config."""
+    if not isinstance(config, CheckpointConfig):
+        return getattr(config, key)
+    full = getattr(config.full_config(), key)
+    stored = config.stored(key)
+    settings = stored if isinstance(stored, dict) else full.to_dict()
+    return CheckpointConfig({"model_type": full.model_type, **settings}, f"config.json {key}")
+
+
 class TextOfMultimodal:
     """Mixin: ``text_model_type`` (the model_type of ``text_config``), ``vision_tower`` (its module name),
     ``vision_modules`` (a pattern matching a tower tensor: group 1 up to the tower, group 2 an attention
@@ -70,4 +82,4 @@ def _natural(name: str) -> list:
     return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name)]
 
 
-__all__ = ["TextOfMultimodal", "text_config"]
+__all__ = ["TextOfMultimodal", "sub_config", "text_config"]

@@ -4,6 +4,7 @@ types transformers ships that no adapter claims.
     python -m bench.automatic_sweep                 # both parts; writes bench/results/<UTC>-automatic.json
     python -m bench.automatic_sweep --part supported
     python -m bench.automatic_sweep --part unclaimed --limit 50
+    python -m bench.automatic_sweep --part supported --variant clip --variant siglip   # those variants only
 
 Part ``supported``: every tiny test variant (tests/families/) is read twice, by its hand-written adapter
 and, with its model type hidden from the registry, by the adapter ``--auto`` infers and proves from the
@@ -30,14 +31,14 @@ PER_TYPE_SECONDS = 60
 MEMORY_CAP = 6 * 2**30
 
 
-def supported() -> list[dict]:
+def supported(only: list[str] | None = None) -> list[dict]:
     import idinspect
     from idinspect.errors import IdinspectError
     from tests.support.automatic import counted, hidden, layer_facts
     from tests.support.tiny import VARIANTS, build
 
     rows = []
-    for name in sorted(VARIANTS):
+    for name in sorted(only or VARIANTS):
         model = build(name)
         model_type = model.config.model_type
         start = time.perf_counter()
@@ -124,6 +125,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--part", choices=["supported", "unclaimed", "both"], default="both")
     parser.add_argument("--limit", type=int, default=None)
+    parser.add_argument("--variant", action="append", default=None,
+                        help="part supported: this tiny variant only (repeatable; default: every one)")
     parser.add_argument("--markdown", metavar="RESULTS_JSON",
                         help="print docs/families.md's generated part from a sweep's results (the same text as "
                              "`idinspect families --auto --format markdown`, without probing again)")
@@ -142,7 +145,7 @@ def main() -> None:
     import transformers
     out["transformers"] = transformers.__version__
     if args.part in ("supported", "both"):
-        out["supported"] = supported()
+        out["supported"] = supported(args.variant)
     if args.part in ("unclaimed", "both"):
         out["unclaimed"] = unclaimed(args.limit)
     for part in ("supported", "unclaimed"):

@@ -7,7 +7,8 @@ counted.
    weights; each kind of a per-layer setting on a twin layer; d_k = 8 where part of each head
    rotates) and its first layer traced (:mod:`.trace`): which modules play W_Q, W_K, W_V and W_O,
    their fused rows, biases and q/k norms, and a cross-attention block after them. An encoder's and
-   a decoder's stack are traced and settled each on its own (:func:`infer_stacks`).
+   a decoder's stack are traced and settled each on its own (:func:`infer_stacks`), and so are the towers
+   of a config holding other models' configs (:mod:`.towers`: CLIP's text and vision towers).
 2. The settings one module does not show (positional scheme, score scale, causality, window, the
    norm's kind) are chosen as the one combination whose canonical form reproduces the module's
    output on every layer to 1e-10 (:mod:`.infer`).
@@ -28,17 +29,16 @@ import torch
 
 from ..adapters import ADAPTERS
 from ..adapters.example_inputs import example_inputs
-from ..adapters.inferred import (
-    encoder_states,
-    rotates_part,
-    takes_encoder_states,
-    twin_settings_from,
-)
+from ..adapters.inferred import rotates_part, twin_settings_from
+from ..adapters.inferred_inputs import cross_inputs, cross_states_argument
+from ..adapters.inferred_towers import towers_twin_settings
 from ..errors import IdinspectError, one_line
 from ..numerics.twin import instantiate
 from .alibi import settle_alibi
+from .cross_layers import layouts_by_layer_kind
 from .groups import check_runs, find_groups
-from .infer import candidates, settle, sizes
+from .infer import candidates, settle, sizes, with_cross_states
+from .towers import infer_towers, tower_keys
 from .trace import layer_lists
 
 #: The twin the trace runs on: heads, key/value groups (where the model groups them), head width, width.
@@ -55,20 +55,24 @@ def infer_adapter(model_type: str, hf_config, model_class, trust_remote_code: bo
     Returns the adapter class; raises :class:`IdinspectError` naming what was found where any step fails."""
     try:
         hf = trace_twin(hf_config, model_class)
-        groups = find_groups(hf, lambda overrides: trace_twin(hf_config, model_class, overrides))
+        # layers kept in groups (ALBERT) are looked for in single-tower models (a tower's are its own stack's)
+        groups = None if tower_keys(hf_config) else find_groups(hf, lambda o: trace_twin(hf_config, model_class, o))
         if groups is not None:     # layers kept in groups and run more than once: a twin that runs each twice
             hf = trace_twin(hf_config, model_class, groups.twin_settings())
         g = torch.Generator().manual_seed(0)
         ids = torch.randint(2, 32, (2, TRACE_TOKENS), generator=g)
         inputs = example_inputs(hf, ids, g)
-        states = takes_encoder_states(hf, inputs)
+        states = cross_states_argument(hf, inputs)
         if states:
-            inputs["encoder_hidden_states"] = encoder_states(hf, ids, g)
+            inputs.update(cross_inputs(hf, states, ids, g))
         if groups is not None:
             check_runs(hf, inputs, groups)
-        if groups is not None or len(stacks := layer_lists(hf)) == 1:
-            layouts, found = candidates(hf, inputs, model_type, groups=groups,
-                                        build=lambda overrides: trace_twin(hf_config, model_class, overrides))
+        if tower_keys(hf.config):
+            cls, error, found = infer_towers(hf, inputs, model_type, states, TRACE_TOKENS)
+        elif groups is not None or len(stacks := layer_lists(hf)) == 1:
+            build = lambda overrides: trace_twin(hf_config, model_class, overrides)  # noqa: E731
+            layouts, found = (candidates(hf, inputs, model_type, groups=groups, build=build) if groups is not None
+                              else layouts_by_layer_kind(hf, inputs, model_type, build=build))
             cls, error = settle(hf, layouts, found, TRACE_TOKENS, states)
             cls, error = settle_alibi(cls, error, sizes(hf_config)[0],
                                       lambda: trace_twin(hf_config, model_class, model_heads=True),
@@ -80,6 +84,7 @@ def infer_adapter(model_type: str, hf_config, model_class, trust_remote_code: bo
     except Exception as exc:  # noqa: BLE001 - the model's own code failing on the twin, in one line
         raise IdinspectError(f"--auto: tracing {model_type!r} failed ({type(exc).__name__}: {one_line(exc)}); "
                              "an adapter must be written by hand (docs/adding-a-family.md)") from None
+    with_cross_states(cls, states)
     cls.twin_model_class = model_class
     cls.trust_remote_code = trust_remote_code
     ADAPTERS.add_automatic(cls, {"proven_on_twin": False})
@@ -109,7 +114,7 @@ def infer_adapter(model_type: str, hf_config, model_class, trust_remote_code: bo
     return cls
 
 
-def infer_stacks(hf, inputs: dict, model_type: str, paths: list[str], states: bool) -> tuple[type, float, dict]:
+def infer_stacks(hf, inputs: dict, model_type: str, paths: list[str], states: str | None) -> tuple[type, float, dict]:
     """(adapter class, worst reference error, what was found) of a model with an encoder's and a
     decoder's list of layers (``paths``, from the root): each stack traced and settled on its own (its
     blocks reproduced by its own layout), then read together, encoder first. The stacks are named by
@@ -123,7 +128,7 @@ def infer_stacks(hf, inputs: dict, model_type: str, paths: list[str], states: bo
     parts, found, worst, exact, tokens = [], {}, 0.0, (), 0
     for path, r, names in zip(paths, rel, parts_of):
         stack = names[at]
-        layouts, seen = candidates(hf, inputs, model_type, path, stack, tuple(x for x in rel if x != r))
+        layouts, seen = layouts_by_layer_kind(hf, inputs, model_type, path, stack, tuple(x for x in rel if x != r))
         cls, error = settle(hf, layouts, {**seen, "stack": stack}, TRACE_TOKENS, states)
         parts.append(cls.found)
         found[stack], worst = seen, max(worst, error)
@@ -132,7 +137,8 @@ def infer_stacks(hf, inputs: dict, model_type: str, paths: list[str], states: bo
     if len({(f.attention_module, f.output_module) for f in parts}) > 1:
         raise IdinspectError(f"--auto: the stacks' attention modules differ ({found}); an adapter must be written by hand")
     cls = inferred_stacks_adapter(parts)
-    cls.exact_classes, cls.encoder_states = exact, states
+    cls.exact_classes = exact
+    with_cross_states(cls, states)
     cls.twin_tokens = tokens
     return cls, worst, found
 
@@ -141,15 +147,30 @@ def trace_twin(hf_config, model_class, overrides: dict | None = None, model_head
     """The float64 twin the trace runs on (:data:`TRACE_SHAPE`, :data:`TRACE_LAYERS` layers), built by
     ``model_class`` from ``hf_config``'s own settings and ``overrides`` (the twin of layers kept in
     groups, :mod:`.groups`); with ``model_heads``, the model's own H and G heads (of the trace's width:
-    ALiBi's slopes depend on H alone, :mod:`.alibi`). A one-line error where the config class refuses it."""
-    towers = sorted(k for k in getattr(hf_config, "sub_configs", None) or {} if is_tower(getattr(hf_config, k, None)))
-    if towers:    # a sub-config with no sizes of its own (MPT's attn_config) is part of this model's settings
-        raise IdinspectError(f"--auto: {type(hf_config).__name__} holds other models' configs "
-                             f"({', '.join(towers)}); --auto reads single-tower models")
+    ALiBi's slopes depend on H alone, :mod:`.alibi`). A one-line error where the config class refuses it.
+    A config holding other models' configs (a text and a vision tower: CLIP, Qwen-VL) gets each tower
+    shrunk so, inside its own settings (:func:`.towers.tower_keys`)."""
+    towers = tower_keys(hf_config)
+    if towers:
+        settings = towers_twin_settings(hf_config, tuple(towers), lambda sub: _twin_settings(sub)[0])
+        shape = {k: {n: settings[k].get(n) for n in ("hidden_size", "num_attention_heads")} for k in towers}
+    else:
+        settings, shape = _twin_settings(hf_config, model_heads)
+    settings.update(overrides or {})
+    try:
+        config = type(hf_config)(**settings)
+    except Exception as exc:  # noqa: BLE001 - whatever a config class's validation raises, in one line
+        raise IdinspectError(f"--auto: transformers' {type(hf_config).__name__} refuses the trace twin {shape} "
+                             f"({one_line(exc)}); an adapter must be written by hand") from None
+    return instantiate(config, model_class._from_config)
+
+
+def _twin_settings(hf_config, model_heads: bool = False) -> tuple[dict, dict]:
+    """(settings of the trace twin of one model or tower config, its shape): see :func:`trace_twin`."""
     if not all(hasattr(hf_config, k) for k in ("num_attention_heads", "hidden_size", "num_hidden_layers")):
         raise IdinspectError(f"--auto: {type(hf_config).__name__} has no num_attention_heads / hidden_size / "
-                             "num_hidden_layers of its own (a composite model with text_config / vision_config?); "
-                             "--auto reads single-tower models")
+                             "num_hidden_layers of its own, nor towers that have (sub-configs with hidden_size and "
+                             "num_hidden_layers); an adapter must be written by hand")
     H, G, _, _ = sizes(hf_config)
     shape = {**TRACE_SHAPE, "kv_heads": TRACE_SHAPE["kv_heads"] if G < H else TRACE_SHAPE["heads"]}
     if rotates_part(hf_config):    # two rotated planes and some unrotated dims: pairings and partial rotation differ
@@ -176,21 +197,17 @@ def trace_twin(hf_config, model_class, overrides: dict | None = None, model_head
             kinds = list(dict.fromkeys(v))
             if len(kinds) > 1:
                 settings[key] = (kinds * layers)[:layers]
+        elif _layer_indices(v, n):     # a list of some layers' indices (Mllama's cross_attention_layers): the
+            settings[key] = [layers - 1]    # twin's last layer listed, its first not, so both kinds are traced
     if getattr(hf_config, "sliding_window", None):
         settings["sliding_window"] = TRACE_WINDOW    # shorter than the trace's sequences: a window shows
-    settings.update(overrides or {})
-    try:
-        config = type(hf_config)(**settings)
-    except Exception as exc:  # noqa: BLE001 - whatever a config class's validation raises, in one line
-        raise IdinspectError(f"--auto: transformers' {type(hf_config).__name__} refuses the trace twin {shape} "
-                             f"({one_line(exc)}); an adapter must be written by hand") from None
-    return instantiate(config, model_class._from_config)
+    return settings, shape
 
 
-def is_tower(config) -> bool:
-    """Whether a sub-config describes a model of its own (sizes and layers: a text or vision tower),
-    not settings of this one (MPT's ``attn_config``)."""
-    return config is not None and all(hasattr(config, k) for k in ("hidden_size", "num_hidden_layers"))
+def _layer_indices(v, n: int) -> bool:
+    """Whether ``v`` is a list of some (not all) of ``n`` layers' indices, increasing."""
+    return (isinstance(v, list) and 0 < len(v) < n and all(isinstance(x, int) and not isinstance(x, bool) for x in v)
+            and v == sorted(set(v)) and 0 <= v[0] and v[-1] < n)
 
 
 def folder_model_class(folder: Path, trust_remote_code: bool) -> tuple[object, type]:

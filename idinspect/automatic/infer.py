@@ -254,18 +254,19 @@ def cross_block(hf, inputs: dict, t: Trace, after: str, cfg, kv: str) -> FoundCr
 
 
 def candidates(hf, inputs: dict, model_type: str, container: str | None = None, stack: str = "",
-               others: tuple[str, ...] = (), groups: Groups | None = None, build=None) -> tuple[list[FoundLayout], dict]:
+               others: tuple[str, ...] = (), config_key: str | None = None, groups: Groups | None = None,
+               build=None) -> tuple[list[FoundLayout], dict]:
     """Every layout consistent with the trace of ``hf`` (float64 twin), best guess first, and what the
     trace found (for refusals); of its list of layers at ``container`` (path from the root; None: its one
     list), named ``stack`` where the model has two, the ``others`` (relative to the base model) left to
-    their own layouts; or of its layers kept in ``groups`` (the first group's first layer traced).
-    ``build(overrides)`` builds another twin with some settings changed (latent attention's widths are
-    tied to their settings on such twins)."""
-    cfg = hf.config
+    their own layouts; its settings those of ``hf.config``'s sub-config ``config_key`` (a tower) where given;
+    or of its layers kept in ``groups`` (the first group's first layer traced). ``build(overrides)`` builds
+    another twin with some settings changed (latent attention's widths are tied to their settings on such twins)."""
+    cfg = getattr(hf.config, config_key) if config_key else hf.config
     t = trace(hf, inputs, groups.first_list() if groups else container)
     layers_key = stack_layers_key(hf, cfg, container) if container is not None else "num_hidden_layers"
     o_path, roles = find_roles(hf, inputs, t)
-    found_latent = latent_candidates(hf, inputs, model_type, t, o_path, roles, layers_key, others, groups, build)
+    found_latent = latent_candidates(hf, inputs, model_type, t, o_path, roles, layers_key, others, groups, build, cfg)
     if found_latent is not None:
         return found_latent
     kv = kv_heads_mode(roles, cfg)
@@ -332,21 +333,23 @@ def candidates(hf, inputs: dict, model_type: str, container: str | None = None, 
                            cross=cross, relative=relative and relative[0], relative_per_layer=bool(relative and relative[1]),
                            relative_distance_key=pos.get("distance"), relative_bidirectional=pos.get("bidirectional", True),
                            alibi_scale=pos.get("alibi_scale", "none"), **(shared if pos["positional"] == "relative" else {}),
-                           stack=stack, layers_key=layers_key, **grouping)
+                           stack=stack, layers_key=layers_key, config_key=config_key, **grouping)
                for pos, causal, scale, by_layer, norm, (window, offset), cap
                in itertools.product(positionals(cfg, relative, table), (True, False), scale_laws(module, cfg, hd), (False, True), norms,
                                     windows(cfg), [None] + [k for k in SOFTCAP_KEYS if getattr(cfg, k, None)])]
-    return layouts, found
+    from .query_variants import extended
+
+    return layouts + extended(layouts, cfg, module), found
 
 
 def latent_candidates(hf, inputs: dict, model_type: str, t: Trace, o_path: str, roles: dict[str, list[str]],
-                      layers_key: str, others: tuple[str, ...], groups: Groups | None, build
+                      layers_key: str, others: tuple[str, ...], groups: Groups | None, build, cfg=None
                       ) -> tuple[list[FoundLayout], dict] | None:
     """The layouts worth trying where the traced block is multi-head latent attention (:mod:`.latent`),
     and what was found; None where it is not."""
     attention = common_parent(list(roles))
     module = hf.get_submodule(f"{t.layer_path}.{attention}" if attention else t.layer_path)
-    m = latent_modules(hf, inputs, t, o_path, roles, attention, module, build)
+    m = latent_modules(hf, inputs, t, o_path, roles, attention, module, build, cfg)
     if m is None:
         return None
     pre = f"{attention}." if attention else ""
@@ -456,18 +459,22 @@ def windows(cfg) -> list[tuple[str, int]]:
     return [("layer_types", 0), ("all", 0), ("layer_types", 1), ("all", 1), ("none", 0)]
 
 
-def settle(hf, layouts: list[FoundLayout], found: dict, tokens: int = 8, encoder_states: bool = False,
+def settle(hf, layouts: list[FoundLayout], found: dict, tokens: int = 8, encoder_states: bool | str | None = False,
            rtol: float | None = None):
     """(adapter class, worst relative error) of the first layout whose canonical form reproduces every
     block of ``hf`` to ``rtol`` (default :data:`~idinspect.testing.REFERENCE_RTOL`); a one-line refusal
-    with the best attempt where none does."""
+    with the best attempt where none does. ``encoder_states``: the model takes states for cross-attention
+    it has no encoder for (under that keyword where a string)."""
     from ..forms import reference_attention
     from ..sources.checkpoint import StateDictReader
     from ..testing import REFERENCE_RTOL, captured_blocks
 
     rtol = REFERENCE_RTOL if rtol is None else rtol
 
-    distances = [int(getattr(hf.config, x.relative_distance_key)) for x in layouts if x.relative_distance_key]
+    def distance(x: FoundLayout) -> int:
+        return int(getattr(getattr(hf.config, x.config_key) if x.config_key else hf.config, x.relative_distance_key))
+
+    distances = [distance(x) for x in layouts if x.relative_distance_key]
     tokens = max([tokens] + [d + 1 for d in distances] + [x.relative_tokens for x in layouts])   # every bucket shows
     best = (float("inf"), None)
     reader = StateDictReader(hf.state_dict())
@@ -475,7 +482,7 @@ def settle(hf, layouts: list[FoundLayout], found: dict, tokens: int = 8, encoder
     exact, blocks = None, None
     for layout in layouts:
         cls = inferred_latent_adapter(layout)
-        cls.encoder_states = encoder_states
+        with_cross_states(cls, encoder_states)
         try:
             adapter = cls(hf.config, reader)
             if exact is None:     # the norms' and the attention module's own float32 casts skipped on float64
@@ -491,7 +498,7 @@ def settle(hf, layouts: list[FoundLayout], found: dict, tokens: int = 8, encoder
             continue
         if worst <= rtol:
             if layout.relative_distance_key:     # --prove's twin reaches every bucket too
-                cls.twin_tokens = max(cls.twin_tokens, int(getattr(hf.config, layout.relative_distance_key)) + 1)
+                cls.twin_tokens = max(cls.twin_tokens, distance(layout) + 1)
             cls.twin_tokens = max(cls.twin_tokens, layout.relative_tokens)
             return cls, worst
         if worst < best[0]:
@@ -503,4 +510,13 @@ def settle(hf, layouts: list[FoundLayout], found: dict, tokens: int = 8, encoder
                          f"module (found {found}{what}); an adapter must be written by hand")
 
 
-__all__ = ["candidates", "common_parent", "projections", "settle", "sizes"]
+def with_cross_states(cls, states: bool | str | None) -> None:
+    """Mark ``cls`` as taking states for cross-attention it has no encoder for (under keyword ``states``
+    where a string: its example inputs give them, its blocks read them as their keys' input)."""
+    cls.encoder_states = bool(states)
+    if isinstance(states, str):
+        cls.cross_states = states
+        cls.kv_arguments = tuple(dict.fromkeys((*cls.kv_arguments, states)))
+
+
+__all__ = ["candidates", "common_parent", "projections", "settle", "sizes", "with_cross_states"]

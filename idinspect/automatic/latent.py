@@ -176,9 +176,10 @@ def width_settings(hf, layer_path: str, m: LatentModules, H: int, build: Callabl
 
 
 def latent_modules(hf, inputs: dict, t: Trace, o_path: str, roles: dict[str, list[str]], attention: str,
-                   module: torch.nn.Module, build: Callable[[dict], object] | None) -> LatentModules | None:
-    """The :class:`LatentModules` of the traced block, or None where it is not latent attention."""
-    H = int(hf.config.num_attention_heads)
+                   module: torch.nn.Module, build: Callable[[dict], object] | None, cfg=None) -> LatentModules | None:
+    """The :class:`LatentModules` of the traced block, or None where it is not latent attention (``cfg``:
+    the settings of the traced model or tower, default ``hf.config``)."""
+    H = int((cfg or hf.config).num_attention_heads)
     seen = seen_latent(hf, inputs, t, o_path, roles, H)
     if seen is None:
         return None

@@ -62,20 +62,22 @@ def affine_kind(module: torch.nn.Module) -> str | None:
     return None
 
 
-def layer_lists(hf) -> list[tuple[str, torch.nn.ModuleList]]:
+def layer_lists(hf, root: str = "", n: int | None = None) -> list[tuple[str, torch.nn.ModuleList]]:
     """(path from the root, module) of each of the model's lists of layers (one stack, or an encoder's
     and a decoder's), in the model's order: the outermost ModuleLists whose entries hold affine modules,
-    one with an entry per ``config.num_hidden_layers``."""
-    n = int(hf.config.num_hidden_layers)
-    stacks = [(path, module) for path, module in hf.named_modules()
+    one with an entry per ``config.num_hidden_layers`` (``n`` where given); of the module at ``root``
+    where given (a tower)."""
+    n = int(hf.config.num_hidden_layers) if n is None else n
+    base = hf.get_submodule(root) if root else hf
+    stacks = [(f"{root}.{path}" if root else path, module) for path, module in base.named_modules()
               if isinstance(module, torch.nn.ModuleList) and len(module) > 0
               and all(sum(affine_kind(m) is not None for m in child.modules()) >= 2 for child in module)]
     stacks = [(p, m) for p, m in stacks if not any(p != q and p.startswith(q + ".") for q, _ in stacks)]
     if not any(len(m) == n for _, m in stacks):
-        raise IdinspectError(f"--auto: no list of {n} layers with projections in {type(hf).__name__}; "
+        raise IdinspectError(f"--auto: no list of {n} layers with projections in {type(base).__name__}; "
                              "an adapter must be written by hand (docs/adding-a-family.md)")
     if len(stacks) > 2:
-        raise IdinspectError(f"--auto: {type(hf).__name__} has {len(stacks)} stacks of layers "
+        raise IdinspectError(f"--auto: {type(base).__name__} has {len(stacks)} stacks of layers "
                              f"({', '.join(p for p, _ in stacks)}); --auto reads one stack, or an encoder's and a "
                              "decoder's; an adapter must be written by hand for the others (docs/adding-a-family.md)")
     return stacks
@@ -144,11 +146,11 @@ def _forward_with(hf, inputs: dict, handles: list) -> None:
             h.remove()
 
 
-def trace(hf, inputs: dict, container: str | None = None) -> Trace:
-    """Record layer 0 of ``hf``'s list of layers at ``container`` (path from the root; None: its one
-    list) once (see :func:`record`)."""
+def trace(hf, inputs: dict, container: str | None = None, index: int = 0) -> Trace:
+    """Record layer ``index`` (0 unless given) of ``hf``'s list of layers at ``container`` (path from the
+    root; None: its one list) once (see :func:`record`)."""
     container = container if container is not None else layer_list(hf)[0]
-    layer_path = f"{container}.0"
+    layer_path = f"{container}.{index}"
     layer = hf.get_submodule(layer_path)
     ins, outs, order = record(hf, inputs, layer_path)
     affine = {path: Affine(path, affine_kind(m) == "conv1d", getattr(m, "bias", None) is not None)
@@ -198,13 +200,16 @@ def _unit_move(out: torch.Tensor, unit: int | None, amount: float, generator: to
     return delta
 
 
-def find_roles(hf, inputs: dict, t: Trace, after: str | None = None) -> tuple[str, dict[str, list[str]]] | None:
+def find_roles(hf, inputs: dict, t: Trace, after: str | None = None, every: bool = False
+               ) -> tuple[str, dict[str, list[str]]] | None:
     """(W_O's module, {module: role of each output unit}) of the first attention block of layer 0 after
     module ``after`` in call order (None: the layer's first block), roles "q", "k", "v" (see the module
     docstring). The first block's projections read what its first mixing module reads; a later block's
     (a cross-attention block, whose keys and values read the encoder's states) are the modules between
-    the previous block's W_O and its own. Raises naming what was found where the first block's marks do
-    not fit; None where there is no block after ``after``."""
+    the previous block's W_O and its own; with ``every``, those before its W_O (a layer whose one block is
+    a cross-attention block: its queries read the layer's input, its keys and values other states).
+    Raises naming what was found where the first block's marks do not fit; None where there is no block
+    after ``after``."""
     g = torch.Generator().manual_seed(7)
     start = 0 if after is None else t.order.index(after) + 1
     first = None
@@ -223,7 +228,7 @@ def find_roles(hf, inputs: dict, t: Trace, after: str | None = None) -> tuple[st
         raise IdinspectError("--auto: no projection of layer 0 moves information between positions: no attention "
                              "found; an adapter must be written by hand (docs/adding-a-family.md)")
     o_path = _output_projection(hf, inputs, t, first, g)
-    if after is None:
+    if after is None and not every:
         before = t.order[:t.order.index(o_path)]
         source = t.inputs[first]
         candidates = [p for p in before if t.inputs[p].shape == source.shape and torch.equal(t.inputs[p], source)]
