@@ -126,7 +126,7 @@ class FoundLayout:
     relative_tokens: int = 0                    # the sequence length that reaches every bucket
     alibi_scale: str = "none"                   # ALiBi's slopes as published ("none") or over sqrt(d_k) ("head_dim")
     alibi_rounding: str | None = None           # the dtype the module rounds the slopes to ("bfloat16": Falcon)
-    latent: LatentModules | None = None         # multi-head latent attention (adapters/inferred_latent.py)
+    mla: LatentModules | None = None            # multi-head latent attention's modules (adapters/inferred_latent.py)
     rope_polar: bool = False                    # cos and sin as torch.polar forms them from float32 angles (complex64:
                                                 # DeepSeek-V2's latent RoPE, Llama 4's complex RoPE)
     group_list: str | None = None               # layers kept in groups: each group's list ("albert_layers")

@@ -1,7 +1,7 @@
 """The adapter ``--auto`` makes of a multi-head latent attention block it found
 (:mod:`idinspect.automatic.latent`): the layout of :class:`LatentAttentionLayer` as data.
 
-The modules are the ones the trace found (``found.latent``, names relative to the layer); the widths
+The modules are the ones the trace found (``found.mla``, names relative to the layer); the widths
 are read from the settings the trace tied them to, never from the tensors:
 
     W_Q   q              [H (n + e), d]     rows per head [n | e]     (no query latent)
@@ -39,7 +39,7 @@ class InferredLatentAdapter(InferredAdapter):
     def width(self, name: str) -> int:
         """A width of the form (q_lora_rank, kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim)
         from the setting the trace tied it to; 0 for a query latent the model does not have."""
-        key = dict(self.found.latent.settings).get(name)
+        key = dict(self.found.mla.settings).get(name)
         return int(self.setting(key)) if key else 0
 
     @property
@@ -57,7 +57,7 @@ class InferredLatentAdapter(InferredAdapter):
 
     @cached_property
     def block(self) -> Block:
-        m = self.found.latent
+        m = self.found.mla
         q = ((Projection(m.q_a, "qa", m.q_a_bias), Projection(m.q_norm, "gq", False), Projection(m.q_b, "qb", False))
              if m.q_a else (Projection(m.q, "q", False),))
         return Block("self", (*q, Projection(m.kv_a, "kva", m.kv_a_bias), Projection(m.kv_norm, "gkv", False),
@@ -91,7 +91,7 @@ class InferredLatentAdapter(InferredAdapter):
                                                   "v_dim": self.width("v_head_dim")}}
 
     def read_layer(self, n: int) -> LatentAttentionLayer:
-        site, m = self.sites[n], self.found.latent
+        site, m = self.sites[n], self.found.mla
         H, d, rq = self.n_heads, self.hidden_size, self.q_rank
         nope, e, v, r = (self.width(k) for k in ("qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "kv_lora_rank"))
         t: dict[str, torch.Tensor] = {}
@@ -129,7 +129,7 @@ class InferredLatentAdapter(InferredAdapter):
                                     tensor_names=names, kind="self", stack=site.stack, layer=site.layer)
 
     def write_layer(self, layer: LatentAttentionLayer, dtype: torch.dtype | None = None) -> dict[str, torch.Tensor]:
-        site, m = self.sites[layer.index], self.found.latent
+        site, m = self.sites[layer.index], self.found.mla
         H = layer.n_heads
 
         def key(module: str, suffix: str = "weight") -> str:
@@ -160,7 +160,7 @@ class InferredLatentAdapter(InferredAdapter):
         under the settings that count them."""
         kw = twin_settings_from(hf_config, shape)
         kw.pop("head_dim", None)      # the form's widths are the settings below, not a head width
-        for name, key in self.found.latent.settings:
+        for name, key in self.found.mla.settings:
             if shape.get(name):
                 kw[key] = shape[name]
         return kw
@@ -168,7 +168,7 @@ class InferredLatentAdapter(InferredAdapter):
 
 def inferred_latent_adapter(found: FoundLayout) -> type[InferredAdapter]:
     """An adapter class for ``found``: the latent form's where the trace found latent attention."""
-    if found.latent is None:
+    if found.mla is None:
         return inferred_adapter(found)
     base = inferred_adapter(found)
     return type(base.__name__, (InferredLatentAdapter, base), {"__module__": __name__})

@@ -370,7 +370,7 @@ def latent_candidates(hf, inputs: dict, model_type: str, t: Trace, o_path: str, 
                                           "group_layers_key": groups.group_layers_key}
     container = t.layer_container[:-len(f".0.{groups.group_list}")] if groups else t.layer_container
     layouts = [FoundLayout(model_type, container, attention, output, (), pairing, False, 1.0, causal,
-                           model_tensors=tensors, scale_law=law, latent=m, layers_key=layers_key, rope_polar=polar,
+                           model_tensors=tensors, scale_law=law, mla=m, layers_key=layers_key, rope_polar=polar,
                            **grouping)
                for pairing, polar, causal, law in itertools.product(("interleaved", "half"), (False, True), (True, False),
                                                                      ("head_dim", "yarn_mscale", "one"))]

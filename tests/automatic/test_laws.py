@@ -170,10 +170,10 @@ def test_latent_attention_widths_are_tied_to_the_settings_that_count_them(varian
     from tests.support.tiny import build
 
     found = _agrees(build(variant))
-    widths = dict(found.latent.settings)
+    widths = dict(found.mla.settings)
     assert widths == {k: k for k in ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
                       if q_latent or k != "q_lora_rank"}
-    assert (found.latent.q_b is not None, found.scale_law, found.positional, found.rope_polar) == (q_latent, law, pairing, polar)
+    assert (found.mla.q_b is not None, found.scale_law, found.positional, found.rope_polar) == (q_latent, law, pairing, polar)
 
 
 def test_latent_attention_of_distinct_widths_on_a_model_wider_than_its_twin():
@@ -186,4 +186,4 @@ def test_latent_attention_of_distinct_widths_on_a_model_wider_than_its_twin():
                               num_experts_per_tok=1, n_shared_experts=1, n_group=1, topk_group=1,
                               first_k_dense_replace=1, vocab_size=64, max_position_embeddings=64)
     found = _agrees(_model(cfg, tf.DeepseekV3ForCausalLM))
-    assert dict(found.latent.settings)["v_head_dim"] == "v_head_dim"
+    assert dict(found.mla.settings)["v_head_dim"] == "v_head_dim"
