@@ -165,7 +165,17 @@ class InferredAdapter(Adapter):
         super().__init__(self.own_config(config), reader)
 
     def own_config(self, config):
-        """The settings this adapter reads: a tower's sub-config (``found.config_key``), else ``config``."""
+        """The settings this adapter reads: transformers' config object (as the trace read them: a
+        checkpoint's config.json is built into its config class, whose values a setting left out of the
+        file or derived by the class, e.g. ModernBERT's windows, would otherwise miss); a tower's
+        sub-config of it (``found.config_key``). A config class transformers does not ship (remote code) is
+        left as config.json reads it."""
+        full = getattr(config, "full_config", None)
+        if callable(full):
+            try:
+                config = full()
+            except IdinspectError:     # a config class of the repository's own code (auto_map): config.json as read
+                pass
         if self.found.config_key is None:
             return config
         from .multimodal import sub_config

@@ -5,6 +5,7 @@ types transformers ships that no adapter claims.
     python -m bench.automatic_sweep --part supported
     python -m bench.automatic_sweep --part unclaimed --limit 50
     python -m bench.automatic_sweep --part supported --variant clip --variant siglip   # those variants only
+    python -m bench.automatic_sweep --part supported --from-folders   # each variant saved, then read from its folder
 
 Part ``supported``: every tiny test variant (tests/families/) is read twice, by its hand-written adapter
 and, with its model type hidden from the registry, by the adapter ``--auto`` infers and proves from the
@@ -31,17 +32,25 @@ PER_TYPE_SECONDS = 60
 MEMORY_CAP = 6 * 2**30
 
 
-def supported(only: list[str] | None = None) -> list[dict]:
+def supported(only: list[str] | None = None, from_folders: bool = False) -> list[dict]:
+    """Rows of part ``supported``; ``from_folders``: each variant saved with ``save_pretrained`` and both
+    adapters read from that folder (--auto traces the class config.json names), as a user's checkpoint."""
+    import tempfile
+
     import idinspect
     from idinspect.errors import IdinspectError
     from tests.support.automatic import counted, hidden, layer_facts
     from tests.support.tiny import VARIANTS, build
 
     rows = []
+    scratch = tempfile.TemporaryDirectory(prefix="idinspect-sweep-")
     for name in sorted(only or VARIANTS):
         model = build(name)
         model_type = model.config.model_type
         start = time.perf_counter()
+        if from_folders:
+            model.save_pretrained(Path(scratch.name) / name)
+            model = str(Path(scratch.name) / name)
         read = idinspect.load(model)
         by_hand, facts = counted(read), layer_facts(read)
         row = {"variant": name, "model_type": model_type}
@@ -60,6 +69,7 @@ def supported(only: list[str] | None = None) -> list[dict]:
         row["seconds"] = round(time.perf_counter() - start, 2)
         print(f"{name:32s} {row['outcome']:10s} {row['seconds']:6.2f} s  {row.get('reason', '')[:160]}", flush=True)
         rows.append(row)
+    scratch.cleanup()
     return rows
 
 
@@ -127,6 +137,8 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=None)
     parser.add_argument("--variant", action="append", default=None,
                         help="part supported: this tiny variant only (repeatable; default: every one)")
+    parser.add_argument("--from-folders", action="store_true",
+                        help="part supported: read each variant from a saved folder, not the live model")
     parser.add_argument("--markdown", metavar="RESULTS_JSON",
                         help="print docs/families.md's generated part from a sweep's results (the same text as "
                              "`idinspect families --auto --format markdown`, without probing again)")
@@ -145,7 +157,8 @@ def main() -> None:
     import transformers
     out["transformers"] = transformers.__version__
     if args.part in ("supported", "both"):
-        out["supported"] = supported(args.variant)
+        out["supported"] = supported(args.variant, args.from_folders)
+        out["from_folders"] = args.from_folders
     if args.part in ("unclaimed", "both"):
         out["unclaimed"] = unclaimed(args.limit)
     for part in ("supported", "unclaimed"):

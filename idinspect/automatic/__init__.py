@@ -211,8 +211,10 @@ def _layer_indices(v, n: int) -> bool:
 
 
 def folder_model_class(folder: Path, trust_remote_code: bool) -> tuple[object, type]:
-    """(transformers config, model class) of a checkpoint folder: AutoModel's base model, else the
-    class config.json names in ``architectures``; remote code only with ``trust_remote_code``."""
+    """(transformers config, model class) of a checkpoint folder: the transformers class config.json names
+    in ``architectures`` where it is built from this config class (a task model's head is then traced and
+    declared, not refused as unread tensors), else AutoModel's base model, else the repository's own
+    class; remote code only with ``trust_remote_code``."""
     import transformers
     from transformers import AutoConfig, AutoModel
 
@@ -229,6 +231,10 @@ def folder_model_class(folder: Path, trust_remote_code: bool) -> tuple[object, t
         raise IdinspectError(f"{folder}/config.json: transformers cannot read it ({one_line(exc)})") from None
     except (OSError, TypeError, KeyError, AttributeError) as exc:
         raise IdinspectError(f"{folder}/config.json: transformers cannot read it ({one_line(exc)})") from None
+    archs = getattr(config, "architectures", None) or []
+    named = getattr(transformers, archs[0], None) if archs else None
+    if isinstance(named, type) and getattr(named, "config_class", None) is type(config):
+        return config, named     # the class that saved the checkpoint: its head's tensors are traced too
     if type(config) in AutoModel._model_mapping:
         return config, AutoModel._model_mapping[type(config)]
     auto_map = getattr(config, "auto_map", None) or {}
@@ -236,8 +242,7 @@ def folder_model_class(folder: Path, trust_remote_code: bool) -> tuple[object, t
         from transformers.dynamic_module_utils import get_class_from_dynamic_module
 
         return config, get_class_from_dynamic_module(auto_map["AutoModel"], str(folder))
-    archs = getattr(config, "architectures", None) or []
-    cls = getattr(transformers, archs[0], None) if archs else None
+    cls = named
     if not isinstance(cls, type):
         raise IdinspectError(f"{folder}/config.json: transformers has no model class for model_type "
                              f"{config.model_type!r}; --auto needs one to trace")

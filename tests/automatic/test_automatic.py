@@ -75,6 +75,24 @@ def test_the_inferred_adapter_counts_what_the_hand_written_one_counts(variant):
         assert evidence["reference_error"] <= 1e-10
 
 
+#: Checkpoint folders, as users run --auto: a task model's head (BERT's masked-LM head, traced through the
+#: class config.json names), windows the config class derives (ModernBERT's), a head width set apart from
+#: d / H (T5's d_kv), and a plain decoder.
+FROM_FOLDERS = ["bert", "modernbert", "t5-gated-head-dim", "llama-mqa"]
+
+
+@pytest.mark.parametrize("variant", FROM_FOLDERS)
+def test_a_checkpoint_folder_reads_as_its_hand_written_adapter_reads_it(variant, tiny_dir):
+    folder = tiny_dir(variant)
+    read = idinspect.load(folder)
+    by_hand, facts = counted(read), layer_facts(read)
+    with hidden(read.config.model_type):
+        model = idinspect.load(folder, auto=True)
+        assert model.adapter.family == "automatic"
+        assert counted(model) == by_hand
+        assert layer_facts(model) == facts
+
+
 @pytest.mark.parametrize(("variant", "found"), [
     ("mllama", "does not run on the example inputs"),   # cross layers that need its own image states and mask
 ])
