@@ -37,7 +37,8 @@ from ..numerics.twin import instantiate
 from .alibi import settle_alibi
 from .cross_layers import layouts_by_layer_kind
 from .groups import check_runs, find_groups
-from .infer import candidates, settle, sizes, with_cross_states
+from .infer import candidates, sizes
+from .settle import settle, with_cross_states
 from .towers import infer_towers, tower_keys
 from .trace import layer_lists
 

@@ -20,7 +20,7 @@ import dataclasses
 from collections.abc import Callable
 
 from ..errors import IdinspectError
-from .infer import settle
+from .settle import settle
 
 #: The slopes' roundings tried, in order: none (BLOOM, MPT), bfloat16 (Falcon's build_alibi_tensor).
 ROUNDINGS = (None, "bfloat16")

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import torch
 
 from ..errors import IdinspectError
-from .trace import affine_kind
+from .trace import affine_kind, forward_with
 
 #: The trace twin's groups, layers per group and runs: every group run twice, every layer traced.
 TWIN_GROUPS, TWIN_GROUP_LAYERS, TWIN_RUNS = 2, 2, 4
@@ -107,14 +107,8 @@ def check_runs(hf, inputs: dict, groups: Groups) -> None:
     often (the law that makes a stored layer shared where L > groups); refused naming the runs seen."""
     container = hf.get_submodule(groups.container)
     runs = [0] * len(container)
-    handles = [g.register_forward_hook(lambda m, a, y, i=i: runs.__setitem__(i, runs[i] + 1))
-               for i, g in enumerate(container)]
-    try:
-        with torch.no_grad():
-            hf(**inputs, use_cache=False)
-    finally:
-        for h in handles:
-            h.remove()
+    forward_with(hf, inputs, [g.register_forward_hook(lambda m, a, y, i=i: runs.__setitem__(i, runs[i] + 1))
+                              for i, g in enumerate(container)])
     L = int(hf.config.num_hidden_layers)
     if sum(runs) != L or len(set(runs)) != 1:
         raise IdinspectError(f"--auto: the model keeps its layers in groups ({groups.container}) but runs them "

@@ -17,8 +17,8 @@ import torch
 
 from ..errors import IdinspectError
 from .cross_layers import layouts_by_layer_kind
-from .infer import settle, with_cross_states
-from .trace import layer_lists
+from .settle import settle, with_cross_states
+from .trace import forward_with, layer_lists
 
 
 def is_tower(config) -> bool:
@@ -51,13 +51,8 @@ def tower_roots(hf) -> dict[str, str]:
 def _runs(hf, inputs: dict, modules: dict[str, torch.nn.Module]) -> set[str]:
     """The names of ``modules`` that one forward pass of ``hf`` on ``inputs`` calls."""
     ran: set[str] = set()
-    handles = [m.register_forward_pre_hook(lambda mod, args, name=name: ran.add(name)) for name, m in modules.items()]
-    try:
-        with torch.no_grad():
-            hf(**inputs, use_cache=False)
-    finally:
-        for h in handles:
-            h.remove()
+    forward_with(hf, inputs, [m.register_forward_pre_hook(lambda mod, args, name=name: ran.add(name))
+                              for name, m in modules.items()])
     return ran
 
 

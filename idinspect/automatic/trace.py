@@ -118,7 +118,7 @@ def record(hf, inputs: dict, layer_path: str, move: tuple[str, torch.Tensor] | N
             return output
 
         handles.append(module.register_forward_hook(hook))
-    _forward_with(hf, inputs, handles)
+    forward_with(hf, inputs, handles)
     return ins, outs, order
 
 
@@ -132,11 +132,11 @@ def first_calls(hf, inputs: dict, modules: dict[str, torch.nn.Module]) -> dict[s
             seen.setdefault(name, (args[0].detach().clone() if args else None, out.detach().clone()))
 
         handles.append(module.register_forward_hook(keep))
-    _forward_with(hf, inputs, handles)
+    forward_with(hf, inputs, handles)
     return seen
 
 
-def _forward_with(hf, inputs: dict, handles: list) -> None:
+def forward_with(hf, inputs: dict, handles: list) -> None:
     """One forward pass of ``hf`` on ``inputs`` (no gradients, no cache), then the hooks ``handles`` removed."""
     try:
         with torch.no_grad():

@@ -111,7 +111,8 @@ def test_a_wrong_inference_is_caught_before_anything_is_counted():
     from idinspect.adapters.example_inputs import example_inputs
 
     from idinspect.automatic import trace_twin
-    from idinspect.automatic.infer import candidates, settle
+    from idinspect.automatic.infer import candidates
+    from idinspect.automatic.settle import settle
 
     hf = build("llama-gqa")
     twin = trace_twin(hf.config, type(hf))

@@ -54,7 +54,7 @@ def test_cross_attention_states_come_with_a_mask_showing_every_state():
 
     from idinspect.automatic import TRACE_TOKENS, trace_twin
     from idinspect.automatic.cross_layers import layouts_by_layer_kind
-    from idinspect.automatic.infer import settle
+    from idinspect.automatic.settle import settle
     from idinspect.forms import reference_attention
     from idinspect.sources.checkpoint import StateDictReader
     from idinspect.testing import captured_blocks

@@ -92,7 +92,8 @@ def test_llama4_text_laws_are_found_and_each_is_needed():
     from idinspect.adapters.example_inputs import example_inputs
 
     from idinspect.automatic import TRACE_TOKENS, trace_twin
-    from idinspect.automatic.infer import candidates, settle
+    from idinspect.automatic.infer import candidates
+    from idinspect.automatic.settle import settle
 
     hf = build("llama4-text")
     twin = trace_twin(hf.config, type(hf))
