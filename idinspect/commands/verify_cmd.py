@@ -47,10 +47,12 @@ def verify_command(ctx: click.Context, a: str, b: str, functional: bool, tokens:
         check_local_source(model)   # refusals the file system decides, before torch loads
     from ..equivalence.verify import verify
     from ..progress import ProgressReporter, silence_library_progress
-    from ..sources.hf_logging import quiet_transformers
 
+    # transformers is not imported here: verify imports it on the thread that loads A for the functional
+    # check, beside the tensor comparison (its bars and chatter are off through the environment, and each
+    # of the library's own calls into it is quiet too)
     silence_library_progress()
-    with quiet_transformers(), ProgressReporter("never" if quiet else progress) as bars, \
+    with ProgressReporter("never" if quiet else progress) as bars, \
             bars.stage(f"verifying {a} -> {b}"):
         result = verify(a, b, functional=functional, tokens=tokens, decode=decode, seed=seed, token=token,
                         cache_dir=cache_dir, local_files_only=offline, progress=bars.callback(VERIFY_STAGES),

@@ -52,6 +52,7 @@ from ..forms import form_of, require
 from .config_keys import full_settings, split_differences
 from .invariant_check import invariant_check
 from .loading import BackgroundLoad
+from ..sources.hf_logging import quiet_transformers
 from .undefined import non_finite, undefined_outputs
 
 
@@ -122,7 +123,8 @@ def _verify(A: Model, B: Model, functional: bool, tokens: int, decode: int, seed
                     dtype, no_invariants)
     # last, though reported first: it imports transformers, which the background load of the functional
     # check imports meanwhile (two threads importing one module wait for each other)
-    checks.insert(0, _config_check(A, B, strict_config))
+    with quiet_transformers():
+        checks.insert(0, _config_check(A, B, strict_config))
     return VerifyResult(A.provenance.source, B.provenance.source, str(dtype).removeprefix("torch."), checks)
 
 
@@ -228,7 +230,7 @@ def _tensor_check(A: Model, B: Model, progress: Progress = no_progress) -> Check
 
 def _compare_tensor(A: Model, B: Model, name: str) -> tuple[Check | None, float]:
     """(a failed check or None, the relative difference: 0 where bit-exact) of tensor ``name``."""
-    ta, tb = A.reader.get(name), B.reader.get(name)
+    ta, tb = A.reader.viewed(name), B.reader.viewed(name)     # in place: each byte is looked at once
     same = ta.dtype == tb.dtype and (bitwise_equal(ta, tb) or torch.equal(ta, tb))   # torch.equal: 0.0 == -0.0
     bad = non_finite(name, ta, "A") or (not same and non_finite(name, tb, "B"))   # equal: B's are A's
     if bad:

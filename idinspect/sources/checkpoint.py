@@ -17,6 +17,7 @@ from ..errors import IdinspectError
 from . import pread
 from .file_names import INDEX_FILE, SINGLE_FILE
 from .local_source import require_safetensors
+from .mapped import map_tensor
 from .safetensors_format import DTYPES_BY_CODE, tensor_spans
 
 #: Bytes of read buffers a checkpoint keeps for reuse (:class:`.pread.BufferPool`): the tensors of
@@ -42,6 +43,11 @@ class TensorReader:
     def file_of(self, name: str) -> str | None:
         """The file (relative to the checkpoint directory) holding ``name``; None in memory."""
         return None
+
+    def viewed(self, name: str) -> torch.Tensor:
+        """``name`` for one read-only pass (a comparison): where the reader can, a view of the stored
+        bytes in place (:mod:`.mapped`), else :meth:`get`. Never write to it."""
+        return self.get(name)
 
     def __contains__(self, name: str) -> bool:
         return name in self._key_set()
@@ -127,6 +133,22 @@ class SafetensorsCheckpoint(TensorReader):
         except KeyError:
             raise IdinspectError(f"{self.directory}: no tensor named {name}") from None
         except (SafetensorError, OSError) as exc:
+            raise IdinspectError(f"{self.directory / self._where[name]}: cannot read tensor {name} ({exc}); "
+                                 "re-download the file") from None
+
+    def viewed(self, name: str) -> torch.Tensor:
+        """``name`` as a read-only view of the shard's mapped pages (:func:`.mapped.map_tensor`), for one
+        comparison; :meth:`get` where the host's byte order is not the file's."""
+        if not pread.NATIVE:
+            return self.get(name)
+        dtype = self.dtype(name)
+        try:
+            fname = self._where[name]
+            start, end = self._spans(fname)[name]
+            return map_tensor(self._fd(fname), start, end, dtype, self.shape(name))
+        except KeyError:
+            raise IdinspectError(f"{self.directory}: no tensor named {name}") from None
+        except (ValueError, OSError) as exc:
             raise IdinspectError(f"{self.directory / self._where[name]}: cannot read tensor {name} ({exc}); "
                                  "re-download the file") from None
 
