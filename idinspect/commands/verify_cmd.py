@@ -75,8 +75,10 @@ def render(result) -> str:
     for c in result.checks:
         lines.append(f"  {_mark(c):4} {c.name:11} {_numbers(c)}{c.detail}")
         for kind, v in c.extra.get("per_invariant", {}).items():
+            base = ("not needed: within one rounding" if v["baseline"] is None
+                    else f"{v['baseline']:.2e}")
             lines.append(f"{'':18}{kind:12} {v['error']:.2e} (tolerance {v['tolerance']:.1e}; "
-                         f"rounding baseline {v['baseline']:.2e}) at {v['where']}")
+                         f"rounding baseline {base}) at {v['where']}")
     lines.append("equivalent" if result.equivalent else "NOT equivalent")
     return "\n".join(lines)
 

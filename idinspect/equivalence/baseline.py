@@ -83,8 +83,24 @@ def baseline_tolerance(dtype: torch.dtype, baseline: float | None) -> float:
     """bf16/fp16: ``BASELINE_FACTOR`` times the rounding baseline's error, at least one rounding."""
     if baseline is None:  # no baseline (offloaded): 16 units of rounding
         return 16 * torch.finfo(dtype).eps
-    return max(BASELINE_FACTOR * baseline, torch.finfo(dtype).eps)  # floor: one rounding (zero invariants)
+    return max(BASELINE_FACTOR * baseline, one_rounding(dtype))  # floor: one rounding (zero invariants)
+
+
+def one_rounding(dtype: torch.dtype) -> float:
+    """The floor of a bf16/fp16 tolerance: one rounding of ``dtype`` (its eps, 7.8e-3 for bf16, 9.8e-4
+    for fp16), below which no error is judged, whatever the rounding baseline says."""
+    return torch.finfo(dtype).eps
+
+
+def needs_baseline(dtype: torch.dtype, error: float) -> bool:
+    """Whether an error of a bf16/fp16 check needs the rounding baseline to be judged: only one above
+    :func:`one_rounding` does, as the tolerance max(BASELINE_FACTOR x baseline, one rounding) passes
+    every error up to one rounding whatever the baseline. So verify computes the baseline (a third
+    transformers run, a second alignment per layer) only where an error exceeds one rounding; the
+    verdict is the same as with the baseline always computed."""
+    return error > one_rounding(dtype)
 
 
 __all__ = ["BASELINE_FACTOR", "BASELINE_SCALE", "BOUNDED_DTYPES", "baseline_tolerance", "invariant_floor",
+           "needs_baseline", "one_rounding",
            "rounding_baseline", "scaled_and_rounded"]

@@ -30,7 +30,7 @@ from ..forms.per_head.invariants import describe_largest, largest_over_layers, w
 from ..model import Model
 from ..numerics.parallel import layer_workers, ordered_map
 from ..numerics.precision import comparison_precision
-from .baseline import BOUNDED_DTYPES, invariant_floor, rounding_baseline
+from .baseline import BOUNDED_DTYPES, invariant_floor, needs_baseline, one_rounding, rounding_baseline
 from .bounds import (
     CONDITION_FACTOR,
     eps,
@@ -71,12 +71,14 @@ def invariant_check(A: Model, B: Model, dtype: torch.dtype, progress: Progress =
     bound of that head's own factors). Appends each layer's largest amplification to ``amps`` (A, B)
     where B's dtype is judged by rounding bounds (float32/float64)."""
     judged: dict[str, list[Judged]] = {k: [] for k in INVARIANTS}
-    base = {k: 0.0 for k in INVARIANTS}
+    base: dict[str, float | None] = {k: 0.0 for k in INVARIANTS}
     largest: list[tuple[int, InvariantError]] = []     # each layer's largest, as export states it
     n = A.num_layers
     workers = layer_workers(_pair_bytes_in_flight(A), n, torch.device("cpu"))
+    lazy = dtype not in BOUNDED_DTYPES        # bf16/fp16: the baseline only where an error exceeds one rounding
     progress("invariants", 0, n)
-    for i, pair in enumerate(ordered_map(lambda i, _: layer_pair(A, B, i, dtype), n, workers, lambda: None)):
+    pairs = ordered_map(lambda i, _: layer_pair(A, B, i, dtype, with_baseline=not lazy), n, workers, lambda: None)
+    for i, pair in enumerate(pairs):
         if isinstance(pair, Check):
             return pair
         for kind, j in pair.judged.items():
@@ -89,7 +91,12 @@ def invariant_check(A: Model, B: Model, dtype: torch.dtype, progress: Progress =
                 side.append(amp)
         progress("invariants", i + 1, n)
     present = [k for k in INVARIANTS if judged[k]]
-    per_kind = {k: worst_against_tolerance(k, judged[k], invariant_floor(dtype, base[k]), base[k])
+    if lazy:
+        worst = max(float(j.errors.max()) for k in present for j in judged[k])
+        base = _baseline_over_layers(A, dtype, workers, progress) if needs_baseline(dtype, worst) else \
+            {k: None for k in INVARIANTS}
+    per_kind = {k: worst_against_tolerance(k, judged[k], one_rounding(dtype) if base[k] is None
+                                           else invariant_floor(dtype, base[k]), base[k])
                 for k in present}
     passed = all(v["error"] <= v["tolerance"] for v in per_kind.values())
     top = max(present, key=lambda k: per_kind[k]["error"] / per_kind[k]["tolerance"])
@@ -100,9 +107,35 @@ def invariant_check(A: Model, B: Model, dtype: torch.dtype, progress: Progress =
                  extra={"per_invariant": per_kind})
 
 
-def layer_pair(A: Model, B: Model, i: int, dtype: torch.dtype) -> LayerPair | Check:
+def _baseline_over_layers(A: Model, dtype: torch.dtype, workers: int, progress: Progress) -> dict[str, float | None]:
+    """The rounding baseline's largest invariant error of each kind over A's layers (a second pass, for
+    bf16/fp16 checks whose errors exceed one rounding: :func:`.baseline.needs_baseline`)."""
+    n = A.num_layers
+    base: dict[str, float | None] = {k: 0.0 for k in INVARIANTS}
+    progress("invariants", n, 2 * n)
+    for i, errors in enumerate(ordered_map(lambda i, _: baseline_errors(A, i, dtype), n, workers, lambda: None)):
+        for kind, e in errors.items():
+            base[kind] = max(base[kind], e)
+        progress("invariants", n + i + 1, 2 * n)
+    return base
+
+
+def baseline_errors(A: Model, i: int, dtype: torch.dtype, la=None, grams_a=None) -> dict[str, float]:
+    """Layer ``i``'s largest invariant error of each kind between A and its rounding baseline in ``dtype``
+    (``la``, ``grams_a``: layer i already widened to the comparison's precision and its per-head Grams)."""
+    if la is None:
+        la = A.layer(i)
+        la = la.to(comparison_precision(la.W_Q.dtype, dtype))
+    precision = la.W_Q.dtype
+    grams_a = head_grams(la, precision) if grams_a is None else grams_a
+    return {kind: e.error for kind, e in invariant_errors(la, rounding_baseline(la, dtype, precision),
+                                                          grams_a=grams_a, precision=precision).items()}
+
+
+def layer_pair(A: Model, B: Model, i: int, dtype: torch.dtype, with_baseline: bool = True) -> LayerPair | Check:
     """Layer ``i`` of A and B compared (a failed :class:`Check` where a tensor is not finite or the
-    layers are not comparable; raises where float64 products would overflow)."""
+    layers are not comparable; raises where float64 products would overflow); ``with_baseline``: and A
+    against its rounding baseline (else :attr:`LayerPair.baseline` is empty)."""
     la, lb = A.layer(i), B.layer(i)
     for side, layer in (("A", la), ("B", lb)):
         for role, t in layer.tensors().items():
@@ -129,8 +162,7 @@ def layer_pair(A: Model, B: Model, i: int, dtype: torch.dtype) -> LayerPair | Ch
         # are judged against the rounding baseline, which already moves and rounds these factors
         bound = invariant_bound(eps_a, amp_a[kind], eps_b, amp_b[kind]) if bounded else torch.zeros_like(err)
         judged[kind] = Judged(i, err, bound, amp_a[kind], amp_b[kind])
-    baseline = {kind: e.error for kind, e in invariant_errors(la, rounding_baseline(la, dtype, precision),
-                                                              grams_a=grams_a, precision=precision).items()}
+    baseline = baseline_errors(A, i, dtype, la, grams_a) if with_baseline else {}
     return LayerPair(judged, max((worst_entry(kind, err) for kind, err in errors.items()), key=lambda e: e.error),
                      baseline, (largest_amplification(amp_a), largest_amplification(amp_b)) if bounded else None)
 

@@ -10,6 +10,7 @@ the invariant check instead of following it: on the Llama-3.2-1B shape, about 4 
 
 from __future__ import annotations
 
+import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
@@ -54,15 +55,31 @@ def load_for_probe(path: Path, plan, offload_folder: str | None = None):
 class BackgroundLoad:
     """:func:`load_for_probe` of an in-memory or streamed plan, started on a thread of its own now and
     collected by :meth:`take` (which re-raises what the load raised). :meth:`drop` waits for it and
-    lets the model go (a verify that stops before its functional check)."""
+    lets the model go (a verify that stops before its functional check).
+
+    The thread imports transformers first; until it has, no other thread may import it
+    (:meth:`wait_imported`): transformers' top-level module is built lazily, and a second thread that
+    imports it meanwhile finds it half built ("cannot import name 'AutoConfig' from 'transformers'")."""
 
     def __init__(self, path: Path, plan):
         if plan.offload:
             raise ValueError("an offloaded load owns a temporary folder: load it in the foreground")
         self.path, self.plan = Path(path), plan
+        self._imported = threading.Event()
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="idinspect-load")
-        self._future: Future | None = self._pool.submit(load_for_probe, self.path, plan)
+        self._future: Future | None = self._pool.submit(self._run)
         self._pool.shutdown(wait=False)
+
+    def _run(self):
+        try:
+            from transformers import AutoConfig, AutoModel  # noqa: F401 - the lazy module built here, once
+        finally:
+            self._imported.set()
+        return load_for_probe(self.path, self.plan)
+
+    def wait_imported(self) -> None:
+        """Return once the thread has imported transformers (or failed to): from then on any thread may."""
+        self._imported.wait()
 
     def take(self):
         """``(config, model)``, waiting for the load to finish."""

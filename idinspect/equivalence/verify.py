@@ -15,8 +15,9 @@ Checks, each with a dtype-dependent tolerance that is reported:
 - ``functional``: both loaded by stock transformers on seeded random token ids (computed in float64,
   or float32 for bf16/fp16 checkpoints: :func:`~.functional.compute_dtype`): largest absolute and
   relative difference of the logits (last hidden states for encoders);
-- ``decode``: causal LMs only, identical greedy continuations (A decodes; B and the rounding baseline
-  check A's continuation in one teacher-forced pass each, which decides the same question exactly).
+- ``decode``: causal LMs only, identical greedy continuations (A decodes; B and, where needed, the
+  rounding baseline check A's continuation in one teacher-forced pass each, which decides the same
+  question exactly).
 
 Multi-head latent attention (DeepSeek-V2/V3) has no per-head invariants: ``invariants`` is skipped
 and the function-level checks decide; float32/float64 checkpoints only, with the functional check on
@@ -33,8 +34,9 @@ well-conditioned head beside it keeps the tight tolerance; the outputs' toleranc
 compute dtype's arithmetic; the bound used is stated in the output. bfloat16/float16: judged against the
 *rounding baseline*: A's attention moved by an exact scalar gauge (W_Q c, W_K / c, W_V c, W_O / c,
 c = 8/7, so every entry needs rounding) and rounded to B's dtype, every other tensor rounded too.
-The export passes when its error is at most ``BASELINE_FACTOR`` times the baseline's
-(:mod:`.baseline`). The invariant check is :mod:`.invariant_check`, the transformers runs :mod:`.functional`.
+The export passes when its error is at most ``BASELINE_FACTOR`` times the baseline's, or one rounding of
+the dtype; the baseline is computed only for a check whose error exceeds one rounding
+(:func:`.baseline.needs_baseline`: the same verdicts). The invariant check is :mod:`.invariant_check`, the transformers runs :mod:`.functional`.
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ import torch
 
 from ..model import Model, load
 from . import functional as fn
-from .baseline import BOUNDED_DTYPES, baseline_tolerance, rounding_baseline
+from .baseline import BOUNDED_DTYPES, baseline_tolerance, needs_baseline, one_rounding, rounding_baseline
 from .bounds import OutputBound, layer_amplification, output_bound
 from .checks import Check, Progress, no_progress
 from ..forms import form_of, require
@@ -140,6 +142,8 @@ def _compare_models(A: Model, B: Model, structure: Check, checks: list[Check], f
                    if plan is not None and not plan.offload and A.provenance.path is not None else None)
         try:
             checks.append(_tensor_check(A, B, progress))
+            if preload is not None:      # layer reads and the config check may import transformers too
+                preload.wait_imported()
             amps: tuple[list[float], list[float]] = ([], [])
             checks.append(Check("invariants", None, detail=f"skipped: {no_invariants}; judged by the functional check")
                           if no_invariants else invariant_check(A, B, dtype, progress, amps))
@@ -304,33 +308,40 @@ def _functional_checks(A: Model, B: Model, dtype: torch.dtype, tokens: int, deco
                        plan: fn.LoadPlan, amps: tuple[list[float], list[float]],
                        progress: Progress = no_progress, preload: BackgroundLoad | None = None) -> list[Check]:
     """The outputs of A and B within the rounding bound (float32/float64, :func:`~.bounds.output_bound`
-    from the per-layer amplifications ``amps``) or against the rounding baseline (bf16/fp16). ``preload``:
-    A already loading in the background (:class:`.loading.BackgroundLoad`)."""
+    from the per-layer amplifications ``amps``) or, bf16/fp16, within one rounding, else against the
+    rounding baseline (run only then: :func:`.baseline.needs_baseline`). ``preload``: A already loading
+    in the background (:class:`.loading.BackgroundLoad`)."""
     ids = fn.probe_ids(A.hf_config, tokens, decode, seed)
     how = plan.describe()
-    with_baseline = dtype not in BOUNDED_DTYPES and not plan.offload
-    runs = 3 if with_baseline else 2
-    progress("functional", 0, runs)
-    # A, then A's rounding baseline on the same loaded model (bf16/fp16 only): one load of A for both.
-    # A decodes greedily; the baseline and B check A's continuation in one teacher-forced pass each
-    editions = [None, lambda m: _apply_baseline(m, A, dtype)] if with_baseline else [None]
-    outs_a = fn.run_model_editions(A.provenance.path, ids, decode, plan, editions, preloaded=preload)
-    out_a, base_out = outs_a[0], (outs_a[1] if with_baseline else None)
-    progress("functional", runs - 1, runs)
+    may_need_baseline = dtype not in BOUNDED_DTYPES and not plan.offload
+    progress("functional", 0, 2)
+    # A decodes greedily; B checks A's continuation in one teacher-forced pass
+    out_a = fn.run_model_editions(A.provenance.path, ids, decode, plan, [None], preloaded=preload)[0]
+    progress("functional", 1, 2)
     out_b = fn.run_model(B.provenance.path, ids, decode, plan, follow=out_a.decoded)
-    progress("functional", runs, runs)
+    progress("functional", 2, 2)
     undefined = undefined_outputs(out_a, out_b, ids)
     if undefined is not None:
         return [Check("functional", undefined[0], detail=undefined[1])]
     err_abs = float((out_a.values - out_b.values).abs().max())
     scale = float(out_a.values.abs().max())
     err = err_abs / scale if scale > 0 else err_abs
+    decoded_differ = out_a.decoded is not None and not torch.equal(out_a.decoded, out_b.decoded)
+    base_out = None
+    if may_need_baseline and (needs_baseline(dtype, err) or decoded_differ):
+        # A's rounding baseline: A reloaded and edited, checking A's continuation (a third run, only here)
+        progress("functional", 2, 3)
+        base_out = fn.run_model(A.provenance.path, ids, decode, plan, edit=lambda m: _apply_baseline(m, A, dtype),
+                                follow=out_a.decoded)
+        progress("functional", 3, 3)
     baseline = None if base_out is None else float((out_a.values - base_out.values).abs().max()) / (scale or 1.0)
     extra: dict = {"max_abs": err_abs, "kind": out_a.kind}
     if dtype in BOUNDED_DTYPES:
         bound = output_bound(amps[0], amps[1], stored_dtype(A), dtype, plan.compute_dtype)
         tol, why = bound.tolerance, f"; tolerance: {bound.describe()}"
         extra["bound"] = asdict(bound)
+    elif may_need_baseline and base_out is None:
+        tol, why = one_rounding(dtype), f"; within one {str(dtype).removeprefix('torch.')} rounding: the rounding baseline was not needed"
     else:
         tol, why = baseline_tolerance(dtype, baseline), ""
     checks = [Check("functional", err <= tol, error=err, tolerance=tol, baseline=baseline,

@@ -120,23 +120,61 @@ def test_different_architectures_are_not_equivalent(tiny_dir):
     assert result.code == 1 and "NOT equivalent" in result.stdout
 
 
-@pytest.mark.parametrize("case", ["same-dtype bf16", "float64 cast to bf16", "same-dtype fp16"])
-def test_half_precision_exports_are_judged_against_the_rounding_baseline(case, tiny_dir, tmp_path):
+HALF_PRECISION_CASES = ["same-dtype bf16", "float64 cast to bf16", "same-dtype fp16"]
+
+
+def _half_precision_export(case, tiny_dir, tmp_path):
     if case == "float64 cast to bf16":
         src, extra = tiny_dir("llama-bias"), ["--dtype", "bfloat16"]
     else:
         dtype = torch.bfloat16 if "bf16" in case else torch.float16
         src, extra = tiny_dir("qwen2", dtype=dtype), []
     export_ok(src, tmp_path / "out", *extra)
-    result = run_cli("verify", src, tmp_path / "out", "--format", "json")
+    return src, tmp_path / "out"
+
+
+@pytest.mark.parametrize("case", HALF_PRECISION_CASES)
+def test_half_precision_exports_are_judged_against_the_rounding_baseline(case, tiny_dir, tmp_path, monkeypatch):
+    """With the floor of one rounding set to zero every bf16/fp16 check computes the rounding baseline,
+    and its tolerance is BASELINE_FACTOR times the baseline's error."""
+    import idinspect.equivalence.baseline as baseline
+
+    src, out = _half_precision_export(case, tiny_dir, tmp_path)
+    monkeypatch.setattr(baseline, "one_rounding", lambda dtype: 0.0)
+    result = run_cli("verify", src, out, "--format", "json")
     assert result.code == 0, result.stdout
     assert json.loads(result.stdout)["dtype"] == ("float16" if "fp16" in case else "bfloat16")
     checks = _checks(result.stdout)
     for name in ("invariants", "functional"):
         c = checks[name]
         assert 1e-5 < c["baseline"] < 0.1 and c["error"] <= c["tolerance"] == pytest.approx(4 * c["baseline"])
-    text = run_cli("verify", src, tmp_path / "out").stdout
+    text = run_cli("verify", src, out).stdout
     assert "rounding baseline" in text
+
+
+def test_the_rounding_baseline_is_computed_only_where_an_error_exceeds_one_rounding(tiny_dir, tmp_path):
+    """By default a bf16/fp16 check within one rounding of its dtype passes without the baseline (its
+    tolerance max(4 x baseline, one rounding) would pass it whatever the baseline), and one above it is
+    judged against the baseline: both happen on these three exports (the float64 model cast to bf16
+    moves its logits by more than one bf16 rounding), and every verdict is the one the baseline gives."""
+    from idinspect.equivalence.baseline import BASELINE_FACTOR, one_rounding
+
+    seen = set()
+    for k, case in enumerate(HALF_PRECISION_CASES):
+        src, out = _half_precision_export(case, tiny_dir, tmp_path / str(k))
+        result = run_cli("verify", src, out, "--format", "json")
+        assert result.code == 0, result.stdout
+        floor = one_rounding(torch.float16 if "fp16" in case else torch.bfloat16)
+        for name in ("invariants", "functional"):
+            c = _checks(result.stdout)[name]
+            if c["baseline"] is None:
+                seen.add("skipped")
+                assert c["error"] <= c["tolerance"] == floor
+            else:
+                seen.add("computed")
+                assert c["error"] > floor and c["tolerance"] == pytest.approx(max(BASELINE_FACTOR * c["baseline"], floor))
+                assert c["error"] <= c["tolerance"]
+    assert seen == {"skipped", "computed"}
 
 
 def test_bf16_tampering_beyond_rounding_is_caught(tiny_dir, tmp_path):
