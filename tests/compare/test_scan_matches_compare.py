@@ -123,3 +123,30 @@ def test_a_bad_figure_in_a_later_layer_is_named(database, tmp_path):
     (tmp_path / "db.jsonl").write_text(json.dumps(doc) + "\n")
     with pytest.raises(IdinspectError, match=r"db\.jsonl line 1: layer 7 head 5: radius_qk .* above the largest"):
         list(read_database(tmp_path / "db.jsonl"))
+
+
+def test_distance_matrix_in_row_blocks_is_the_whole_formula_bit_for_bit(monkeypatch):
+    """:func:`distance_matrix` forms its rows a block at a time (memory): with blocks smaller than the
+    row count, the same float64 D as the whole-matrix formula, both modes, zero rows and NaN included."""
+    import idinspect.compare.matching as matching
+
+    g = torch.Generator().manual_seed(3)
+    x = {"qk": torch.rand(37, 6, generator=g, dtype=torch.float64), "ov": torch.rand(37, 4, generator=g, dtype=torch.float64)}
+    y = {"qk": torch.rand(29, 6, generator=g, dtype=torch.float64), "ov": torch.rand(29, 4, generator=g, dtype=torch.float64)}
+    x["qk"][5] = 0.0
+    y["qk"][7] = 0.0
+    x["ov"][9, 2] = float("nan")
+
+    def whole(exact: bool) -> torch.Tensor:
+        total = torch.zeros(37, 29, dtype=torch.float64)
+        for k in ("qk", "ov"):
+            a, b = x[k], y[k]
+            num = torch.cdist(a, b, compute_mode="donot_use_mm_for_euclid_dist" if exact else "use_mm_for_euclid_dist")
+            den = torch.sqrt((a * a).sum(1)[:, None] + (b * b).sum(1)[None, :])
+            d = torch.where(den > 0, num / den.clamp_min(torch.finfo(torch.float64).tiny), torch.zeros_like(num))
+            total += torch.nan_to_num(d.clamp(0.0, 1.0), nan=1.0)
+        return total / 2
+
+    monkeypatch.setattr(matching, "ROW_BLOCK", 8)
+    for exact in (True, False):
+        assert torch.equal(matching.distance_matrix(x, y, exact=exact), whole(exact))
