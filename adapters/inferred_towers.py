@@ -113,13 +113,13 @@ class InferredTowersAdapter(InferredStacksAdapter):
     def not_analysed_reason(self, key: str) -> str | None:
         from .model_tensors import match
 
-        return match(self._untraced_patterns, key, self.prefix)
+        return match(self._untraced_patterns, self.live_name(key), self.prefix)
 
     def unanalysed(self) -> list[dict]:
         """Each untraced tower as one module, with its tensors and parameter count."""
         out = []
         for key, path in self.untraced:
-            names = [k for k in self.reader.keys() if k.startswith(f"{self.prefix}{path}.")]  # noqa: SIM118
+            names = [k for k in self.reader.keys() if self.live_name(k).startswith(f"{self.prefix}{path}.")]  # noqa: SIM118
             if names:
                 out.append({"module": f"{self.prefix}{path}", "tensors": sorted(names),
                             "reason": f"the {key.removesuffix('_config')} tower ({key}): {UNTRACED_REASON}",

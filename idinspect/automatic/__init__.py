@@ -39,6 +39,7 @@ from .cross_layers import layouts_by_layer_kind
 from .groups import check_runs, find_groups
 from .infer import candidates, sizes
 from .settle import settle, with_cross_states
+from .stored_names import learn_stored_names
 from .towers import infer_towers, tower_keys
 from .trace import layer_lists
 
@@ -95,6 +96,8 @@ def infer_adapter(model_type: str, hf_config, model_class, trust_remote_code: bo
 
         result = check_adapter(hf)
         proven = True
+        # the names a folder saved by transformers holds (renamed, fused tensors split), proven on the saved twin
+        cls.stored_names, stored = learn_stored_names(hf, cls)
     except (AssertionError, IdinspectError) as exc:
         raise IdinspectError(f"--auto: the inferred adapter of {model_type!r} is not proven ({one_line(exc)}); "
                              f"found {found}; an adapter must be written by hand") from None
@@ -111,6 +114,7 @@ def infer_adapter(model_type: str, hf_config, model_class, trust_remote_code: bo
         "jacobian_nullity": proof["jacobian_nullity"],
         "structural_unidentified": proof["structural_unidentified"],
         "found": found,
+        "stored_names": stored,
     })
     return cls
 
