@@ -31,7 +31,16 @@ from ..errors import IdinspectError, one_line
 def learn_stored_names(hf: torch.nn.Module, cls: type) -> tuple[StoredNames | None, str]:
     """(the saved names of ``hf``'s class, proven; or None) and what was found, for the registered
     inferred adapter ``cls`` of the float64 twin ``hf``. None where transformers saves the live names
-    (nothing to learn) or where the rules are not proven (a folder of saved names is then refused by name)."""
+    (nothing to learn) or where the rules are not proven (a folder of saved names is then refused by
+    name); never raises (the adapter is proven on the live twin either way)."""
+    try:
+        return _learn(hf, cls)
+    except Exception as exc:  # noqa: BLE001 - the model's own saving or loading failing on the twin, in one line
+        cls.stored_names = None
+        return None, f"not learned ({type(exc).__name__}: {one_line(exc)})"
+
+
+def _learn(hf: torch.nn.Module, cls: type) -> tuple[StoredNames | None, str]:
     import idinspect
 
     from ..sources.checkpoint import SafetensorsCheckpoint
@@ -39,13 +48,10 @@ def learn_stored_names(hf: torch.nn.Module, cls: type) -> tuple[StoredNames | No
 
     twin = copy.deepcopy(hf)
     ranges = _fill_distinct(twin)
-    live = {k: v for k, v in twin.state_dict().items()}
+    live = dict(twin.state_dict())
     with tempfile.TemporaryDirectory(prefix="idinspect-twin-") as tmp:
-        try:
-            with quiet_transformers():
-                twin.save_pretrained(tmp)
-        except Exception as exc:  # noqa: BLE001 - the model's own saving failing on the twin, in one line
-            return None, f"save_pretrained failed on the twin ({type(exc).__name__}: {one_line(exc)})"
+        with quiet_transformers():
+            twin.save_pretrained(tmp)
         reader = SafetensorsCheckpoint(Path(tmp))
         try:
             pairs, unplaced = place(live, ranges, reader)
