@@ -16,6 +16,9 @@ counted.
    (:func:`idinspect.testing.check_adapter`): a bit-exact round trip of every stored tensor, the
    reference against the module at 1e-10 in float64, and ``--prove``'s twin Jacobian nullity equal to
    the structural count. Any mismatch refuses by name with what was found.
+4. The names a folder saved by transformers holds, where they are not the live module's (renamed
+   modules, fused experts saved per expert), are learned from the twin's own ``save_pretrained`` and
+   proven on the saved twin (:mod:`.stored_names`); each checkpoint is read under the names it holds.
 
 Only then is the class registered for the model type (for this process) and the checkpoint read
 with it; every report marks its counts "automatic, proven on a twin".
