@@ -103,3 +103,27 @@ def test_a_layer_beyond_the_config_is_refused_under_saved_names(tiny_dir, tmp_pa
     with hidden("vit"):
         with pytest.raises(IdinspectError, match=r"tensors for layer 2 \(vit\.encoder\.layer\.2\.\*\)"):
             idinspect.load(folder, auto=True)
+
+
+def test_the_rules_carry_indices_in_order_and_keep_apart_what_two_names_map_apart():
+    """Learned from pairs (saved, live, whether a rename): a layer's index is carried to any layer, an
+    expert's saved index is any expert of the fused live tensor, and indices a rename does not carry
+    (a Sequential's ``mlp.0`` and ``mlp.2`` saved as ``fc1`` and ``fc2``) stay as they are."""
+    from idinspect.adapters.stored_names import StoredNames
+
+    from idinspect.automatic.stored_names import rules
+
+    pairs = [(f"model.layers.{i}.mlp.experts.{e}.{part}_proj.weight", f"model.layers.{i}.mlp.experts.gate_up_proj", False)
+             for i in (0, 1) for e in (0, 1) for part in ("gate", "up")]
+    pairs += [(f"enc.layer.{i}.attention.query.weight", f"layers.{i}.attn.q_proj.weight", True) for i in (0, 1)]
+    pairs += [("head.fc1.weight", "head.mlp.0.weight", True), ("head.fc2.weight", "head.mlp.2.weight", True)]
+    names = StoredNames("", *rules(pairs))
+    assert names.live("model.layers.9.mlp.experts.7.up_proj.weight") == "model.layers.9.mlp.experts.gate_up_proj"
+    assert names.saved("layers.12.attn.q_proj.weight") == "enc.layer.12.attention.query.weight"
+    assert names.live("enc.layer.12.attention.query.weight") == "layers.12.attn.q_proj.weight"
+    assert names.saved("head.mlp.0.weight") == "head.fc1.weight" and names.saved("head.mlp.2.weight") == "head.fc2.weight"
+    assert names.live("head.fc2.weight") == "head.mlp.2.weight"
+    assert names.live("model.layers.0.mlp.experts.0.w4.weight") is None        # placed nowhere
+    with pytest.raises(IdinspectError, match="model.layers.0.mlp.experts.gate_up_proj"):
+        names.saved("model.layers.0.mlp.experts.gate_up_proj")                  # fused: no one saved name
+    assert names.saved_container("layers.3") == "enc.layer"
