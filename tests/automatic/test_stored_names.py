@@ -46,6 +46,9 @@ def test_a_folder_of_saved_names_reads_as_the_hand_written_adapter_reads_it(vari
     assert model.adapter.stored_as is not None          # read under the saved names
     names = set(load_file(folder / "model.safetensors"))
     assert {n for layer in range(model.num_layers) for n in model.adapter.attention_keys(layer)} <= names
+    for module in model.adapter.unanalysed():       # an untraced tower (Qwen2-VL's vision) under its saved names
+        assert set(module["tensors"]) <= names
+        assert all(t.startswith(module["module"] + ".") for t in module["tensors"])
 
 
 def _deeper(variant: str, layers: int, tmp_path: Path) -> Path:
