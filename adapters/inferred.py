@@ -32,10 +32,10 @@ from .inferred_layout import (  # noqa: F401 - the layout's names, read here and
     LatentModules,
 )
 from .layout import Block
-from .stored_names import StoredNames
+from .stored_names import ReadsStoredNames
 
 
-class InferredAdapter(Adapter):
+class InferredAdapter(ReadsStoredNames, Adapter):
     """Base of the classes :func:`inferred_adapter` makes: every fact is read from ``found``."""
 
     family = "automatic"
@@ -53,64 +53,9 @@ class InferredAdapter(Adapter):
     #: The keyword the model takes those states under (Mllama's ``cross_attention_states``), with an additive
     #: mask of zeros under ``{stem}_mask`` where it takes one (:func:`cross_inputs`).
     cross_states: str = "encoder_hidden_states"
-    #: The live module's tensor names <-> the names ``save_pretrained`` stores (learned and proven on the
-    #: twin, :mod:`idinspect.automatic.stored_names`); None where they are the same.
-    stored_names: StoredNames | None = None
-
     def __init__(self, config, reader):
-        # a folder transformers 5 saved holds the saved names (renamed, fused tensors split): this
-        # instance then reads and writes, and declares, under those; a live model the live names
-        names = self.stored_names
-        self.stored_as = names if names is not None and names.used_by(reader.keys()) else None
+        self.stored_as = self.names_held_by(reader)     # a folder transformers 5 saved: the saved names
         super().__init__(self.own_config(config), reader)
-
-    # names --------------------------------------------------------------------------------------
-    def stored(self, live: str) -> str:
-        """The checkpoint's name of the tensor the live module names ``live``."""
-        return live if self.stored_as is None else self.stored_as.saved(live)
-
-    def live_name(self, key: str) -> str:
-        """The live module's name of the checkpoint's tensor ``key`` (of the fused tensor it is a piece
-        of); ``key`` itself where the names are the same or no rule places it (then nothing declares it)."""
-        return key if self.stored_as is None else self.stored_as.live(key) or key
-
-    def key(self, site: Site, name: str) -> str:
-        return self.stored(super().key(site, name))
-
-    def _find_prefix(self, keys: list[str]) -> str:
-        """The live prefix; under saved names, the twin's, where the checkpoint holds its first weight's saved name."""
-        if self.stored_as is None:
-            return super()._find_prefix(keys)
-        first = self.sites[0]
-        probe = self.stored(f"{self.stored_as.prefix}{first.path}.{first.block.projections[0].weight_name}")
-        if probe not in self.reader:
-            raise IdinspectError(f"no tensor named {probe!r} in the checkpoint (transformers' saved name of the "
-                                 f"first layer's {first.block.projections[0].weight_name}); config.json says "
-                                 f"model_type '{self.config.model_type}': check that the weights belong to this config")
-        return self.stored_as.prefix
-
-    def model_component(self, key: str) -> str | None:
-        return super().model_component(self.live_name(key))
-
-    def not_analysed_reason(self, key: str) -> str | None:
-        return super().not_analysed_reason(self.live_name(key))
-
-    def is_buffer(self, key: str) -> bool:
-        return super().is_buffer(key) or super().is_buffer(self.live_name(key))
-
-    def containers(self) -> dict[str, int]:
-        """Each layer list's path below the prefix, under the checkpoint's names (the layer-count and
-        coverage checks look there); a saved list outside the prefix is left out (the coverage check
-        still refuses any tensor there that nothing reads or declares)."""
-        live = super().containers()
-        if self.stored_as is None:
-            return live
-        out = {}
-        for container, count in live.items():
-            saved = self.stored_as.saved_container(f"{self.prefix}{container}.0")
-            if saved is not None and saved.startswith(self.prefix):
-                out[saved[len(self.prefix):]] = count
-        return out
 
     def own_config(self, config):
         """The settings this adapter reads: transformers' config object (as the trace read them: a

@@ -111,6 +111,72 @@ class StoredNames:
         return found.pop() if len(found) == 1 else None
 
 
+class ReadsStoredNames:
+    """An adapter (mixin, before :class:`~adapters.base.Adapter`) whose layout is in the live module's
+    names and that reads a checkpoint under the names it holds: the live ones, or the saved ones of
+    :attr:`stored_names` where the checkpoint holds a name the live module does not use. Every name
+    it reads, writes, reports or declares is then the checkpoint's own."""
+
+    #: The live module's tensor names <-> the names ``save_pretrained`` stores (learned and proven on the
+    #: twin, :mod:`idinspect.automatic.stored_names`); None where they are the same.
+    stored_names: StoredNames | None = None
+    #: The names this instance's checkpoint holds: :attr:`stored_names`, or None (the live names).
+    stored_as: StoredNames | None = None
+
+    def names_held_by(self, reader) -> StoredNames | None:
+        """:attr:`stored_names` where ``reader``'s checkpoint holds saved names, else None."""
+        names = self.stored_names
+        return names if names is not None and names.used_by(reader.keys()) else None
+
+    def stored(self, live: str) -> str:
+        """The checkpoint's name of the tensor the live module names ``live``."""
+        return live if self.stored_as is None else self.stored_as.saved(live)
+
+    def live_name(self, key: str) -> str:
+        """The live module's name of the checkpoint's tensor ``key`` (of the fused tensor it is a piece
+        of); ``key`` itself where the names are the same or no rule places it (then nothing declares it)."""
+        return key if self.stored_as is None else self.stored_as.live(key) or key
+
+    def key(self, site, name: str) -> str:
+        return self.stored(super().key(site, name))
+
+    def _find_prefix(self, keys: list[str]) -> str:
+        """The live prefix; under saved names, the twin's, where the checkpoint holds its first weight's saved name."""
+        if self.stored_as is None:
+            return super()._find_prefix(keys)
+        first = self.sites[0]
+        weight = first.block.projections[0].weight_name
+        probe = self.stored(f"{self.stored_as.prefix}{first.path}.{weight}")
+        if probe not in self.reader:
+            raise IdinspectError(f"no tensor named {probe!r} in the checkpoint (transformers' saved name of the first "
+                                 f"layer's {weight}); config.json says model_type '{self.config.model_type}': check "
+                                 "that the weights belong to this config")
+        return self.stored_as.prefix
+
+    def model_component(self, key: str) -> str | None:
+        return super().model_component(self.live_name(key))
+
+    def not_analysed_reason(self, key: str) -> str | None:
+        return super().not_analysed_reason(self.live_name(key))
+
+    def is_buffer(self, key: str) -> bool:
+        return super().is_buffer(key) or super().is_buffer(self.live_name(key))
+
+    def containers(self) -> dict[str, int]:
+        """Each layer list's path below the prefix, under the checkpoint's names (the layer-count and
+        coverage checks look there); a saved list outside the prefix is left out (the coverage check
+        still refuses any tensor there that nothing reads or declares)."""
+        live = super().containers()
+        if self.stored_as is None:
+            return live
+        out = {}
+        for container, count in live.items():
+            saved = self.stored_as.saved_container(f"{self.prefix}{container}.0")
+            if saved is not None and saved.startswith(self.prefix):
+                out[saved[len(self.prefix):]] = count
+        return out
+
+
 def _index(rules: tuple[Rule, ...]) -> dict[tuple[str, ...], list[Rule]]:
     out: dict[tuple[str, ...], list[Rule]] = {}
     for r in rules:
@@ -127,4 +193,4 @@ def _lookup(index: dict[tuple[str, ...], list[Rule]], name: str) -> str | None:
     return None
 
 
-__all__ = ["SLOT", "Rule", "StoredNames", "skeleton"]
+__all__ = ["SLOT", "ReadsStoredNames", "Rule", "StoredNames", "skeleton"]
