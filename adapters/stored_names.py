@@ -15,6 +15,8 @@ names the live tensor whose values a saved one holds (a rename, or one piece of 
 coverage check asks the live declarations about it. A saved name no rule places is left as it is, so
 the coverage check refuses it by name. The rules are learned and proven on a twin
 (:mod:`idinspect.automatic.stored_names`); nothing here looks at tensor values.
+:class:`ReadsStoredNames` is the part of an inferred adapter that reads a checkpoint under the names
+it holds.
 """
 
 from __future__ import annotations
