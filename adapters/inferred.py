@@ -32,9 +32,10 @@ from .inferred_layout import (  # noqa: F401 - the layout's names, read here and
     LatentModules,
 )
 from .layout import Block
+from .stored_names import ReadsStoredNames
 
 
-class InferredAdapter(Adapter):
+class InferredAdapter(ReadsStoredNames, Adapter):
     """Base of the classes :func:`inferred_adapter` makes: every fact is read from ``found``."""
 
     family = "automatic"
@@ -52,8 +53,8 @@ class InferredAdapter(Adapter):
     #: The keyword the model takes those states under (Mllama's ``cross_attention_states``), with an additive
     #: mask of zeros under ``{stem}_mask`` where it takes one (:func:`cross_inputs`).
     cross_states: str = "encoder_hidden_states"
-
     def __init__(self, config, reader):
+        self.stored_as = self.names_held_by(reader)     # a folder transformers 5 saved: the saved names
         super().__init__(self.own_config(config), reader)
 
     def own_config(self, config):
@@ -220,7 +221,7 @@ class InferredAdapter(Adapter):
 
     def _relative_key(self, site: Site) -> str:
         if self.found.relative_table:
-            return f"{self.prefix}{self.found.relative_table}.weight"
+            return self.stored(f"{self.prefix}{self.found.relative_table}.weight")
         first = next(s for s in self.sites if s.block.kind == "self" and s.stack == site.stack)
         return self.key(site if self.found.relative_per_layer else first, self.found.relative)
 

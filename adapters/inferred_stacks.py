@@ -29,7 +29,8 @@ class InferredStacksAdapter(InferredAdapter):
     def _views(self) -> dict[str, InferredAdapter]:
         out = {}
         for cls in self.parts:
-            for attr in ("exact_classes", "encoder_states", "twin_model_class", "trust_remote_code", "twin_tokens"):
+            for attr in ("exact_classes", "encoder_states", "twin_model_class", "trust_remote_code", "twin_tokens",
+                         "stored_names"):
                 setattr(cls, attr, getattr(type(self), attr))
             out[cls.found.stack] = cls(self.config, self.reader)
         return out

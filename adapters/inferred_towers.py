@@ -113,15 +113,17 @@ class InferredTowersAdapter(InferredStacksAdapter):
     def not_analysed_reason(self, key: str) -> str | None:
         from .model_tensors import match
 
-        return match(self._untraced_patterns, key, self.prefix)
+        return match(self._untraced_patterns, self.live_name(key), self.prefix)
 
     def unanalysed(self) -> list[dict]:
-        """Each untraced tower as one module, with its tensors and parameter count."""
+        """Each untraced tower as one module, with its tensors and parameter count (under the checkpoint's
+        names: the module is the path its tensors share, where they are stored under saved names)."""
         out = []
         for key, path in self.untraced:
-            names = [k for k in self.reader.keys() if k.startswith(f"{self.prefix}{path}.")]  # noqa: SIM118
+            names = [k for k in self.reader.keys() if self.live_name(k).startswith(f"{self.prefix}{path}.")]  # noqa: SIM118
             if names:
-                out.append({"module": f"{self.prefix}{path}", "tensors": sorted(names),
+                module = f"{self.prefix}{path}" if self.stored_as is None else _shared_path(names)
+                out.append({"module": module, "tensors": sorted(names),
                             "reason": f"the {key.removesuffix('_config')} tower ({key}): {UNTRACED_REASON}",
                             "parameters": sum(math.prod(self.reader.shape(k)) for k in names)})
         return out
@@ -129,6 +131,17 @@ class InferredTowersAdapter(InferredStacksAdapter):
     def twin_settings(self, hf_config, shape: dict) -> dict:
         """The model's own outer settings, every tower shrunk to ``shape`` with one layer."""
         return towers_twin_settings(hf_config, self.tower_keys, lambda sub: tower_twin_settings(sub, shape))
+
+
+def _shared_path(names: list[str]) -> str:
+    """The longest module path every name of ``names`` lies below ("" where none)."""
+    parts = [n.split(".")[:-1] for n in names]
+    shared = []
+    for components in zip(*parts):
+        if len(set(components)) > 1:
+            break
+        shared.append(components[0])
+    return ".".join(shared)
 
 
 def inferred_towers_adapter(parts: list[FoundLayout], towers: tuple[str, ...],

@@ -16,6 +16,9 @@ counted.
    (:func:`idinspect.testing.check_adapter`): a bit-exact round trip of every stored tensor, the
    reference against the module at 1e-10 in float64, and ``--prove``'s twin Jacobian nullity equal to
    the structural count. Any mismatch refuses by name with what was found.
+4. The names a folder saved by transformers holds, where they are not the live module's (renamed
+   modules, fused experts saved per expert), are learned from the twin's own ``save_pretrained`` and
+   proven on the saved twin (:mod:`.stored_names`); each checkpoint is read under the names it holds.
 
 Only then is the class registered for the model type (for this process) and the checkpoint read
 with it; every report marks its counts "automatic, proven on a twin".
@@ -39,6 +42,7 @@ from .cross_layers import layouts_by_layer_kind
 from .groups import check_runs, find_groups
 from .infer import candidates, sizes
 from .settle import settle, with_cross_states
+from .stored_names import learn_stored_names
 from .towers import infer_towers, tower_keys
 from .trace import layer_lists
 
@@ -95,6 +99,8 @@ def infer_adapter(model_type: str, hf_config, model_class, trust_remote_code: bo
 
         result = check_adapter(hf)
         proven = True
+        # the names a folder saved by transformers holds (renamed, fused tensors split), proven on the saved twin
+        cls.stored_names, stored = learn_stored_names(hf, cls)
     except (AssertionError, IdinspectError) as exc:
         raise IdinspectError(f"--auto: the inferred adapter of {model_type!r} is not proven ({one_line(exc)}); "
                              f"found {found}; an adapter must be written by hand") from None
@@ -111,6 +117,7 @@ def infer_adapter(model_type: str, hf_config, model_class, trust_remote_code: bo
         "jacobian_nullity": proof["jacobian_nullity"],
         "structural_unidentified": proof["structural_unidentified"],
         "found": found,
+        "stored_names": stored,
     })
     return cls
 
