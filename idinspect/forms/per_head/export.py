@@ -104,7 +104,7 @@ def fix_per_head_layer(layer: AttentionLayer, target: torch.dtype | None, worksp
         check_representable(layer, role, getattr(fixed, role), t)
     if comparison_precision(layer.W_Q.dtype, cast.W_Q.dtype) == torch.float32:   # bf16/fp16 in and out:
         error = largest_invariant_error(layer, cast, grams_a=report.head_grams,   # the same values, half the
-                                        precision=torch.float32)                   # bytes to widen
+                                        precision=torch.float32, workspace=ws)     # bytes to widen
     else:
         for role, t in fixed.tensors().items():             # the cast values in float64, written into
             t.copy_(getattr(cast, role))                    # canonicalize's own buffers (no new ones)
