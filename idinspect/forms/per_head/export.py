@@ -18,6 +18,7 @@ from ...layer.attention_layer import AttentionLayer
 from ...layer.buffers import Float64Buffers
 from ...numerics.precision import comparison_precision
 from .canonicalize import canonicalize
+from .fast_route import apply_precision
 from .findings import overflow_limit
 from .invariants import InvariantError, largest_invariant_error
 from .qk_gain_trade import cast_norm
@@ -87,7 +88,10 @@ def refuse_unfixable(layer: AttentionLayer) -> None:
 
 def fix_per_head_layer(layer: AttentionLayer, target: torch.dtype | None, workspace: Float64Buffers | None = None) -> FixedLayer:
     """Canonicalise ``layer`` in float64, cast each tensor once (to ``target``, or its stored dtype),
-    and measure the largest invariant change between the original and the cast result.
+    and measure the largest invariant change between the original and the cast result. A
+    bfloat16/float16 layer written in bfloat16/float16 has its float64 transforms applied in
+    float32 (:func:`~.fast_route.apply_precision`: the products' rounding is ~1e-7 relative, the
+    output's own 2^-8 or 2^-11).
 
     The float64 intermediates go into ``workspace`` (reused layer after layer) when given; the
     result holds none of them.
@@ -95,7 +99,8 @@ def fix_per_head_layer(layer: AttentionLayer, target: torch.dtype | None, worksp
     refuse_unfixable(layer)
     ws = workspace or Float64Buffers()
     original = layer.replace(**{role: ws.widen(f"input {role}", t) for role, t in layer.tensors().items()})
-    fixed, report = canonicalize(original, workspace=ws)
+    stored = layer.W_Q.dtype
+    fixed, report = canonicalize(original, workspace=ws, apply_dtype=apply_precision(stored, target or stored))
     cast = fixed.replace(**{role: t.to(target or getattr(layer, role).dtype, copy=True)   # never a workspace buffer
                             for role, t in fixed.tensors().items()})
     if fixed.qk_norm is not None:                           # the balanced norm gains, cast the same way
