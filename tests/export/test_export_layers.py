@@ -93,3 +93,22 @@ def test_half_precision_layers_apply_their_float64_transforms_in_float32(tiny_di
             assert cast_low.error.error == pytest.approx(err_ref.error, rel=1e-3)
             differ = sum(int((getattr(cast_low.cast, r) != t).sum()) for r, t in cast_ref.tensors().items())
             assert differ <= 2, differ                         # a float64 product at a rounding boundary
+
+
+def test_head_blocked_and_dense_strides():
+    """Export's float64/float32 copies keep each head's block contiguous (o_proj's heads are d rows
+    d_v apart); its casts come back in the stored order of dimensions (the adapter's views need no copy)."""
+    from idinspect.layer.buffers import dense_strides, head_blocked_strides
+
+    o_proj = torch.randn(12, 3 * 4)                            # [d, H d_v]: W_O [H, d_v, d] is a view
+    W_O = o_proj.view(12, 3, 4).permute(1, 2, 0)
+    assert W_O.stride() == (4, 1, 12) and dense_strides(W_O) == (4, 1, 12)
+    blocked = head_blocked_strides(W_O)
+    assert blocked == (48, 1, 4)
+    copy = torch.empty_strided(W_O.shape, blocked).copy_(W_O)
+    assert torch.equal(copy, W_O) and all(copy[h].is_contiguous() or copy[h].t().is_contiguous() for h in range(3))
+    W_Q = torch.randn(3 * 4, 12).view(3, 4, 12).transpose(1, 2)   # q_proj [H d_k, d]: heads already blocks
+    assert head_blocked_strides(W_Q) == W_Q.stride() == (48, 1, 12)
+    fused = torch.randn(12, 3 * 3 * 4)[:, :12]                    # W_Q inside a fused QKV weight: gaps
+    assert dense_strides(fused) == (12, 1) and dense_strides(fused.t()) == (1, 12)
+    assert head_blocked_strides(torch.randn(5)) == (1,)

@@ -15,7 +15,7 @@ import torch
 from ...errors import IdinspectError
 from ...gauge.report import Degeneracy
 from ...layer.attention_layer import AttentionLayer
-from ...layer.buffers import Float64Buffers
+from ...layer.buffers import Float64Buffers, dense_strides, head_blocked_strides
 from ...numerics.precision import comparison_precision
 from .canonicalize import canonicalize
 from .fast_route import apply_precision
@@ -98,11 +98,11 @@ def fix_per_head_layer(layer: AttentionLayer, target: torch.dtype | None, worksp
     """
     refuse_unfixable(layer)
     ws = workspace or Float64Buffers()
-    original = layer.replace(**{role: ws.widen(f"input {role}", t) for role, t in layer.tensors().items()})
+    original = layer.replace(**{role: ws.widen(f"input {role}", t, head_blocked_strides(t))   # each head's
+                                for role, t in layer.tensors().items()})                    # block contiguous
     stored = layer.W_Q.dtype
     fixed, report = canonicalize(original, workspace=ws, apply_dtype=apply_precision(stored, target or stored))
-    cast = fixed.replace(**{role: t.to(target or getattr(layer, role).dtype, copy=True)   # never a workspace buffer
-                            for role, t in fixed.tensors().items()})
+    cast = fixed.replace(**{role: _cast(t, getattr(layer, role), target) for role, t in fixed.tensors().items()})
     if fixed.qk_norm is not None:                           # the balanced norm gains, cast the same way
         cast = cast.replace(qk_norm=cast_norm(fixed.qk_norm, layer.qk_norm, target))
     for role, t in cast.tensors().items():
@@ -118,3 +118,10 @@ def fix_per_head_layer(layer: AttentionLayer, target: torch.dtype | None, worksp
         error = largest_invariant_error(original, fixed, overwrite_a=True,   # original is ours and done with;
                                         grams_a=report.head_grams)           # its Grams from canonicalize
     return FixedLayer(cast, error, report.degeneracies)
+
+
+def _cast(t: torch.Tensor, stored: torch.Tensor, target: torch.dtype | None) -> torch.Tensor:
+    """``t`` in ``target`` (or ``stored``'s dtype), in a new tensor (never a workspace buffer) laid out in
+    ``stored``'s order of dimensions: the adapter writes it back into the checkpoint's layout without a copy."""
+    return torch.empty_strided(tuple(t.shape), dense_strides(stored), dtype=target or stored.dtype,
+                               device=t.device).copy_(t)

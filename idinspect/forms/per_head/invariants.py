@@ -36,7 +36,7 @@ import torch
 
 from ...gauge.linalg import product_norms, relative
 from ...layer.attention_layer import AttentionLayer
-from ...layer.buffers import Float64Buffers
+from ...layer.buffers import Float64Buffers, head_blocked_strides
 from .aligned import align
 from .biases import effective_output_bias
 from .factors import augment
@@ -236,12 +236,13 @@ def describe_largest(error: float, where: str) -> str:
 
 
 def _converted(L: AttentionLayer, dtype: torch.dtype, workspace: Float64Buffers | None, side: str) -> AttentionLayer:
-    """``L.to(dtype)``, its four factors copied into ``workspace``'s buffers (their memory layout
-    kept) where one is given and they are in another dtype; ``L`` itself where already in ``dtype``."""
+    """``L.to(dtype)``, its four factors copied into ``workspace``'s buffers (each head's block
+    contiguous, :func:`~idinspect.layer.buffers.head_blocked_strides`) where one is given and they are
+    in another dtype; ``L`` itself where already in ``dtype``."""
     if workspace is None or L.W_Q.dtype == dtype:
         return L.to(dtype)
-    factors = {role: workspace.empty(("invariants", side, role), tuple(t.shape), t.stride(), t.device, dtype).copy_(t)
-               for role, t in ((r, getattr(L, r)) for r in ("W_Q", "W_K", "W_V", "W_O"))}
+    factors = {role: workspace.empty(("invariants", side, role), tuple(t.shape), head_blocked_strides(t), t.device,
+                                     dtype).copy_(t) for role, t in ((r, getattr(L, r)) for r in ("W_Q", "W_K", "W_V", "W_O"))}
     return L.replace(**factors).to(dtype)   # the rest (biases, gains, sinks): small
 
 
