@@ -70,7 +70,7 @@ def test_half_precision_layers_apply_their_float64_transforms_in_float32(tiny_di
 
     f32, f64, bf16, fp16 = torch.float32, torch.float64, torch.bfloat16, torch.float16
     assert [apply_precision(*p) for p in ((bf16, bf16), (fp16, fp16), (bf16, fp16), (f32, bf16), (bf16, f32),
-                                          (f64, f64))] == [f32, f32, f32, f64, f64, f64]
+                                          (f64, f64), (bf16, bf16, bf16, f32), ())] == [f32, f32, f32, f64, f64, f64, f64, f64]
     for variant in ("qwen2", "llama3-rope"):                  # biases and half-rotated planes; full RoPE
         model = idinspect.load(tiny_dir(variant, dtype=bf16))
         for i in range(model.num_layers):

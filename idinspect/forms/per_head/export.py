@@ -100,8 +100,8 @@ def fix_per_head_layer(layer: AttentionLayer, target: torch.dtype | None, worksp
     ws = workspace or Float64Buffers()
     original = layer.replace(**{role: ws.widen(f"input {role}", t, head_blocked_strides(t))   # each head's
                                 for role, t in layer.tensors().items()})                    # block contiguous
-    stored = layer.W_Q.dtype
-    fixed, report = canonicalize(original, workspace=ws, apply_dtype=apply_precision(stored, target or stored))
+    stored = [getattr(layer, role).dtype for role in ("W_Q", "W_K", "W_V", "W_O")]   # and written in target
+    fixed, report = canonicalize(original, workspace=ws, apply_dtype=apply_precision(*stored, *[target] * bool(target)))
     cast = fixed.replace(**{role: _cast(t, getattr(layer, role), target) for role, t in fixed.tensors().items()})
     if fixed.qk_norm is not None:                           # the balanced norm gains, cast the same way
         cast = cast.replace(qk_norm=cast_norm(fixed.qk_norm, layer.qk_norm, target))

@@ -110,9 +110,9 @@ def _buffer(workspace: Float64Buffers | None, key: str, like: torch.Tensor, dtyp
     return workspace.empty(key, tuple(like.shape), like.stride(), like.device, dtype)
 
 
-def apply_precision(stored: torch.dtype, out: torch.dtype) -> torch.dtype:
-    """The dtype :func:`balance_fast` applies the transforms in for a layer stored in ``stored`` and
-    written in ``out``: float32 where both are bfloat16/float16, else float64.
+def apply_precision(*dtypes: torch.dtype) -> torch.dtype:
+    """The dtype :func:`balance_fast` applies the transforms in for a layer whose factors are stored and
+    written in ``dtypes``: float32 where every one is bfloat16/float16, else float64.
 
     Justification: with the k x k transforms T computed in float64 and rounded once to float32,
     each entry of X T is a k-term float32 dot product of exact inputs (a stored bfloat16/float16
@@ -125,4 +125,4 @@ def apply_precision(stored: torch.dtype, out: torch.dtype) -> torch.dtype:
     """
     from ...numerics.precision import LOW_PRECISION
 
-    return torch.float32 if stored in LOW_PRECISION and out in LOW_PRECISION else torch.float64
+    return torch.float32 if dtypes and all(d in LOW_PRECISION for d in dtypes) else torch.float64
