@@ -18,7 +18,9 @@ changes, so the file stays valid safetensors throughout and no tensor moves.
 
 from __future__ import annotations
 
+import ctypes
 import errno
+import functools
 import json
 import os
 import struct
@@ -168,6 +170,35 @@ def _sendfile(src: int, dst: int, offset: int, count: int) -> int:
     return os.sendfile(dst, src, offset, count)
 
 
+#: A shard's writeback is started every this many bytes (:func:`start_writeback`), so that the fsync
+#: after its last tensor finds most of its pages on the disk already.
+WRITEBACK_BYTES = 64 << 20
+
+
+@functools.cache
+def _sync_file_range():
+    """libc's ``sync_file_range`` (Linux), or None."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).sync_file_range
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
+    fn.restype = ctypes.c_int
+    return fn
+
+
+def start_writeback(fd: int, offset: int, count: int) -> None:
+    """Start writing bytes [offset, offset + count) of ``fd`` to the disk without waiting for them
+    (``sync_file_range(SYNC_FILE_RANGE_WRITE)``; nothing where the platform has no such call). A hint
+    for speed only: durability is still the fsync's. The last shard's fsync was the one the export
+    waited for (Llama-1B's 520 MB third shard: 0.29 s after its last tensor)."""
+    fn = _sync_file_range()
+    if fn is not None:
+        fn(fd, offset, count, 2)          # SYNC_FILE_RANGE_WRITE; an error only leaves it to the fsync
+
+
 def write_all(fd: int, data: memoryview) -> None:
     """os.write until every byte of ``data`` is written (writes may be short)."""
     while len(data):
@@ -209,6 +240,7 @@ class ShardWriter:
         self._fd: int | None = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_BINARY", 0),
                                        0o666)
         write_all(self._fd, memoryview(header))
+        self._end = self._written_back = len(header)
 
     def write(self, name: str, tensor: torch.Tensor) -> None:
         """Append ``tensor``'s bytes; it must be the next name in :attr:`order` with its spec."""
@@ -218,7 +250,7 @@ class ShardWriter:
                              f"the header says {spec.dtype} {spec.shape}")
         data = tensor.detach().to("cpu").contiguous().reshape(-1).view(torch.uint8)
         write_all(self._fd, memoryview(data.numpy()))
-        self._next += 1
+        self._advance(spec.nbytes)
 
     def copy(self, name: str, source: int, span: tuple[int, int]) -> None:
         """Append tensor ``name``'s bytes straight from file descriptor ``source`` (bytes span
@@ -228,7 +260,15 @@ class ShardWriter:
             raise ValueError(f"{self.path.name}: tensor {name} spans {span[1] - span[0]} bytes in its source, "
                              f"the header says {spec.nbytes}")
         copy_range(source, self._fd, span[0], spec.nbytes)
+        self._advance(spec.nbytes)
+
+    def _advance(self, nbytes: int) -> None:
+        """One more tensor written; writeback started every :data:`WRITEBACK_BYTES`."""
         self._next += 1
+        self._end += nbytes
+        if self._end - self._written_back >= WRITEBACK_BYTES:
+            start_writeback(self._fd, self._written_back, self._end - self._written_back)
+            self._written_back = self._end
 
     def _expect(self, name: str) -> TensorSpec:
         if self._fd is None or self._next >= len(self.order) or self.order[self._next] != name:

@@ -35,9 +35,35 @@ class Float64Buffers:
         """An uninitialised float64 tensor with ``t``'s shape, memory layout (strides) and device."""
         return self.empty(key, tuple(t.shape), t.stride(), t.device)
 
-    def widen(self, key: Hashable, t: torch.Tensor) -> torch.Tensor:
-        """``t`` converted to float64 in a reused buffer of its layout."""
-        return self.like(key, t).copy_(t)
+    def widen(self, key: Hashable, t: torch.Tensor, strides: tuple[int, ...] | None = None) -> torch.Tensor:
+        """``t`` converted to float64 in a reused buffer of its layout (or of ``strides``, e.g.
+        :func:`head_blocked_strides`)."""
+        buf = self.like(key, t) if strides is None else self.empty(key, tuple(t.shape), strides, t.device)
+        return buf.copy_(t)
 
 
-__all__ = ["Float64Buffers"]
+def dense_strides(t: torch.Tensor) -> tuple[int, ...]:
+    """Strides of a dense tensor of ``t``'s shape with ``t``'s order of dimensions in memory (``t``'s
+    own strides where ``t`` is dense; a sliced view, e.g. W_Q inside a fused QKV weight, loses its gaps)."""
+    order = sorted(range(t.dim()), key=lambda i: (-t.stride(i), i))        # outermost first
+    strides, size = [0] * t.dim(), 1
+    for i in reversed(order):
+        strides[i], size = size, size * t.shape[i]
+    return tuple(strides)
+
+
+def head_blocked_strides(t: torch.Tensor) -> tuple[int, ...]:
+    """For a per-head factor [H, a, b]: dense strides with each head's [a, b] block contiguous, its two
+    dims in ``t``'s memory order; other tensors: :func:`dense_strides`.
+
+    A head of W_O [H, d_v, d] read from o_proj [d, H d_v] is d rows of d_v entries, d 4 KiB pages
+    apart: products over all heads of that layout touch a page per row and ran 2-3x slower than over
+    heads gathered into blocks (Llama-1B W_O's float64 Gram, one core: 32 ms against 9-16 ms; the
+    gather itself copies d_v entries at a time, ~3-6 ms, where a transposing copy took 32 ms)."""
+    if t.dim() != 3:
+        return dense_strides(t)
+    _, a, b = t.shape
+    return (a * b, 1, a) if t.stride(1) < t.stride(2) else (a * b, b, 1)
+
+
+__all__ = ["Float64Buffers", "dense_strides", "head_blocked_strides"]

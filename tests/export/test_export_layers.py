@@ -3,6 +3,7 @@ computing inline, correct for any request order, each layer's check recorded onc
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 import idinspect
@@ -57,3 +58,57 @@ def test_largest_magnitude_matches_abs_max_on_strided_views():
     bad = flat.clone()
     bad[3, 3] = float("nan")
     assert math.isnan(largest_magnitude(bad.view(8, 16, 40).transpose(1, 2)))
+
+
+def test_half_precision_layers_apply_their_float64_transforms_in_float32(tiny_dir):
+    """A bf16/fp16 layer written in bf16/fp16 has its transforms (float64) applied in float32: the
+    weights equal the float64 route's to float32 rounding, biases, spectra and signs identical, and
+    the written bf16 values and the check's error are those of the float64 route."""
+    from idinspect.forms.per_head.canonicalize import canonicalize
+    from idinspect.forms.per_head.fast_route import apply_precision
+    from idinspect.forms.per_head.invariants import largest_invariant_error
+
+    f32, f64, bf16, fp16 = torch.float32, torch.float64, torch.bfloat16, torch.float16
+    assert [apply_precision(*p) for p in ((bf16, bf16), (fp16, fp16), (bf16, fp16), (f32, bf16), (bf16, f32),
+                                          (f64, f64), (bf16, bf16, bf16, f32), ())] == [f32, f32, f32, f64, f64, f64, f64, f64]
+    for variant in ("qwen2", "llama3-rope"):                  # biases and half-rotated planes; full RoPE
+        model = idinspect.load(tiny_dir(variant, dtype=bf16))
+        for i in range(model.num_layers):
+            layer = model.layer(i)
+            assert layer.W_Q.dtype == bf16
+            wide = layer.to(f64)
+            (low, r_low), (ref, r_ref) = (canonicalize(wide, apply_dtype=d) for d in (f32, f64))
+            assert r_low.degeneracies == r_ref.degeneracies
+            for role, t in ref.tensors().items():
+                got = getattr(low, role)
+                if role in ("W_Q", "W_K", "W_V", "W_O"):
+                    assert got.dtype == f32 and got.stride() == t.stride()
+                    assert float((got.double() - t).abs().max()) <= 1e-6 * float(t.abs().max()), role
+                else:
+                    assert got.dtype == f64 and torch.equal(got, t), role
+            cast_low = fix_layer(layer, None)                 # the export's own route: float32 products
+            assert cast_low.cast.W_Q.dtype == bf16
+            cast_ref = ref.replace(**{r: t.to(bf16) for r, t in ref.tensors().items()})
+            err_ref = largest_invariant_error(layer, cast_ref, precision=f32)
+            assert cast_low.error.error == pytest.approx(err_ref.error, rel=1e-3)
+            differ = sum(int((getattr(cast_low.cast, r) != t).sum()) for r, t in cast_ref.tensors().items())
+            assert differ <= 2, differ                         # a float64 product at a rounding boundary
+
+
+def test_head_blocked_and_dense_strides():
+    """Export's float64/float32 copies keep each head's block contiguous (o_proj's heads are d rows
+    d_v apart); its casts come back in the stored order of dimensions (the adapter's views need no copy)."""
+    from idinspect.layer.buffers import dense_strides, head_blocked_strides
+
+    o_proj = torch.randn(12, 3 * 4)                            # [d, H d_v]: W_O [H, d_v, d] is a view
+    W_O = o_proj.view(12, 3, 4).permute(1, 2, 0)
+    assert W_O.stride() == (4, 1, 12) and dense_strides(W_O) == (4, 1, 12)
+    blocked = head_blocked_strides(W_O)
+    assert blocked == (48, 1, 4)
+    copy = torch.empty_strided(W_O.shape, blocked).copy_(W_O)
+    assert torch.equal(copy, W_O) and all(copy[h].is_contiguous() or copy[h].t().is_contiguous() for h in range(3))
+    W_Q = torch.randn(3 * 4, 12).view(3, 4, 12).transpose(1, 2)   # q_proj [H d_k, d]: heads already blocks
+    assert head_blocked_strides(W_Q) == W_Q.stride() == (48, 1, 12)
+    fused = torch.randn(12, 3 * 3 * 4)[:, :12]                    # W_Q inside a fused QKV weight: gaps
+    assert dense_strides(fused) == (12, 1) and dense_strides(fused.t()) == (1, 12)
+    assert head_blocked_strides(torch.randn(5)) == (1,)

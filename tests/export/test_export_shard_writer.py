@@ -92,3 +92,26 @@ def test_slot_values_must_fit_exactly(tmp_path):
         assert h.metadata() == {"info": "[12345678]"}
     with pytest.raises(ValueError, match="no metadata entry"):
         ShardWriter(tmp_path / "t", {"a": TensorSpec(torch.float32, (1,))}, meta, {"v": Slot("other", 0, 4)})
+
+
+def test_writeback_started_as_tensors_are_written_changes_no_byte(tmp_path, monkeypatch):
+    """Writeback is started every WRITEBACK_BYTES (here after every tensor): the file is still
+    save_file's, and on Linux libc's sync_file_range is found (else the export's last fsync does all
+    the writing, as before)."""
+    import os
+    import sys
+
+    from idinspect.exporting import shard_writer
+
+    monkeypatch.setattr(shard_writer, "WRITEBACK_BYTES", 1)
+    t = _tensors()
+    save_file(t, tmp_path / "ref.safetensors")
+    write_safetensors(tmp_path / "ours.safetensors", t)
+    assert (tmp_path / "ours.safetensors").read_bytes() == (tmp_path / "ref.safetensors").read_bytes()
+    if sys.platform.startswith("linux"):
+        assert shard_writer._sync_file_range() is not None
+        fd = os.open(tmp_path / "ours.safetensors", os.O_RDWR)
+        try:
+            assert shard_writer._sync_file_range()(fd, 0, 1 << 20, 2) == 0       # accepted by the kernel
+        finally:
+            os.close(fd)

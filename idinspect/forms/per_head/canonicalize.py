@@ -37,7 +37,8 @@ GAUGE_VERSION = 1
 
 
 def canonicalize(layer: AttentionLayer, *, rtol: float = NONUNIQUE_RTOL,
-                 workspace: Float64Buffers | None = None) -> tuple[AttentionLayer, GaugeReport]:
+                 workspace: Float64Buffers | None = None,
+                 apply_dtype: torch.dtype = torch.float64) -> tuple[AttentionLayer, GaugeReport]:
     """The balanced gauge-fixed form of ``layer`` (float64) and a report of where it is not unique.
 
     Every invariant (each head's W_QK on the unrotated dims, each plane's Q_p K_p^T and
@@ -47,19 +48,23 @@ def canonicalize(layer: AttentionLayer, *, rtol: float = NONUNIQUE_RTOL,
     which two singular values (or a plane's principal values) are reported as tied. The result
     shares no tensor with ``layer`` (a caller may overwrite it in place); with a ``workspace``
     its W_Q and W_O live in the workspace's buffers, overwritten by the next call using it.
+    ``apply_dtype`` float32 (export of a bfloat16/float16 layer to bfloat16/float16,
+    :func:`~.fast_route.apply_precision`): the fast route applies its float64 transforms to the
+    four weight factors in float32 and returns those in float32 (biases, Grams and transforms
+    stay float64); a layer with a q/k norm, or one taking the reference route, stays float64.
     Raises :class:`~idinspect.errors.UnsupportedLayerError` for layers the mathematics does not model.
     """
     layer.validate()
     require_modelled(layer)
     L, zeroed, folded = fix_biases(layer.to(torch.float64))
     v_live = L.b_V is not None and not folded
-    b = balance_fast(L, v_live, workspace)
+    qk_kept = getattr(L, "qk_norm", None) is not None
+    b = balance_fast(L, v_live, workspace, torch.float64 if qk_kept else apply_dtype)
     if b is None:
         b = balance_reference(L, v_live)
     report = GaugeReport(layer.index, zeroed_key_bias_dims=zeroed, folded_value_bias=folded, head_grams=b.head_grams)
 
     r = L.group_size
-    qk_kept = getattr(L, "qk_norm", None) is not None
     if b.s_qk is not None and not qk_kept:
         _note(report, "qk", close_pairs(b.s_qk, rtol), r)
     if b.principal is not None and not qk_kept:

@@ -15,9 +15,10 @@ import torch
 from ...errors import IdinspectError
 from ...gauge.report import Degeneracy
 from ...layer.attention_layer import AttentionLayer
-from ...layer.buffers import Float64Buffers
+from ...layer.buffers import Float64Buffers, dense_strides, head_blocked_strides
 from ...numerics.precision import comparison_precision
 from .canonicalize import canonicalize
+from .fast_route import apply_precision
 from .findings import overflow_limit
 from .invariants import InvariantError, largest_invariant_error
 from .qk_gain_trade import cast_norm
@@ -87,24 +88,28 @@ def refuse_unfixable(layer: AttentionLayer) -> None:
 
 def fix_per_head_layer(layer: AttentionLayer, target: torch.dtype | None, workspace: Float64Buffers | None = None) -> FixedLayer:
     """Canonicalise ``layer`` in float64, cast each tensor once (to ``target``, or its stored dtype),
-    and measure the largest invariant change between the original and the cast result.
+    and measure the largest invariant change between the original and the cast result. A
+    bfloat16/float16 layer written in bfloat16/float16 has its float64 transforms applied in
+    float32 (:func:`~.fast_route.apply_precision`: the products' rounding is ~1e-7 relative, the
+    output's own 2^-8 or 2^-11).
 
     The float64 intermediates go into ``workspace`` (reused layer after layer) when given; the
     result holds none of them.
     """
     refuse_unfixable(layer)
     ws = workspace or Float64Buffers()
-    original = layer.replace(**{role: ws.widen(f"input {role}", t) for role, t in layer.tensors().items()})
-    fixed, report = canonicalize(original, workspace=ws)
-    cast = fixed.replace(**{role: t.to(target or getattr(layer, role).dtype, copy=True)   # never a workspace buffer
-                            for role, t in fixed.tensors().items()})
+    original = layer.replace(**{role: ws.widen(f"input {role}", t, head_blocked_strides(t))   # each head's
+                                for role, t in layer.tensors().items()})                    # block contiguous
+    stored = [getattr(layer, role).dtype for role in ("W_Q", "W_K", "W_V", "W_O")]   # and written in target
+    fixed, report = canonicalize(original, workspace=ws, apply_dtype=apply_precision(*stored, *[target] * bool(target)))
+    cast = fixed.replace(**{role: _cast(t, getattr(layer, role), target) for role, t in fixed.tensors().items()})
     if fixed.qk_norm is not None:                           # the balanced norm gains, cast the same way
         cast = cast.replace(qk_norm=cast_norm(fixed.qk_norm, layer.qk_norm, target))
     for role, t in cast.tensors().items():
         check_representable(layer, role, getattr(fixed, role), t)
     if comparison_precision(layer.W_Q.dtype, cast.W_Q.dtype) == torch.float32:   # bf16/fp16 in and out:
         error = largest_invariant_error(layer, cast, grams_a=report.head_grams,   # the same values, half the
-                                        precision=torch.float32)                   # bytes to widen
+                                        precision=torch.float32, workspace=ws)     # bytes to widen
     else:
         for role, t in fixed.tensors().items():             # the cast values in float64, written into
             t.copy_(getattr(cast, role))                    # canonicalize's own buffers (no new ones)
@@ -113,3 +118,10 @@ def fix_per_head_layer(layer: AttentionLayer, target: torch.dtype | None, worksp
         error = largest_invariant_error(original, fixed, overwrite_a=True,   # original is ours and done with;
                                         grams_a=report.head_grams)           # its Grams from canonicalize
     return FixedLayer(cast, error, report.degeneracies)
+
+
+def _cast(t: torch.Tensor, stored: torch.Tensor, target: torch.dtype | None) -> torch.Tensor:
+    """``t`` in ``target`` (or ``stored``'s dtype), in a new tensor (never a workspace buffer) laid out in
+    ``stored``'s order of dimensions: the adapter writes it back into the checkpoint's layout without a copy."""
+    return torch.empty_strided(tuple(t.shape), dense_strides(stored), dtype=target or stored.dtype,
+                               device=t.device).copy_(t)
