@@ -31,18 +31,18 @@ import tempfile
 import time
 from pathlib import Path
 
-from .hub_ranges import LLAMA_1B, LLAMA_8B, build_repo
+from .hub_ranges import FULL_RANK_BLOCK, LLAMA_1B, LLAMA_8B, build_repo
 from .machine import describe, load_average
-from .remote_compare import BLOCK, LLAMA_70B
+from .remote_compare import LLAMA_70B
 from .measure import run_child
-from .remote_link import THREADS, Server, client_env, pieces_of, run_idinspect
+from .remote_link import THREADS, Server, client_env, pieces_of, run_idinspect, with_block
 
 RESULTS = Path(__file__).resolve().parent / "results"
 TARGET = 1.15
-#: repo id, shape, shards, repeating block (None: the generator's default)
+#: repo id, shape, shards, repeating block of the generated data (:data:`.hub_ranges.FULL_RANK_BLOCK` at 8B, 70B)
 SHAPES = {"1b": ("bench/depth-llama-3.2-1b", LLAMA_1B, 1, None),
-          "8b": ("bench/depth-llama-3.1-8b", LLAMA_8B, 4, None),
-          "70b": ("bench/depth-llama-3.1-70b", LLAMA_70B, 30, BLOCK)}
+          "8b": ("bench/depth-llama-3.1-8b", LLAMA_8B, 4, FULL_RANK_BLOCK),
+          "70b": ("bench/depth-llama-3.1-70b", LLAMA_70B, 30, FULL_RANK_BLOCK)}
 
 
 def floor_child(jobs_file: str) -> None:
@@ -98,9 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     built = {}
     for repo_id, shape, shards, block in chosen:
         shape = {**shape, **({"num_hidden_layers": args.layers} if args.layers else {})}
-        files, facts = build_repo(shape, shards)
-        if block is not None:
-            files = {n: ((*v[:4], block) if isinstance(v, tuple) else v) for n, v in files.items()}
+        files, facts = with_block(*build_repo(shape, shards), block)
         built[repo_id] = (files, facts, shape["num_hidden_layers"])
     server = Server({r: f for r, (f, _, _) in built.items()})
     env = client_env(server.endpoint)

@@ -30,7 +30,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from .hub_ranges import build_repo
+from .hub_ranges import FULL_RANK_BLOCK, build_repo
 from .machine import describe, load_average
 from .measure import idinspect_argv, run_child
 from .remote_link import Server, client_env, pieces_of, run_plain
@@ -40,10 +40,7 @@ LLAMA_70B = {"hidden_size": 8192, "intermediate_size": 28672, "num_hidden_layers
              "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 128256, "tie_word_embeddings": False}
 REPOS = ("bench/llama-3.1-70b-shaped-a", "bench/llama-3.1-70b-shaped-b")
 RSS_LIMIT = 1 << 30
-#: Bytes of the repeating random block: 128 rows of 16 KB and a bit, so that every head is full rank
-#: and no two rows repeat at the same place (a 1 MB block gives each 128-row head of a d = 8192
-#: matrix only 64 distinct rows, and rank-deficient heads take 8x the analysis time).
-BLOCK = 2 * (1 << 20) + 4098
+BLOCK = FULL_RANK_BLOCK
 
 
 def run_compare(a: str, b: str, env: dict, cache: Path) -> dict:

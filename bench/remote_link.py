@@ -37,14 +37,23 @@ import threading
 import time
 from pathlib import Path
 
-from .hub_ranges import LLAMA_1B, LLAMA_8B, build_repo
+from .hub_ranges import FULL_RANK_BLOCK, LLAMA_1B, LLAMA_8B, build_repo
 from .machine import describe, load_average
 from .measure import idinspect_argv, run_child
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = Path(__file__).resolve().parent / "results"
-SHAPES = {"1b": ("bench/llama-3.2-1b-shaped", LLAMA_1B, 1), "8b": ("bench/llama-3.1-8b-shaped", LLAMA_8B, 4)}
+#: repo id, shape, shards, repeating block of the generated data (:data:`.hub_ranges.FULL_RANK_BLOCK` at 8B)
+SHAPES = {"1b": ("bench/llama-3.2-1b-shaped", LLAMA_1B, 1, None),
+          "8b": ("bench/llama-3.1-8b-shaped", LLAMA_8B, 4, FULL_RANK_BLOCK)}
 PIECE, THREADS = 16 << 20, 8
+
+
+def with_block(files: dict, facts: dict, block: int | None) -> tuple[dict, dict]:
+    """``build_repo``'s files with their generated data repeating every ``block`` bytes (None: the default)."""
+    if block is not None:
+        files = {n: ((*v[:4], block) if isinstance(v, tuple) else v) for n, v in files.items()}
+    return files, facts
 
 
 # the server, in a child process (its own GIL) ---------------------------------------------------
@@ -172,14 +181,14 @@ def main(argv: list[str] | None = None) -> int:
     shapes = [SHAPES[s.strip()] for s in args.shapes.split(",")]
     rates = [float(r) for r in args.rates.split(",")]
     latency = args.latency_ms / 1000
-    built = {repo_id: build_repo(shape, shards) for repo_id, shape, shards in shapes}
+    built = {repo_id: with_block(*build_repo(shape, shards), block) for repo_id, shape, shards, block in shapes}
     server = Server({r: files for r, (files, _) in built.items()})
     env = client_env(server.endpoint)
     tmp = Path(tempfile.mkdtemp(prefix="idinspect-remote-link-"))
     results = {"machine": describe(), "latency_s": latency, "runs": []}
     failed = False
     try:
-        for repo_id, _, _ in shapes:
+        for repo_id, _, _, _ in shapes:
             facts = built[repo_id][1]
             jobs = pieces_of(facts["attention_spans"])
             for rate in rates:
