@@ -151,7 +151,7 @@ def traced_alone(hf, root: str, rel: str, key: str, model_type: str, stack: str,
                                 config_key=key,
                                 relative_table=f.relative_table and f"{rel}.{f.relative_table}")
     part = type(cls.__name__, (cls,), {"found": moved, "__module__": cls.__module__})
-    return part, error, {**seen, "traced": f"{rel}, on its own ({given} given)"}, given
+    return part, error, {**seen, "layers": f"{rel}.{seen['layers']}", "traced": f"on its own ({given} given)"}, given
 
 
 __all__ = ["infer_towers", "is_tower", "tower_keys", "tower_roots"]
