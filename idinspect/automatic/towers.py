@@ -7,7 +7,10 @@ outermost module of the live model that holds that very sub-config object as its
 transformers builds a tower), and its layers the one list of ``num_hidden_layers`` layers with
 projections inside that module. A tower whose layers the model's example inputs do not run (a vision
 tower whose images enter the text as image tokens the token ids never hold) is not traced: the
-adapter lists it as not analysed, never counted silently. A tower that runs but has no single list
+adapter lists it as not analysed, never counted silently. A tower whose first layer runs but some of
+whose layers do not (the multimodal Mllama's text model: its cross layers read image states the whole
+model makes only from pixel values) is traced and settled as a model of its own (:func:`traced_alone`),
+and the proofs give it its cross-attention states at its root. A tower that runs but has no single list
 of layers, or whose attention modules differ from another tower's, is refused by name.
 """
 
@@ -142,9 +145,17 @@ def traced_alone(hf, root: str, rel: str, key: str, model_type: str, stack: str,
         raise IdinspectError(f"--auto: some layers of {root} ({type(sub).__name__}) do not run on the example inputs, "
                              "and on its own it takes no cross-attention states; an adapter must be written by hand")
     inputs.update(cross_inputs(sub, given, ids, g))
+    (_, layers), = layer_lists(sub)
+    idle = [n for n in range(len(layers)) if n not in _runs(sub, inputs, dict(enumerate(layers)))]
+    if idle and all(type(layers[n]) is type(layers[0]) for n in idle):    # a second kind's layer: refused by name below
+        raise IdinspectError(f"--auto: layers {idle} of {root} ({type(sub).__name__}) do not run, even on its own "
+                             "inputs; an adapter must be written by hand")
     layouts, seen = layouts_by_layer_kind(sub, inputs, model_type, None, stack)
     cls, error = settle(sub, layouts, {**seen, "stack": stack}, tokens, given)
     f = cls.found
+    own = getattr(sub, "base_model_prefix", "")     # the tower's paths are below its own base model, where it has one
+    if own and any(k.startswith(own + ".") for k in sub.state_dict()):
+        rel = f"{rel}.{own}"
     inner = {f"{rel}.{k}": v for k, v in f.model_tensors.items()}
     outside = model_tensors(hf, SimpleNamespace(layer_container=f"{rel}.{f.layer_container}"), set(), (*others, rel))
     moved = dataclasses.replace(f, layer_container=f"{rel}.{f.layer_container}", model_tensors={**outside, **inner},
