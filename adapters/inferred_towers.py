@@ -11,13 +11,17 @@ or proves anything.
 
 from __future__ import annotations
 
+import contextlib
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from functools import cached_property
 from typing import ClassVar
 
+import torch
+
 from .base import Site
 from .inferred import FoundLayout, InferredAdapter, twin_settings_from
+from .inferred_inputs import cross_inputs
 from .inferred_stacks import InferredStacksAdapter, inferred_stacks_adapter
 
 #: Why an untraced tower is not analysed.
@@ -80,8 +84,36 @@ class InferredTowersAdapter(InferredStacksAdapter):
     #: Untraced towers: (sub-config key, module path relative to the base model) of each.
     untraced: ClassVar[tuple[tuple[str, str], ...]] = ()
 
+    #: Towers traced as models of their own (their layers of a second kind run only on inputs the whole model
+    #: cannot pass them: Mllama's text model, whose cross layers read image states): (module path relative to
+    #: the base model, the keyword its cross-attention states are given under at that module).
+    tower_inputs: ClassVar[tuple[tuple[str, str], ...]] = ()
+
     def own_config(self, config):
         return config
+
+    @contextlib.contextmanager
+    def example_call(self, hf_model, generator: torch.Generator) -> Iterator[None]:
+        """Each tower of :attr:`tower_inputs` given, at its root, N(0, 1) cross-attention states [B, T + 3, d]
+        (d its own width) with a mask showing them all (:func:`~adapters.inferred_inputs.cross_inputs`), as
+        it was traced on its own, where the whole model's call gives it none."""
+        def give(name: str):
+            def hook(module, args, kwargs):
+                if kwargs.get(name) is not None:
+                    return None
+                x = next((kwargs[k] for k in ("input_ids", "inputs_embeds") if kwargs.get(k) is not None),
+                         args[0] if args else None)
+                ids = torch.zeros(tuple(x.shape[:2]), dtype=torch.long)
+                return args, {**kwargs, **cross_inputs(module, name, ids, generator)}
+            return hook
+
+        handles = [hf_model.get_submodule(f"{self.prefix}{path}").register_forward_pre_hook(give(name), with_kwargs=True)
+                   for path, name in self.tower_inputs]
+        try:
+            yield
+        finally:
+            for h in handles:
+                h.remove()
 
     def _first(self) -> InferredAdapter:
         return next(iter(self._views.values()))
@@ -129,8 +161,18 @@ class InferredTowersAdapter(InferredStacksAdapter):
         return out
 
     def twin_settings(self, hf_config, shape: dict) -> dict:
-        """The model's own outer settings, every tower shrunk to ``shape`` with one layer."""
-        return towers_twin_settings(hf_config, self.tower_keys, lambda sub: tower_twin_settings(sub, shape))
+        """The model's own outer settings, every tower shrunk to ``shape`` with one layer; a tower whose
+        layers are of two kinds, one layer of each (:meth:`InferredAdapter.twin_settings`)."""
+        views = {v.found.config_key: v for v in self._views.values()}
+
+        def settings_of(sub) -> dict:
+            kw = tower_twin_settings(sub, shape)
+            view = next((views[k] for k in self.tower_keys if getattr(hf_config, k) is sub and k in views), None)
+            if view is not None and view.found.cross_layers_key is not None:
+                kw.update(InferredAdapter.twin_settings(view, sub, shape))
+            return kw
+
+        return towers_twin_settings(hf_config, self.tower_keys, settings_of)
 
 
 def _shared_path(names: list[str]) -> str:
@@ -145,13 +187,17 @@ def _shared_path(names: list[str]) -> str:
 
 
 def inferred_towers_adapter(parts: list[FoundLayout], towers: tuple[str, ...],
-                            untraced: tuple[tuple[str, str], ...]) -> type[InferredTowersAdapter]:
+                            untraced: tuple[tuple[str, str], ...],
+                            tower_inputs: tuple[tuple[str, str], ...] = ()) -> type[InferredTowersAdapter]:
     """An :class:`Adapter` subclass for a multi-tower model whose traced towers' layouts are ``parts``
-    (block order; each names its sub-config), with every tower's key ``towers`` and the ``untraced``
-    towers (key, module path)."""
+    (block order; each names its sub-config), with every tower's key ``towers``, the ``untraced``
+    towers (key, module path) and the ``tower_inputs`` of towers traced on their own (module path, keyword)."""
     stacks = inferred_stacks_adapter(parts)
     attrs = {k: v for k, v in vars(stacks).items() if not k.startswith("__") or k == "__module__"}
-    attrs.update(tower_keys=tuple(towers), untraced=tuple(untraced), __module__=__name__)
+    attrs.update(tower_keys=tuple(towers), untraced=tuple(untraced), tower_inputs=tuple(tower_inputs),
+                 __module__=__name__)
+    if tower_inputs:     # the blocks read their keys' input under the towers' keywords
+        attrs["kv_arguments"] = tuple(dict.fromkeys((*InferredTowersAdapter.kv_arguments, *(k for _, k in tower_inputs))))
     name = stacks.__name__.replace("_StacksAdapter", "_TowersAdapter")
     return type(name, (InferredTowersAdapter,), attrs)
 

@@ -64,6 +64,12 @@ class LiveModel:
         """Forward arguments that run every attention block of ``hf_model`` (see :func:`example_inputs`)."""
         return example_inputs(hf_model, input_ids, generator)
 
+    def example_call(self, hf_model, generator: torch.Generator) -> contextlib.AbstractContextManager:
+        """A context around a forward pass of ``hf_model`` on :meth:`example_inputs` that gives inner
+        modules the inputs the whole model cannot pass them (an inferred adapter's tower traced as a model
+        of its own: its cross-attention states, given at its root). None by default."""
+        return contextlib.nullcontext()
+
     def live_modules(self, hf_model, n: int):
         """(module taking the hidden states, separate output module or None) of block ``n`` in a live
         transformers model of this checkpoint."""

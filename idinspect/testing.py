@@ -96,7 +96,7 @@ def captured_blocks(hf, adapter, tokens: int, seed: int) -> list[tuple[torch.Ten
     vocab = getattr(hf.config, "vocab_size", None) or getattr(text, "vocab_size", None) or 32
     ids = torch.randint(0, vocab, (2, tokens), generator=g)
     try:
-        with torch.no_grad(), exact_softmax(), adapter.exact_float64():
+        with torch.no_grad(), exact_softmax(), adapter.exact_float64(), adapter.example_call(hf, g):
             hf(**adapter.example_inputs(hf, ids, g), use_cache=False)
     finally:
         for h in handles:

@@ -145,7 +145,7 @@ def _capture(hf, adapter, src, batch: int, generator: torch.Generator) -> tuple[
     vocab = getattr(hf.config, "vocab_size", None) or getattr(text, "vocab_size", None) or 32
     ids = torch.randint(2, vocab, (batch, adapter.twin_tokens), generator=generator)
     try:
-        with torch.no_grad():
+        with torch.no_grad(), adapter.example_call(hf, generator):
             hf(**adapter.example_inputs(hf, ids, generator), use_cache=False)
     finally:
         handle.remove()

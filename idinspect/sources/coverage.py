@@ -38,6 +38,8 @@ def unread_attention_tensors(adapter, reader: TensorReader) -> list[str]:
     claimed.update(adapter.positional_keys())
     widths = {adapter.sizes(site)[3] for site in adapter.sites}   # one per tower where towers differ (CLIP)
     containers = [re.escape(f"{adapter.prefix}{c}.") + r"\d+\.(.+)$" for c in adapter.containers()]
+    if not containers:     # every list saved outside the prefix (Mllama's language_model.model.layers): none to look in
+        return []
     inside = re.compile("|".join(f"(?:{c})" for c in containers))
     projections: dict[str, tuple[int, ...]] = {}
     for key in reader.keys():

@@ -85,9 +85,20 @@ def test_cross_attention_states_come_with_a_mask_showing_every_state():
 
 
 def test_a_second_kind_of_layer_that_does_not_run_is_refused_by_name():
-    """The multimodal Mllama takes its image states in a form --auto does not give: its cross layers do
-    not run on token ids, and --auto refuses naming the layer rather than leave it out."""
+    """Inside the multimodal Mllama, on token ids, the text model's cross layers do not run (its image
+    states come from pixel values): read there, the list of layers is refused naming the layer rather
+    than leave it out (--auto then traces that tower as a model of its own, tests/automatic/test_towers.py)."""
+    from idinspect.adapters.example_inputs import example_inputs
+
+    from idinspect.automatic import TRACE_TOKENS, trace_twin
+    from idinspect.automatic.cross_layers import layouts_by_layer_kind
+
     hf = build("mllama")
+    twin = trace_twin(hf.config, type(hf))
+    g = torch.Generator().manual_seed(0)
+    inputs = example_inputs(twin, torch.randint(2, 32, (2, TRACE_TOKENS), generator=g), g)
+    assert set(inputs) == {"input_ids"}
     refused = pytest.raises(IdinspectError, match=r"layer 1 of model.language_model.layers \(MllamaCrossAttention")
-    with hidden(hf.config.model_type), refused:
-        idinspect.load(hf, auto=True)
+    with refused:
+        layouts_by_layer_kind(twin, inputs, "mllama", "model.language_model.layers", "text", ("vision_model",),
+                              config_key="text_config")

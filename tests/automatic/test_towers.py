@@ -110,3 +110,64 @@ def test_llama4_text_laws_are_found_and_each_is_needed():
                   replace(right, l2_norm_layers="all")):
         with pytest.raises(IdinspectError, match="closest"):
             settle(twin, [wrong], found)
+
+
+def _mllama_agrees(source) -> object:
+    """``source`` (a live multimodal Mllama or its saved folder) read by --auto with the hand-written
+    adapter hidden: the same counts and the same attention function block by block; the inferred model."""
+    from tests.support.automatic import counted, layer_facts
+
+    read = idinspect.load(source)
+    by_hand, facts = counted(read), layer_facts(read)
+    with hidden(read.config.model_type):
+        model = idinspect.load(source, auto=True)
+        assert model.adapter.family == "automatic"
+        assert counted(model) == by_hand
+        assert layer_facts(model) == facts
+        evidence = model.adapter_provider()["automatic"]
+        assert evidence["proven_on_twin"] is True
+        assert evidence["jacobian_nullity"] == evidence["structural_unidentified"] > 0
+        assert evidence["reference_error"] <= 1e-10
+    return model
+
+
+def test_a_tower_whose_cross_layers_the_whole_model_does_not_run_is_traced_on_its_own():
+    """The multimodal Mllama: on token ids its text model's cross layers never run (they read image
+    states the whole model makes from pixel values). The text tower is traced and settled as a model of
+    its own (model.language_model called with its own cross_attention_states), its layout put below
+    language_model, and the proofs give it those states at its root; it then reads as the hand-written
+    adapter reads it, its cross block's keys and values of the text width (16), the vision tower not analysed."""
+    hf = build("mllama")
+    model = _mllama_agrees(hf)
+    adapter = model.adapter
+    assert adapter.tower_inputs == (("language_model", "cross_attention_states"),)
+    assert [(s.layer, s.block.kind) for s in adapter.sites] == [(0, "self"), (1, "cross"), (2, "self")]
+    assert model.layer(1).tensor_names["W_K"] == "model.language_model.layers.1.cross_attn.k_proj.weight"
+    assert model.layer(1).W_K.shape[1] == 16      # W_K [G, d, d_k]: the keys read states of the text width
+    (tower,) = adapter.unanalysed()
+    assert tower["module"] == "model.vision_model"
+
+
+def test_a_saved_multimodal_mllama_reads_as_its_hand_written_adapter_reads_it(tiny_dir):
+    """transformers saves the text model as language_model.model.layers (outside the live prefix model.):
+    the saved names are learned on the twin and the folder reads as the hand-written adapter reads it."""
+    _mllama_agrees(tiny_dir("mllama"))
+
+
+def test_the_tower_reads_its_states_only_where_the_proofs_give_them_at_its_root():
+    """Without the states given at the tower's root, the whole model's token ids do not run the cross
+    block (nothing is captured for it); with them, its canonical form reproduces the module to 1e-10."""
+    from idinspect.forms import reference_attention
+    from idinspect.testing import captured_blocks
+
+    hf = build("mllama")
+    with hidden(hf.config.model_type):
+        model = idinspect.load(hf, auto=True)
+        adapter = model.adapter
+        x, y, x_kv = captured_blocks(hf, adapter, 8, 0)[1]
+        assert x_kv.shape == (2, 11, 16)
+        err = (reference_attention(model.layer(1), x, x_kv=x_kv) - y).abs().max() / y.abs().max()
+        assert float(err) <= 1e-10
+        type(adapter).tower_inputs = ()
+        with pytest.raises(KeyError):
+            captured_blocks(hf, adapter, 8, 0)
