@@ -22,7 +22,9 @@ import contextlib
 import gc
 import os
 import shutil
+import statistics
 import tempfile
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -161,17 +163,41 @@ def private_compile_caches():
 
 def forward_threads() -> int:
     """torch's thread count for the transformers runs: 1 where the machine is already oversubscribed
-    (1-minute load average above the usable CPUs), else torch's own. On a shared 2-core machine at
-    load 7, the 1B-shaped model's prompt pass took 2.7 s with one thread and 3.3-5.6 s with two, its
-    7 cached decoding steps 6.5 s against 9.7-12.3 s: each of a decoding step's many small kernels is
-    a parallel region that waits for a descheduled thread. An idle machine keeps both threads."""
+    (as many other runnable tasks as usable CPUs, :func:`runnable_elsewhere`; the 1-minute load
+    average above the usable CPUs where that cannot be read), else torch's own. On a shared 2-core
+    machine at load 7, the 1B-shaped model's prompt pass took 2.7 s with one thread and 3.3-5.6 s with
+    two, its 7 cached decoding steps 6.5 s against 9.7-12.3 s: each of a decoding step's many small
+    kernels is a parallel region that waits for a descheduled thread. An idle machine keeps both
+    threads. (The load average is not the rule where the runnable count is there: it counts verify's
+    own two threads of the seconds before, and on an otherwise idle 2-core machine it crossed 2 and
+    took the 1B verify from 11.9-12.6 s to 14.3 s.)"""
     from ..numerics.parallel import usable_cpus
 
+    others = runnable_elsewhere()
+    if others is not None:
+        return 1 if others >= usable_cpus() else torch.get_num_threads()
     try:
         load = os.getloadavg()[0]
     except (AttributeError, OSError):
         return torch.get_num_threads()
     return 1 if load > usable_cpus() else torch.get_num_threads()
+
+
+def runnable_elsewhere(samples: int = 5, interval_s: float = 0.004) -> float | None:
+    """Tasks runnable on the machine now besides the caller: the median, over ``samples`` readings
+    ``interval_s`` apart, of the running count in ``/proc/loadavg`` (which counts the reading thread)
+    less one; None where that file cannot be read (not Linux)."""
+    counts = []
+    for k in range(samples):
+        try:
+            with open("/proc/loadavg") as f:
+                running = int(f.read().split()[3].split("/")[0])
+        except (OSError, ValueError, IndexError):
+            return None
+        counts.append(running - 1)
+        if k + 1 < samples:
+            time.sleep(interval_s)
+    return float(statistics.median(counts))
 
 
 @contextlib.contextmanager

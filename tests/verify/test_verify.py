@@ -5,6 +5,7 @@ against the rounding baseline; big models go through accelerate's offload instea
 from __future__ import annotations
 
 import json
+import os
 import shutil
 
 import pytest
@@ -306,16 +307,33 @@ def test_half_precision_functional_check_computes_in_float32_and_catches_tamperi
 
 
 def test_transformers_runs_take_one_thread_on_an_oversubscribed_machine(monkeypatch):
-    """The functional check's thread rule (docs/verify.md): one torch thread where the load average
-    exceeds the usable CPUs, torch's own count otherwise; restored after the block."""
+    """The functional check's thread rule (docs/verify.md): one torch thread where as many other tasks
+    as usable CPUs are runnable now (else, where that cannot be read, where the load average exceeds
+    the usable CPUs), torch's own count otherwise; restored after the block."""
     from idinspect.numerics.parallel import usable_cpus
     from idinspect.equivalence import functional as fn
 
     before = torch.get_num_threads()
     monkeypatch.setattr(fn.os, "getloadavg", lambda: (usable_cpus() + 5.0, 0.0, 0.0))
+    monkeypatch.setattr(fn, "runnable_elsewhere", lambda: float(usable_cpus()))
+    assert fn.forward_threads() == 1
+    monkeypatch.setattr(fn, "runnable_elsewhere", lambda: usable_cpus() - 1.0)   # a high load average alone
+    assert fn.forward_threads() == before                                         # (verify's own threads) is not it
+    monkeypatch.setattr(fn, "runnable_elsewhere", lambda: None)                  # no /proc/loadavg: the load average
     assert fn.forward_threads() == 1
     monkeypatch.setattr(fn.os, "getloadavg", lambda: (0.0, 0.0, 0.0))
     assert fn.forward_threads() == before
     with fn.kernel_threads(1):
         assert torch.get_num_threads() == 1
     assert torch.get_num_threads() == before
+
+
+def test_runnable_elsewhere_reads_this_machine():
+    """The running count of /proc/loadavg less the reading thread: a number at least 0 on Linux."""
+    from idinspect.equivalence import functional as fn
+
+    others = fn.runnable_elsewhere(samples=3, interval_s=0.0)
+    if not os.path.exists("/proc/loadavg"):
+        assert others is None
+    else:
+        assert others is not None and others >= 0
