@@ -26,7 +26,7 @@ from idinspect.adapters import ADAPTERS
 
 import idinspect
 from idinspect.errors import IdinspectError
-from tests.support.automatic import counted, hidden, layer_facts
+from tests.support.automatic import counted, hidden, layer_facts, reads_as_by_hand
 from tests.support.tiny import build
 
 #: Hand-written families the automatic adapter must match: plain, GQA/MQA, biases, fused rows (Conv1D
@@ -84,14 +84,7 @@ FROM_FOLDERS = ["bert", "modernbert", "t5-gated-head-dim", "llama-mqa", "mllama"
 
 @pytest.mark.parametrize("variant", FROM_FOLDERS)
 def test_a_checkpoint_folder_reads_as_its_hand_written_adapter_reads_it(variant, tiny_dir):
-    folder = tiny_dir(variant)
-    read = idinspect.load(folder)
-    by_hand, facts = counted(read), layer_facts(read)
-    with hidden(read.config.model_type):
-        model = idinspect.load(folder, auto=True)
-        assert model.adapter.family == "automatic"
-        assert counted(model) == by_hand
-        assert layer_facts(model) == facts
+    reads_as_by_hand(tiny_dir(variant))
 
 
 def test_a_wrong_inference_is_caught_before_anything_is_counted():

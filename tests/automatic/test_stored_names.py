@@ -17,7 +17,7 @@ from safetensors.torch import load_file, save_file
 
 import idinspect
 from idinspect.errors import IdinspectError
-from tests.support.automatic import counted, hidden, layer_facts
+from tests.support.automatic import counted, hidden, reads_as_by_hand
 from tests.support.tiny import VARIANTS, build
 
 #: Saved names differ from the live ones: experts split (Mixtral, renamed block_sparse_moe too; Qwen3-MoE;
@@ -26,23 +26,10 @@ from tests.support.tiny import VARIANTS, build
 SAVED_NAMES = ["mixtral", "qwen3-moe", "deepseek-v3", "vit", "qwen2-vl", "gpt-neox"]
 
 
-def _agrees(folder: Path, model_type: str) -> idinspect.Model:
-    """Read ``folder`` by hand and with --auto (hand-written adapter hidden): the same counts and the
-    same attention function, block by block. Returns the --auto model."""
-    read = idinspect.load(folder)
-    by_hand, facts = counted(read), layer_facts(read)
-    with hidden(model_type):
-        model = idinspect.load(folder, auto=True)
-        assert model.adapter.family == "automatic"
-        assert counted(model) == by_hand
-        assert layer_facts(model) == facts
-        return model
-
-
 @pytest.mark.parametrize("variant", SAVED_NAMES)
 def test_a_folder_of_saved_names_reads_as_the_hand_written_adapter_reads_it(variant, tiny_dir):
     folder = tiny_dir(variant)
-    model = _agrees(folder, VARIANTS[variant].config().model_type)
+    model = reads_as_by_hand(folder, VARIANTS[variant].config().model_type)
     assert model.adapter.stored_as is not None          # read under the saved names
     names = set(load_file(folder / "model.safetensors"))
     assert {n for layer in range(model.num_layers) for n in model.adapter.attention_keys(layer)} <= names
@@ -68,7 +55,7 @@ def _deeper(variant: str, layers: int, tmp_path: Path) -> Path:
 
 @pytest.mark.parametrize("variant", ["vit", "qwen3-moe"])
 def test_saved_names_hold_for_layers_the_twin_does_not_have(variant, tmp_path):
-    model = _agrees(_deeper(variant, 5, tmp_path), VARIANTS[variant].config().model_type)
+    model = reads_as_by_hand(_deeper(variant, 5, tmp_path), VARIANTS[variant].config().model_type)
     assert model.adapter.stored_as is not None and model.num_layers == 5
 
 

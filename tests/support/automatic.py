@@ -23,6 +23,20 @@ def hidden(model_type: str) -> Iterator[None]:
         ADAPTERS._adapters[model_type] = cls
 
 
+def reads_as_by_hand(source, model_type: str | None = None):
+    """Read ``source`` (a live model or a folder) by hand and with --auto, its hand-written adapter
+    (``model_type``'s; default: the one ``source`` reads with) hidden: the same counts and the same
+    attention function, block by block. Returns the --auto model."""
+    read = idinspect.load(source)
+    by_hand, facts = counted(read), layer_facts(read)
+    with hidden(model_type or read.config.model_type):
+        model = idinspect.load(source, auto=True)
+        assert model.adapter.family == "automatic"
+        assert counted(model) == by_hand
+        assert layer_facts(model) == facts
+        return model
+
+
 def counted(model) -> dict:
     """Every total and every per-layer figure of ``idinspect.inspect(model)``, without the stack names
     (a hand-written adapter's words: "text", "vision", "encoder")."""
