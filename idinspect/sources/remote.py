@@ -308,17 +308,24 @@ def open_remote(repo_id: str, revision: str | None, *, token: str | None = None,
 
     with hub_errors(repo_id, revision, cache_dir, offline):
         warm = None if offline else take(repo_id, revision, token, cache_dir)   # its failure is raised here
-        p = warm.pinned if warm is not None and warm.pinned is not None else pin(
-            repo_id, revision, token=token, cache_dir=cache_dir, offline=offline)
-        if p.files and CONFIG_FILE not in p.files:
-            ggufs = sorted(n for n in p.files if n.lower().endswith(".gguf"))
-            hint = (f"; it holds GGUF files: inspect one as {repo_id}:{ggufs[0]}" if ggufs else
-                    "; not a transformers checkpoint")
-            raise IdinspectError(f"{repo_id}@{p.commit[:12]}: no {CONFIG_FILE} in the repository{hint}")
-        config_path = download(p, CONFIG_FILE, token, cache_dir, offline)
-        shard_files, weight_map = _weights(p, token, cache_dir, offline)
-        reader = RemoteCheckpoint(repo_id, p.commit, p.files, p.cache, p.fetcher, shard_files, weight_map,
-                                  current_hub_tqdm(), adopt=warm.prefetch if warm is not None else None)
+        speculated = warm.prefetch if warm is not None else None
+        try:
+            p = warm.pinned if warm is not None and warm.pinned is not None else pin(
+                repo_id, revision, token=token, cache_dir=cache_dir, offline=offline)
+            if p.files and CONFIG_FILE not in p.files:
+                ggufs = sorted(n for n in p.files if n.lower().endswith(".gguf"))
+                hint = (f"; it holds GGUF files: inspect one as {repo_id}:{ggufs[0]}" if ggufs else
+                        "; not a transformers checkpoint")
+                raise IdinspectError(f"{repo_id}@{p.commit[:12]}: no {CONFIG_FILE} in the repository{hint}")
+            config_path = download(p, CONFIG_FILE, token, cache_dir, offline)
+            shard_files, weight_map = _weights(p, token, cache_dir, offline)
+            reader = RemoteCheckpoint(repo_id, p.commit, p.files, p.cache, p.fetcher, shard_files, weight_map,
+                                      current_hub_tqdm(), adopt=speculated)
+        except BaseException:
+            # the warm-up's fetch has no reader to stop it: stopped here, so no write outlives the call
+            if speculated is not None:
+                speculated.close()
+            raise
     return config_path.parent, reader
 
 

@@ -44,10 +44,10 @@ _EXITING = threading.Event()
 def _temporary(folder: Path) -> Iterator[tuple[int, str]]:
     """(fd, path) of a new ``.part-`` file in ``folder``, registered until the block ends (then removed
     unless the block renamed it)."""
-    if _EXITING.is_set():
-        raise OSError("idinspect is exiting: no new range is written")
-    fd, tmp = tempfile.mkstemp(prefix=".part-", dir=folder)
-    with _UNFINISHED_LOCK:
+    with _UNFINISHED_LOCK:      # created and registered as one step, or refused once exit has begun
+        if _EXITING.is_set():
+            raise OSError("idinspect is exiting: no new range is written")
+        fd, tmp = tempfile.mkstemp(prefix=".part-", dir=folder)
         _UNFINISHED.add(tmp)
     try:
         yield fd, tmp
@@ -62,8 +62,8 @@ def _temporary(folder: Path) -> Iterator[tuple[int, str]]:
 def _remove_unfinished() -> None:
     """At exit, before daemon threads are frozen: no new temporary file, and those still being written
     (a background fetch cut short by the command's end) removed."""
-    _EXITING.set()
     with _UNFINISHED_LOCK:
+        _EXITING.set()
         left = list(_UNFINISHED)
     for tmp in left:
         with contextlib.suppress(OSError):

@@ -333,6 +333,27 @@ def test_a_file_missing_from_the_repository_is_named(hub, sharded, cache):
     assert partial_files(cache) == []
 
 
+def test_a_failed_open_stops_the_warm_up_fetch_before_returning(hub, sharded, cache):
+    """The warm-up starts fetching attention tensors before the command knows the checkpoint is
+    incomplete; when the command fails, that fetch is stopped before the call returns (a library
+    caller, or the next test, never sees a write outliving the call)."""
+    import threading
+
+    from tests.support.link import Link
+
+    files = served_files(sharded)
+    del files["model-00002-of-00003.safetensors"]
+    hub.add_repo(REPO, files)
+    hub.link = Link(rate=1e5, latency=0.0)      # slow enough that the speculated tensors are still coming
+    before = set(threading.enumerate())
+    one_line_error(run_cli(REPO, "--cache-dir", str(cache)),
+                   r"names shard model-00002-of-00003.safetensors, which the repository does not hold")
+    outliving = [t.name for t in set(threading.enumerate()) - before if t.name in ("idinspect-warm", "idinspect-fetch")]
+    assert outliving == []
+    assert any(e["range"] and e["range"] != "bytes=0-7" for e in hub.log if e["host"] == "cdn")  # it had started
+    assert partial_files(cache) == []
+
+
 def test_unreachable_hub_uses_the_range_cache(hub, sharded, cache, monkeypatch):
     hub.add_repo(REPO, served_files(sharded))
     first = inspect_json(REPO, "--cache-dir", str(cache))
