@@ -110,6 +110,7 @@ def main(argv: list[str] | None = None) -> None:
     """Console-script entry point: one-line errors with exit status 2 (``--debug`` for tracebacks)."""
     err = _ErrorConsole()
     _DEBUG["on"] = False
+    interrupted = False
     try:
         code = cli.main(args=argv, prog_name="idinspect", standalone_mode=False)
     except click.exceptions.Exit as exc:
@@ -132,12 +133,12 @@ def main(argv: list[str] | None = None) -> None:
 
         cause = exc.__cause__ if isinstance(exc.__cause__, KeyboardInterrupt) else KeyboardInterrupt()
         say_interrupted(cause)
-        code = interrupted_code(cause)
+        code, interrupted = interrupted_code(cause), True
     except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM/SIGHUP (entry.Terminated): cleanups have run
         from .interrupts import interrupted_code, say_interrupted
 
         say_interrupted(exc)
-        code = interrupted_code(exc)
+        code, interrupted = interrupted_code(exc), True
     except BrokenPipeError:  # ``idinspect MODEL | head``: the reader has what it wanted
         _silence_stdout()
         code = 0
@@ -160,7 +161,17 @@ def main(argv: list[str] | None = None) -> None:
         err.print(f"[bold red]internal error:[/] {_escape(visible(_one_line(type(exc).__name__ + ': ' + str(exc))))} "
                   "(rerun with --debug for the traceback and report it)", soft_wrap=True)
         code = 2
+    if not interrupted:
+        _stop_warm_ups()
     sys.exit(code if isinstance(code, int) else 0)
+
+
+def _stop_warm_ups() -> None:
+    """Hub warm-ups the command started and never took (it failed first) are stopped before it returns
+    (not after an interrupt: the process is ending, and a stuck request must not hold it)."""
+    warm = sys.modules.get("idinspect.sources.remote_warm")
+    if warm is not None:
+        warm.abandon()
 
 
 def _one_line(text: str) -> str:

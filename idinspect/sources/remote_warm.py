@@ -100,6 +100,20 @@ def take(repo_id: str, revision: str | None, token: str | None, cache_dir) -> Wa
     return w
 
 
+def abandon() -> None:
+    """Stop every warm-up no reader took (a command that failed before opening that source, such as
+    compare's B after A failed): its thread is waited for and its prefetch stopped, so no range is
+    written after the command returns."""
+    with _LOCK:
+        left = list(_WARM.values())
+        _WARM.clear()
+    for w in left:
+        if w.thread is not None:
+            w.thread.join()
+        if w.prefetch is not None:
+            w.prefetch.close()
+
+
 def _run(w: Warm, prefetch: bool) -> None:
     repo_id, revision, token, cache_dir = w.key
     try:
@@ -191,4 +205,4 @@ def _speculate(p: Pinned, headers: dict[str, tuple[int, dict] | None]) -> Prefet
                     workers=rs.WORKERS, chunk=rs.CHUNK)
 
 
-__all__ = ["SPECULATED", "Warm", "probe_header", "take", "warm"]
+__all__ = ["SPECULATED", "Warm", "abandon", "probe_header", "take", "warm"]

@@ -354,6 +354,23 @@ def test_a_failed_open_stops_the_warm_up_fetch_before_returning(hub, sharded, ca
     assert partial_files(cache) == []
 
 
+def test_a_warm_up_never_taken_is_stopped_when_the_command_fails(hub, sharded, cache):
+    """compare warms both hub ids; when A fails, B's warm-up (never taken) is stopped before the
+    command returns, not left reading headers into the cache."""
+    import threading
+
+    from tests.support.link import Link
+
+    hub.add_repo(REPO, served_files(sharded))
+    hub.link = Link(rate=2e4, latency=0.2)     # B's header reads are still under way when A fails
+    before = set(threading.enumerate())
+    one_line_error(run_cli("compare", "org/missing", REPO, "--cache-dir", str(cache)),
+                   r"org/missing: not a local directory, and no such model")
+    outliving = [t.name for t in set(threading.enumerate()) - before if t.name in ("idinspect-warm", "idinspect-fetch")]
+    assert outliving == []
+    assert partial_files(cache) == []
+
+
 def test_unreachable_hub_uses_the_range_cache(hub, sharded, cache, monkeypatch):
     hub.add_repo(REPO, served_files(sharded))
     first = inspect_json(REPO, "--cache-dir", str(cache))
