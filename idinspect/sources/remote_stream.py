@@ -9,8 +9,8 @@ piece a read waits for and that has not started yet goes first.
 Where the pieces go:
 
 - ``to_disk``: into the range cache (published whole, as every range; a rerun reads them there);
-- otherwise into memory, at most ``window`` bytes fetched ahead of the reads; a piece is dropped
-  once every tensor it holds has been read (a model whose attention bytes would take too much of
+- otherwise into memory, at most ``window`` bytes fetched ahead of the reads; a read copies each
+  piece of its tensor as it arrives, and a piece is dropped once every tensor it holds has been read (a model whose attention bytes would take too much of
   the disk, e.g. a 70B's 24 GB, is read this way; nothing is cached). A tensor read again after
   its pieces were dropped is fetched again.
 
@@ -169,28 +169,38 @@ class Prefetch:
         pieces = self._of.get(name)
         if pieces is None:
             return False
+        end = start + len(out)
         with self._cond:
             for p in pieces:
                 if p.state == _PENDING and p not in self._urgent:
                     self._urgent.append(p)
             self._cond.notify_all()
-            while self._error is None and any(p.state in (_PENDING, _RUNNING) for p in pieces):
-                self._cond.wait()
-            if self._error is not None:
-                raise self._error
-            if self.to_disk or any(p.state == _FREED for p in pieces):
-                return False        # in the range cache now (disk mode), or dropped (read again): the caller reads
-            end = start + len(out)
-            for p in pieces:
-                a, b = max(p.start, start), min(p.end, end)
-                with memoryview(p.data) as view:
-                    out[a - start:b - start] = view[a - p.start:b - p.start]
-                p.readers.discard(name)
-                if not p.readers:
-                    p.state, p.data = _FREED, _release(p.data)
-                    self._held -= p.end - p.start
+            left = list(pieces)
+            while left:
+                if self._error is not None:
+                    raise self._error
+                if self.to_disk:
+                    if any(p.state in (_PENDING, _RUNNING) for p in left):
+                        self._cond.wait()
+                        continue
+                    return False    # in the range cache now: the caller reads it there
+                if any(p.state == _FREED for p in left):
+                    return False    # dropped (a tensor read again): the caller fetches it
+                arrived = [p for p in left if p.state == _DONE]
+                if not arrived:
+                    self._cond.wait()
+                    continue
+                for p in arrived:   # copied and dropped as each arrives: a large tensor is never held twice
+                    a, b = max(p.start, start), min(p.end, end)
+                    with memoryview(p.data) as view:
+                        out[a - start:b - start] = view[a - p.start:b - p.start]
+                    p.readers.discard(name)
+                    if not p.readers:
+                        p.state, p.data = _FREED, _release(p.data)
+                        self._held -= p.end - p.start
+                    left.remove(p)
+                self._cond.notify_all()
             del self._of[name]
-            self._cond.notify_all()
         return True
 
     # workers ---------------------------------------------------------------------------------
