@@ -43,6 +43,7 @@ from ..forms.per_head.analysis import for_analysis
 from ..forms.per_head.spectra import head_spectra
 from ..layer.attention_layer import AttentionLayer
 from ..layer.buffers import Float64Buffers
+from ..numerics.parallel import SplitLayer
 
 #: Relative accuracy of the float64 singular values themselves (see the module docstring).
 COMPUTE_RTOL = 1e-9
@@ -115,7 +116,8 @@ MAX_FOLDED_GAIN_ROUNDOFF = 2.0 ** -4
 
 
 def layer_invariants(layer: AttentionLayer, gain: torch.Tensor | None, *, device: torch.device | str = "cpu",
-                     scratch: Float64Buffers | None = None, gain_rounding: torch.Tensor | None = None) -> LayerInvariants:
+                     scratch: Float64Buffers | None = None, gain_rounding: torch.Tensor | None = None,
+                     split: SplitLayer | None = None) -> LayerInvariants:
     """The invariants of one canonical layer, with the input gain ``gain`` [d] (or None) folded in.
 
     ``gain_rounding`` [d]: a bound on each gain entry's rounding |d g_j| where it is not relative to the
@@ -141,7 +143,7 @@ def layer_invariants(layer: AttentionLayer, gain: torch.Tensor | None, *, device
                                                               cols if role != "W_V" else None)
             if max(float(eps[r].max()) for r in ("W_Q", "W_K", "W_V")) > MAX_FOLDED_GAIN_ROUNDOFF:
                 g, eps, plane_eps = None, dict(u_w), {}
-    s = head_spectra(L, scratch, input_gain=g)
+    s = head_spectra(L, scratch, input_gain=g, split=split)
     R = s.factors
     kv = torch.arange(L.n_heads, device=R["R_Q"].device) // L.group_size
     by_head = {role: (e[kv] if role != "W_Q" and torch.is_tensor(e) else e) for role, e in eps.items()}
@@ -227,30 +229,29 @@ def model_invariants(model, *, device: str | torch.device = "cpu", workers: int 
                      on_layer=None) -> ModelInvariants:
     """The invariants of every layer of an open :class:`idinspect.Model` (layers analysed in
     parallel as ``inspect`` does; results in layer order)."""
-    from ..numerics.parallel import layer_workers, ordered_map
+    from ..numerics.parallel import layer_plan, ordered_map
     from .gains import attention_input_gain_and_rounding
 
     require(model, "compare/fingerprint")
     dev = torch.device(device)
     n = model.num_layers
-    k = max(1, int(workers)) if workers is not None else layer_workers(layer_bytes_in_flight(model), n, dev)
     gains_found: list[bool] = []
-
-    def one(i: int, scratch: Float64Buffers) -> LayerInvariants:
-        layer = model.layer(i)
-        found = attention_input_gain_and_rounding(model, i)
-        gain, dg = found if found is not None else (None, None)
-        if gain is not None and gain.shape[0] != layer.d_model:     # e.g. ELECTRA's embedding-size norm
-            gain = None
-        inv = layer_invariants(layer, gain, device=dev, scratch=scratch, gain_rounding=dg)
-        gains_found.append(inv.gain_folded)
-        return inv
-
     layers = []
-    for i, inv in enumerate(ordered_map(one, n, k, Float64Buffers)):
-        layers.append(inv)
-        if on_layer is not None:
-            on_layer(i, n)
+    with layer_plan(layer_bytes_in_flight(model), n, dev, workers) as (k, split):
+        def one(i: int, scratch: Float64Buffers) -> LayerInvariants:
+            layer = model.layer(i)
+            found = attention_input_gain_and_rounding(model, i)
+            gain, dg = found if found is not None else (None, None)
+            if gain is not None and gain.shape[0] != layer.d_model:     # e.g. ELECTRA's embedding-size norm
+                gain = None
+            inv = layer_invariants(layer, gain, device=dev, scratch=scratch, gain_rounding=dg, split=split)
+            gains_found.append(inv.gain_folded)
+            return inv
+
+        for i, inv in enumerate(ordered_map(one, n, k, Float64Buffers)):
+            layers.append(inv)
+            if on_layer is not None:
+                on_layer(i, n)
     dtype = model.reader.dtype(model.adapter.attention_keys(0)[0]) if n else torch.float32
     return ModelInvariants(source=str(model.provenance.source), model=model.summary(), dtype=str(dtype).replace("torch.", ""),
                            unit_roundoff=unit_roundoff(dtype), gains_folded=bool(gains_found) and all(gains_found),

@@ -8,7 +8,9 @@ single-threaded torch kernels, keep both cores of a 2-core machine busy: 16 Llam
 which is why torch's thread count is set to 1 while the workers run and restored afterwards).
 
 Memory stays bounded by the layers in flight, never by depth: at most :func:`layer_workers`
-layers (their tensors within :data:`IN_FLIGHT_BYTES`) exist at a time.
+layers (their tensors within :data:`IN_FLIGHT_BYTES`) exist at a time. Where that budget allows
+fewer layers than cores (a 70B-wide layer is 288 MiB of bf16), the cores left over compute one
+layer's independent pieces (:class:`SplitLayer`: the R factors of W_Q, W_O, W_K, W_V) instead.
 """
 
 from __future__ import annotations
@@ -26,8 +28,10 @@ import torch
 T = TypeVar("T")
 S = TypeVar("S")
 
-#: Budget for the tensors of the layers analysed at once (see analyzer.layer_bytes_in_flight).
-IN_FLIGHT_BYTES = 2**30
+#: Budget for the tensors of the layers analysed at once (see analyzer.layer_bytes_in_flight): with
+#: the imports (~300 MiB), a remote read's window and a layer's float64 temporaries, a pass over a
+#: 70B-wide model stays within 1 GiB (two such layers at once peaked at 1.06 GiB).
+IN_FLIGHT_BYTES = 2**29
 
 
 def usable_cpus() -> int:
@@ -44,6 +48,59 @@ def layer_workers(layer_bytes: int, layers: int, device: torch.device) -> int:
         return 1
     by_memory = IN_FLIGHT_BYTES // max(1, layer_bytes)
     return int(max(1, min(usable_cpus(), by_memory, layers)))
+
+
+def split_threads(workers: int, layers: int, device: torch.device) -> int:
+    """Threads for one layer's pieces (:class:`SplitLayer`) where memory, not the layer count, kept
+    ``workers`` below the CPUs: the CPUs left idle, at most 2 per layer (a layer has two large
+    factors); 1 on a GPU or otherwise."""
+    if device.type != "cpu" or workers >= min(usable_cpus(), layers):
+        return 1
+    return max(1, min(2, usable_cpus() // max(1, workers)))
+
+
+class SplitLayer:
+    """``threads`` threads with single-threaded kernels, each with its own :class:`Float64Buffers`,
+    that map a layer's independent computations (one job per thread at a time, results in order).
+    Use as ``with SplitLayer(2) as split:``; the caller holds torch's own thread count at 1 meanwhile
+    (:func:`single_threaded_kernels`), so the two never oversubscribe the cores."""
+
+    def __init__(self, threads: int):
+        from ..layer.buffers import Float64Buffers
+
+        self._local = threading.local()
+        self._make = Float64Buffers
+        self._pool = ThreadPoolExecutor(threads, thread_name_prefix="idinspect-split", initializer=pin_thread_kernels)
+
+    def map(self, fn: Callable[[T, object], S], items: list[T]) -> list[S]:
+        """``[fn(item, buffers) for item in items]``, computed in the threads."""
+        def run(item: T) -> S:
+            if not hasattr(self._local, "buffers"):
+                self._local.buffers = self._make()
+            return fn(item, self._local.buffers)
+
+        return list(self._pool.map(run, items))
+
+    def __enter__(self) -> SplitLayer:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+
+@contextlib.contextmanager
+def layer_plan(layer_bytes: int, layers: int, device: torch.device,
+               workers: int | None = None) -> Iterator[tuple[int, SplitLayer | None]]:
+    """(layers at once, a :class:`SplitLayer` or None) for a pass over ``layers`` layers: ``workers``
+    (default :func:`layer_workers`) layers at once and, where the memory budget left CPUs idle, each
+    layer split over them with torch's kernels single-threaded for the pass."""
+    k = layer_workers(layer_bytes, layers, device) if workers is None else max(1, int(workers))
+    threads = split_threads(k, layers, device) if workers is None else 1
+    if threads <= 1:
+        yield k, None
+        return
+    with single_threaded_kernels(), SplitLayer(threads) as split:
+        yield k, split
 
 
 @contextlib.contextmanager

@@ -120,3 +120,55 @@ def test_chunked_gram_equals_the_whole_tensor_cast(dtype, monkeypatch):
     buffers = list(scratch._buffers.values())
     gram_float64(by_rows, scratch)
     assert [b.data_ptr() for b in scratch._buffers.values()] == [b.data_ptr() for b in buffers]
+
+
+def test_split_only_where_memory_kept_layers_below_the_cpus(monkeypatch):
+    """A layer is split over idle CPUs only when the memory budget, not the layer count or the
+    caller, set the layers at once; never on a GPU."""
+    import idinspect.numerics.parallel as parallel
+
+    monkeypatch.setattr(parallel, "usable_cpus", lambda: 8)
+    cpu = torch.device("cpu")
+    assert parallel.split_threads(1, 80, cpu) == 2                  # one 70B-wide layer at a time: 2 threads
+    assert parallel.split_threads(3, 80, cpu) == 2
+    assert parallel.split_threads(8, 80, cpu) == 1                  # every CPU has a layer
+    assert parallel.split_threads(1, 1, cpu) == 1                   # one layer: the count, not memory
+    assert parallel.split_threads(1, 80, torch.device("meta")) == 1
+    with parallel.layer_plan(10 * 2**20, 32, cpu) as (k, split):
+        assert (k, split) == (8, None)
+    with parallel.layer_plan(2 * IN_FLIGHT_BYTES, 32, cpu, workers=1) as (k, split):
+        assert (k, split) == (1, None)                              # the caller's own count is kept whole
+    before = torch.get_num_threads()
+    with parallel.layer_plan(2 * IN_FLIGHT_BYTES, 32, cpu) as (k, split):
+        assert k == 1 and split is not None and torch.get_num_threads() == 1
+        names = split.map(lambda i, buffers: (i, threading.current_thread().name, type(buffers).__name__), [0, 1, 2])
+    assert [n[0] for n in names] == [0, 1, 2] and all(n[1].startswith("idinspect-split") for n in names)
+    assert {n[2] for n in names} == {"Float64Buffers"}
+    assert torch.get_num_threads() == before
+
+
+def test_a_split_layer_gives_the_same_inspection_and_invariants(tiny_dir, monkeypatch):
+    """Layers too large for two at once (the budget shrunk to force it) are split over two threads:
+    the report and the compare invariants are those of one layer at a time, bit for bit."""
+    import idinspect.numerics.parallel as parallel
+    from idinspect.compare.invariants import model_invariants
+
+    folder = tiny_dir("llama-gqa")
+    monkeypatch.setattr(parallel, "usable_cpus", lambda: 2)
+    splits: list[int] = []
+    real_map = parallel.SplitLayer.map
+    monkeypatch.setattr(parallel.SplitLayer, "map", lambda self, fn, items: splits.append(len(items)) or
+                        real_map(self, fn, items))
+    with idinspect.load(folder) as model:
+        whole = idinspect.analyze(model, workers=1)
+        whole_inv = model_invariants(model, workers=1)
+        assert splits == []
+        monkeypatch.setattr(parallel, "IN_FLIGHT_BYTES", 1)
+        split = idinspect.analyze(model)
+        split_inv = model_invariants(model)
+        assert splits == [4] * (2 * model.num_layers)                # the four R factors of every layer, twice
+    assert split == whole
+    for a, b in zip(whole_inv.layers, split_inv.layers):
+        for name in ("qk", "ov", "planes", "radius_qk", "radius_ov", "radius_planes"):
+            x, y = getattr(a, name), getattr(b, name)
+            assert (x is None and y is None) or torch.equal(x, y), name

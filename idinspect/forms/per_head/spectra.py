@@ -30,6 +30,7 @@ from ...layer.buffers import Float64Buffers
 from ...numerics import precision
 from ...numerics.cholesky import cholesky_upper
 from ...numerics.low_precision_gemm import gram_low_precision
+from ...numerics.parallel import SplitLayer
 
 RANK_RULE = "s_i > max(d, d_k) * eps(float64) * s_max"
 
@@ -254,7 +255,7 @@ def layer_finite(layer: AttentionLayer) -> dict[str, torch.Tensor]:
 
 
 def head_spectra(layer: AttentionLayer, scratch: Float64Buffers | None = None,
-                 input_gain: torch.Tensor | None = None) -> HeadSpectra:
+                 input_gain: torch.Tensor | None = None, split: SplitLayer | None = None) -> HeadSpectra:
     """Singular values of every head's W_QK and W_OV (and RoPE planes) of a layer, in float64.
 
     Weights may be in any float dtype (cast to float64 a few heads at a time, into ``scratch`` when
@@ -262,14 +263,20 @@ def head_spectra(layer: AttentionLayer, scratch: Float64Buffers | None = None,
     masks (``HeadSpectra.finite``, as :func:`layer_finite` gives them) come out of the Gram matrices.
     ``input_gain`` [d] (float64): spectra of diag(g) W_Q, diag(g) W_K, diag(g) W_V, i.e. with the
     gain of the norm in front of the attention folded in (:mod:`idinspect.compare`).
+    ``split`` (CPU): the four R factors computed in its threads (:class:`~idinspect.numerics.parallel.SplitLayer`).
     """
     H, d, dk = layer.W_Q.shape
     kv = torch.arange(H, device=layer.W_Q.device) // layer.group_size   # g(h)
 
-    R_Q, fin_Q, cert_Q = _r_factor(layer.W_Q, scratch, input_gain)           # [H, k, dk]
-    R_K, fin_K, cert_K = _r_factor(layer.W_K, scratch, input_gain)           # [G, k, dk]
-    R_V, fin_V, cert_V = _r_factor(layer.W_V, scratch, input_gain)           # [G, k, dv]
-    R_O, fin_O, cert_O = _r_factor(layer.W_O.transpose(-1, -2), scratch)     # [H, k, dv]   (W_O^hT = Q R)
+    tall = [(layer.W_Q, input_gain),                 # R_Q [H, k, dk]
+            (layer.W_O.transpose(-1, -2), None),     # R_O [H, k, dv]   (W_O^hT = Q R)
+            (layer.W_K, input_gain),                 # R_K [G, k, dk]
+            (layer.W_V, input_gain)]                 # R_V [G, k, dv]
+    if split is None or layer.W_Q.device.type != "cpu":
+        factors = [_r_factor(t, scratch, g) for t, g in tall]
+    else:
+        factors = split.map(lambda job, own: _r_factor(job[0], own, job[1]), tall)
+    (R_Q, fin_Q, cert_Q), (R_O, fin_O, cert_O), (R_K, fin_K, cert_K), (R_V, fin_V, cert_V) = factors
     finite = {"W_Q": fin_Q, "W_K": fin_K, "W_V": fin_V, "W_O": fin_O}
     certified = {"R_Q": cert_Q.cpu(), "R_K": cert_K.cpu(), "R_V": cert_V.cpu(), "R_O": cert_O.cpu()}
     low = layer.W_Q.dtype in precision.LOW_PRECISION
