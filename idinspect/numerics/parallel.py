@@ -28,10 +28,12 @@ import torch
 T = TypeVar("T")
 S = TypeVar("S")
 
-#: Budget for the tensors of the layers analysed at once (see analyzer.layer_bytes_in_flight): with
-#: the imports (~300 MiB), a remote read's window and a layer's float64 temporaries, a pass over a
-#: 70B-wide model stays within 1 GiB (two such layers at once peaked at 1.06 GiB).
-IN_FLIGHT_BYTES = 2**29
+#: Budget for the tensors of the layers (or layer pairs, for diff and verify) handled at once.
+IN_FLIGHT_BYTES = 2**30
+#: The budget of a streaming pass (inspect, compare, fingerprint; :func:`layer_plan`): with the imports
+#: (~300 MiB), a remote read's window and a layer's float64 temporaries, a pass over a 70B-wide model
+#: stays within 1 GiB (two such 288 MiB layers at once peaked at 1.06 GiB).
+STREAM_BYTES = 2**29
 
 
 def usable_cpus() -> int:
@@ -41,12 +43,13 @@ def usable_cpus() -> int:
     return max(1, os.cpu_count() or 1)
 
 
-def layer_workers(layer_bytes: int, layers: int, device: torch.device) -> int:
+def layer_workers(layer_bytes: int, layers: int, device: torch.device, budget: int | None = None) -> int:
     """How many layers to analyse at once: 1 on a GPU (its stream serialises them anyway); on the
-    CPU one per usable core, within :data:`IN_FLIGHT_BYTES` for the layers in flight and the layer count."""
+    CPU one per usable core, within ``budget`` (default :data:`IN_FLIGHT_BYTES`) for the layers in
+    flight and the layer count."""
     if device.type != "cpu":
         return 1
-    by_memory = IN_FLIGHT_BYTES // max(1, layer_bytes)
+    by_memory = (IN_FLIGHT_BYTES if budget is None else budget) // max(1, layer_bytes)
     return int(max(1, min(usable_cpus(), by_memory, layers)))
 
 
@@ -92,9 +95,9 @@ class SplitLayer:
 def layer_plan(layer_bytes: int, layers: int, device: torch.device,
                workers: int | None = None) -> Iterator[tuple[int, SplitLayer | None]]:
     """(layers at once, a :class:`SplitLayer` or None) for a pass over ``layers`` layers: ``workers``
-    (default :func:`layer_workers`) layers at once and, where the memory budget left CPUs idle, each
+    (default :func:`layer_workers` within :data:`STREAM_BYTES`) layers at once and, where that budget left CPUs idle, each
     layer split over them with torch's kernels single-threaded for the pass."""
-    k = layer_workers(layer_bytes, layers, device) if workers is None else max(1, int(workers))
+    k = layer_workers(layer_bytes, layers, device, STREAM_BYTES) if workers is None else max(1, int(workers))
     threads = split_threads(k, layers, device) if workers is None else 1
     if threads <= 1:
         yield k, None

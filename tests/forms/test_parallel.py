@@ -136,10 +136,12 @@ def test_split_only_where_memory_kept_layers_below_the_cpus(monkeypatch):
     assert parallel.split_threads(1, 80, torch.device("meta")) == 1
     with parallel.layer_plan(10 * 2**20, 32, cpu) as (k, split):
         assert (k, split) == (8, None)
-    with parallel.layer_plan(2 * IN_FLIGHT_BYTES, 32, cpu, workers=1) as (k, split):
+    with parallel.layer_plan(parallel.STREAM_BYTES // 3, 32, cpu) as (k, split):
+        assert k == 3 and split is not None                         # 3 layers within the budget, 2 threads each
+    with parallel.layer_plan(2 * parallel.STREAM_BYTES, 32, cpu, workers=1) as (k, split):
         assert (k, split) == (1, None)                              # the caller's own count is kept whole
     before = torch.get_num_threads()
-    with parallel.layer_plan(2 * IN_FLIGHT_BYTES, 32, cpu) as (k, split):
+    with parallel.layer_plan(2 * parallel.STREAM_BYTES, 32, cpu) as (k, split):
         assert k == 1 and split is not None and torch.get_num_threads() == 1
         names = split.map(lambda i, buffers: (i, threading.current_thread().name, type(buffers).__name__), [0, 1, 2])
     assert [n[0] for n in names] == [0, 1, 2] and all(n[1].startswith("idinspect-split") for n in names)
@@ -163,7 +165,7 @@ def test_a_split_layer_gives_the_same_inspection_and_invariants(tiny_dir, monkey
         whole = idinspect.analyze(model, workers=1)
         whole_inv = model_invariants(model, workers=1)
         assert splits == []
-        monkeypatch.setattr(parallel, "IN_FLIGHT_BYTES", 1)
+        monkeypatch.setattr(parallel, "STREAM_BYTES", 1)
         split = idinspect.analyze(model)
         split_inv = model_invariants(model)
         assert splits == [4] * (2 * model.num_layers)                # the four R factors of every layer, twice
