@@ -17,15 +17,14 @@ from ..forms.per_head.counts import model_totals
 from ..forms.per_head.spectra import CAST_CHUNK_BYTES
 from ..layer.buffers import Float64Buffers
 from ..numerics.device import resolve_device
-from ..numerics.parallel import SplitLayer, layer_plan, ordered_map
+from ..numerics.parallel import layer_workers, ordered_map
 
 #: ``on_layer(i, n)`` is called after layer ``i`` (0-based) of ``n`` has been analysed.
 LayerCallback = Callable[[int, int], None]
 
 
 def analyze_layer(layer, *, device: str | torch.device | None = "cpu", spectra: bool = True,
-                  scratch: Float64Buffers | None = None, heavy_tails: bool = False,
-                  split: SplitLayer | None = None) -> tuple[dict, list[dict]]:
+                  scratch: Float64Buffers | None = None, heavy_tails: bool = False) -> tuple[dict, list[dict]]:
     """(layer object of the JSON contract, findings) for one canonical layer, by its form
     (:func:`idinspect.forms.form_of`: the per-head form's counts, spectra and findings, or multi-head
     latent attention's structural counts).
@@ -34,8 +33,7 @@ def analyze_layer(layer, *, device: str | torch.device | None = "cpu", spectra: 
     analysis, so it is asked for). ``scratch`` (one per thread, shared over its layers) saves
     re-allocating the float64 chunks. Raises UnsupportedLayerError for what the counts do not model.
     """
-    return form_of(layer).analyze(layer, device=device, spectra=spectra, scratch=scratch, heavy_tails=heavy_tails,
-                                  split=split)
+    return form_of(layer).analyze(layer, device=device, spectra=spectra, scratch=scratch, heavy_tails=heavy_tails)
 
 
 def analyze(model, *, device: str | torch.device | None = "cpu", spectra: bool = True,
@@ -54,16 +52,16 @@ def analyze(model, *, device: str | torch.device | None = "cpu", spectra: bool =
     layers: list[dict] = []
     findings: list[dict] = []
     n = model.num_layers
-    with layer_plan(layer_bytes_in_flight(model), n, dev, workers) as (k, split):
-        def one(i: int, scratch: Float64Buffers) -> tuple[dict, list[dict]]:
-            return analyze_layer(model.layer(i), device=dev, spectra=spectra, scratch=scratch, heavy_tails=heavy_tails,
-                                 split=split)
+    k = layer_workers(layer_bytes_in_flight(model), n, dev) if workers is None else max(1, int(workers))
 
-        for i, (counts, found) in enumerate(ordered_map(one, n, k, Float64Buffers)):
-            layers.append(counts)
-            findings.extend(found)
-            if on_layer is not None:
-                on_layer(i, n)
+    def one(i: int, scratch: Float64Buffers) -> tuple[dict, list[dict]]:
+        return analyze_layer(model.layer(i), device=dev, spectra=spectra, scratch=scratch, heavy_tails=heavy_tails)
+
+    for i, (counts, found) in enumerate(ordered_map(one, n, k, Float64Buffers)):
+        layers.append(counts)
+        findings.extend(found)
+        if on_layer is not None:
+            on_layer(i, n)
     totals = model_totals(layers, model.parameter_count())
     extras = [layer["extra_unidentified"] for layer in layers]
     known = bool(extras) and all(e is not None for e in extras)

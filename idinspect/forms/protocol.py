@@ -32,11 +32,9 @@ class Form(Protocol):
     gauge_version: int
 
     def analyze(self, layer: Any, *, device: str | torch.device | None = "cpu", spectra: bool = True,
-                scratch: Any = None, heavy_tails: bool = False, split: Any = None) -> tuple[dict, list[dict]]:
+                scratch: Any = None, heavy_tails: bool = False) -> tuple[dict, list[dict]]:
         """(layer object of the JSON contract, findings): the counts P, U (its qk/vo/... parts), the
-        closed form, and the findings; raises UnsupportedLayerError for what the counts do not model.
-        ``split``: a :class:`~idinspect.numerics.parallel.SplitLayer` the layer's independent pieces may
-        use (a form may ignore it)."""
+        closed form, and the findings; raises UnsupportedLayerError for what the counts do not model."""
 
     def unidentified(self, layer: Any) -> int:
         """The structural count U of ``layer``: the dimension of its gauge orbit."""

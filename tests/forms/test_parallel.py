@@ -149,9 +149,9 @@ def test_split_only_where_memory_kept_layers_below_the_cpus(monkeypatch):
     assert torch.get_num_threads() == before
 
 
-def test_a_split_layer_gives_the_same_inspection_and_invariants(tiny_dir, monkeypatch):
-    """Layers too large for two at once (the budget shrunk to force it) are split over two threads:
-    the report and the compare invariants are those of one layer at a time, bit for bit."""
+def test_a_split_layer_gives_the_same_invariants(tiny_dir, monkeypatch):
+    """Layers too large for two at once in compare's pass (the budget shrunk to force it) are split
+    over two threads: the invariants are those of one layer at a time, bit for bit."""
     import idinspect.numerics.parallel as parallel
     from idinspect.compare.invariants import model_invariants
 
@@ -162,14 +162,11 @@ def test_a_split_layer_gives_the_same_inspection_and_invariants(tiny_dir, monkey
     monkeypatch.setattr(parallel.SplitLayer, "map", lambda self, fn, items: splits.append(len(items)) or
                         real_map(self, fn, items))
     with idinspect.load(folder) as model:
-        whole = idinspect.analyze(model, workers=1)
         whole_inv = model_invariants(model, workers=1)
         assert splits == []
         monkeypatch.setattr(parallel, "STREAM_BYTES", 1)
-        split = idinspect.analyze(model)
         split_inv = model_invariants(model)
-        assert splits == [4] * (2 * model.num_layers)                # the four R factors of every layer, twice
-    assert split == whole
+        assert splits == [4] * model.num_layers                      # the four R factors of every layer
     for a, b in zip(whole_inv.layers, split_inv.layers):
         for name in ("qk", "ov", "planes", "radius_qk", "radius_ov", "radius_planes"):
             x, y = getattr(a, name), getattr(b, name)

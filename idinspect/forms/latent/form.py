@@ -37,7 +37,7 @@ class LatentForm:
     gauge_version = LATENT_GAUGE_VERSION
 
     def analyze(self, layer: LatentAttentionLayer, *, device: str | torch.device | None = "cpu", spectra: bool = True,
-                scratch: Any = None, heavy_tails: bool = False, split: Any = None) -> tuple[dict, list[dict]]:
+                scratch: Any = None, heavy_tails: bool = False) -> tuple[dict, list[dict]]:
         """Structural counts and the non-finite findings; no spectra (keys and values are not linear in x)."""
         return analyze_latent_layer(layer)
 

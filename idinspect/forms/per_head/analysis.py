@@ -15,7 +15,6 @@ import torch
 from ...layer.attention_layer import BIAS_ROLES, AttentionLayer
 from ...layer.buffers import Float64Buffers
 from ...numerics.device import resolve_device
-from ...numerics.parallel import SplitLayer
 from . import structure
 from .counts import layer_counts
 from .degeneracy import extra_unidentified
@@ -39,21 +38,20 @@ def for_analysis(layer: AttentionLayer, device: torch.device) -> AttentionLayer:
 
 def analyze_per_head_layer(layer: AttentionLayer, *, device: str | torch.device | None = "cpu",
                   spectra: bool = True, scratch: Float64Buffers | None = None,
-                  heavy_tails: bool = False, split: SplitLayer | None = None) -> tuple[dict, list[dict]]:
+                  heavy_tails: bool = False) -> tuple[dict, list[dict]]:
     """(layer object of the JSON contract, findings) for one canonical layer.
 
     ``heavy_tails``: add ``spectra.heavy_tail`` (:mod:`.heavy_tail`; its per-layer sums and their
     entries cost several times the rest of the analysis, so it is asked for).
 
     Raises UnsupportedLayerError for flags or RoPE frequencies the counts do not model.
-    ``scratch`` (one per thread, shared over its layers) saves re-allocating the float64 chunks;
-    ``split`` computes the R factors in its threads (:func:`spectra.head_spectra`).
+    ``scratch`` (one per thread, shared over its layers) saves re-allocating the float64 chunks.
     """
     structure.require_modelled(layer)
     dev = device if isinstance(device, torch.device) else resolve_device(device)
     L = for_analysis(layer, dev)
     counts = layer_counts(L)
-    s = head_spectra(L, scratch, split=split) if spectra else None
+    s = head_spectra(L, scratch) if spectra else None
     finite = s.finite if s is not None else layer_finite(L)
     extra = extra_unidentified(L, s) if s is not None else None
     found = layer_findings(L, s, extra, finite)

@@ -8,7 +8,6 @@ import torch
 
 from ...layer.attention_layer import AttentionLayer
 from ...layer.buffers import Float64Buffers
-from ...numerics.parallel import SplitLayer
 from .analysis import analyze_per_head_layer
 from .canonicalize import GAUGE_NAME, GAUGE_VERSION, canonicalize
 from .export import FixedLayer, fix_per_head_layer
@@ -28,10 +27,8 @@ class PerHeadForm:
     gauge_version = GAUGE_VERSION
 
     def analyze(self, layer: AttentionLayer, *, device: str | torch.device | None = "cpu", spectra: bool = True,
-                scratch: Float64Buffers | None = None, heavy_tails: bool = False,
-                split: SplitLayer | None = None) -> tuple[dict, list[dict]]:
-        return analyze_per_head_layer(layer, device=device, spectra=spectra, scratch=scratch, heavy_tails=heavy_tails,
-                                      split=split)
+                scratch: Float64Buffers | None = None, heavy_tails: bool = False) -> tuple[dict, list[dict]]:
+        return analyze_per_head_layer(layer, device=device, spectra=spectra, scratch=scratch, heavy_tails=heavy_tails)
 
     def unidentified(self, layer: AttentionLayer) -> int:
         return unidentified_dims(layer)
