@@ -237,7 +237,7 @@ def model_invariants(model, *, device: str | torch.device = "cpu", workers: int 
     n = model.num_layers
     gains_found: list[bool] = []
     layers = []
-    with layer_plan(layer_bytes_in_flight(model), n, dev, workers) as (k, split):
+    with layer_plan(layer_bytes_in_flight(model), n, dev, Float64Buffers, workers) as (k, split):
         def one(i: int, scratch: Float64Buffers) -> LayerInvariants:
             layer = model.layer(i)
             found = attention_input_gain_and_rounding(model, i)

@@ -66,24 +66,23 @@ def split_threads(workers: int, layers: int, device: torch.device) -> int:
 
 
 class SplitLayer:
-    """``threads`` threads with single-threaded kernels, each with its own :class:`Float64Buffers`,
-    that map a layer's independent computations (one job per thread at a time, results in order).
-    Use as ``with SplitLayer(2) as split:``; the caller holds torch's own thread count at 1 meanwhile
-    (:func:`single_threaded_kernels`), so the two never oversubscribe the cores."""
+    """``threads`` threads with single-threaded kernels, each with its own state ``make_state()``
+    (e.g. reusable buffers), that map a layer's independent computations (one job per thread at a
+    time, results in order). Use as ``with SplitLayer(2, Float64Buffers) as split:``; the caller holds
+    torch's own thread count at 1 meanwhile (:func:`single_threaded_kernels`), so the two never
+    oversubscribe the cores."""
 
-    def __init__(self, threads: int):
-        from ..layer.buffers import Float64Buffers
-
+    def __init__(self, threads: int, make_state: Callable[[], object]):
         self._local = threading.local()
-        self._make = Float64Buffers
+        self._make = make_state
         self._pool = ThreadPoolExecutor(threads, thread_name_prefix="idinspect-split", initializer=pin_thread_kernels)
 
     def map(self, fn: Callable[[T, object], S], items: list[T]) -> list[S]:
-        """``[fn(item, buffers) for item in items]``, computed in the threads."""
+        """``[fn(item, state) for item in items]``, computed in the threads (``state``: the thread's own)."""
         def run(item: T) -> S:
-            if not hasattr(self._local, "buffers"):
-                self._local.buffers = self._make()
-            return fn(item, self._local.buffers)
+            if not hasattr(self._local, "state"):
+                self._local.state = self._make()
+            return fn(item, self._local.state)
 
         return list(self._pool.map(run, items))
 
@@ -95,7 +94,7 @@ class SplitLayer:
 
 
 @contextlib.contextmanager
-def layer_plan(layer_bytes: int, layers: int, device: torch.device,
+def layer_plan(layer_bytes: int, layers: int, device: torch.device, make_state: Callable[[], object],
                workers: int | None = None) -> Iterator[tuple[int, SplitLayer | None]]:
     """(layers at once, a :class:`SplitLayer` or None) for a pass over ``layers`` layers: ``workers``
     (default :func:`layer_workers` within :data:`STREAM_BYTES`) layers at once and, where that budget left CPUs idle, each
@@ -105,7 +104,7 @@ def layer_plan(layer_bytes: int, layers: int, device: torch.device,
     if threads <= 1:
         yield k, None
         return
-    with single_threaded_kernels(), SplitLayer(threads) as split:
+    with single_threaded_kernels(), SplitLayer(threads, make_state) as split:
         yield k, split
 
 

@@ -134,14 +134,14 @@ def test_split_only_where_memory_kept_layers_below_the_cpus(monkeypatch):
     assert parallel.split_threads(8, 80, cpu) == 1                  # every CPU has a layer
     assert parallel.split_threads(1, 1, cpu) == 1                   # one layer: the count, not memory
     assert parallel.split_threads(1, 80, torch.device("meta")) == 1
-    with parallel.layer_plan(10 * 2**20, 32, cpu) as (k, split):
+    with parallel.layer_plan(10 * 2**20, 32, cpu, Float64Buffers) as (k, split):
         assert (k, split) == (8, None)
-    with parallel.layer_plan(parallel.STREAM_BYTES // 3, 32, cpu) as (k, split):
+    with parallel.layer_plan(parallel.STREAM_BYTES // 3, 32, cpu, Float64Buffers) as (k, split):
         assert k == 3 and split is not None                         # 3 layers within the budget, 2 threads each
-    with parallel.layer_plan(2 * parallel.STREAM_BYTES, 32, cpu, workers=1) as (k, split):
+    with parallel.layer_plan(2 * parallel.STREAM_BYTES, 32, cpu, Float64Buffers, workers=1) as (k, split):
         assert (k, split) == (1, None)                              # the caller's own count is kept whole
     before = torch.get_num_threads()
-    with parallel.layer_plan(2 * parallel.STREAM_BYTES, 32, cpu) as (k, split):
+    with parallel.layer_plan(2 * parallel.STREAM_BYTES, 32, cpu, Float64Buffers) as (k, split):
         assert k == 1 and split is not None and torch.get_num_threads() == 1
         names = split.map(lambda i, buffers: (i, threading.current_thread().name, type(buffers).__name__), [0, 1, 2])
     assert [n[0] for n in names] == [0, 1, 2] and all(n[1].startswith("idinspect-split") for n in names)
