@@ -160,7 +160,8 @@ def test_a_read_drops_each_piece_as_it_arrives(tmp_path):
     from idinspect.sources.remote_stream import Prefetch
 
     data = bytes(range(256)) * 256                      # 64 KiB: one tensor of 16 pieces of 4 KiB
-    with LocalHub(link=Link(rate=4e5, latency=0.0)) as hub, pytest.MonkeyPatch.context() as mp:
+    # 4 KiB every 40 ms: the reader copies a piece long before the next two arrive, even on a busy machine
+    with LocalHub(link=Link(rate=1e5, latency=0.0)) as hub, pytest.MonkeyPatch.context() as mp:
         mp.setattr(hf_constants, "ENDPOINT", hub.endpoint)
         mp.setattr(hf_constants, "HUGGINGFACE_CO_URL_TEMPLATE", hub.endpoint + "/{repo_id}/resolve/{revision}/{filename}")
         commit = hub.add_repo(REPO, {"model.safetensors": data})
@@ -175,8 +176,9 @@ def test_a_read_drops_each_piece_as_it_arrives(tmp_path):
         p.close()
     assert bytes(out) == data
     assert sum(arrived) == len(data) and len(arrived) >= 16 and p._held == 0
-    # pieces in flight (2 workers) and one or two not yet copied: never the whole tensor (64 KiB)
-    assert max(held) <= 6 * 4096, held
+    # pieces in flight (2 workers) and a few not yet copied, never the whole tensor (64 KiB; waiting
+    # for every piece before copying, held reaches it)
+    assert max(held) <= len(data) // 2, held
 
 
 def test_allocator_threshold_is_fixed_on_glibc():
