@@ -62,7 +62,7 @@ def split_threads(workers: int, layers: int, device: torch.device) -> int:
     factors); 1 on a GPU or otherwise."""
     if device.type != "cpu" or workers >= min(usable_cpus(), layers):
         return 1
-    return max(1, min(2, usable_cpus() // max(1, workers)))
+    return min(2, usable_cpus() // workers)
 
 
 class SplitLayer:

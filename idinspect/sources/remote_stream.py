@@ -10,9 +10,9 @@ Where the pieces go:
 
 - ``to_disk``: into the range cache (published whole, as every range; a rerun reads them there);
 - otherwise into memory, at most ``window`` bytes fetched ahead of the reads; a read copies each
-  piece of its tensor as it arrives, and a piece is dropped once every tensor it holds has been read (a model whose attention bytes would take too much of
-  the disk, e.g. a 70B's 24 GB, is read this way; nothing is cached). A tensor read again after
-  its pieces were dropped is fetched again.
+  piece of its tensor as it arrives, and a piece is dropped once every tensor it holds has been
+  read (a model whose attention bytes would take too much of the disk, e.g. a 70B's 24 GB, is read
+  this way; nothing is cached). A tensor read again after its pieces were dropped is fetched again.
 
 Workers are daemon threads; :meth:`Prefetch.close` stops them after their current piece. The first
 failure of a piece is raised by every read that needs it (and stops further pieces).
@@ -175,15 +175,16 @@ class Prefetch:
                 if p.state == _PENDING and p not in self._urgent:
                     self._urgent.append(p)
             self._cond.notify_all()
+            if self.to_disk:        # in the range cache once fetched: the caller reads it there
+                while self._error is None and any(p.state in (_PENDING, _RUNNING) for p in pieces):
+                    self._cond.wait()
+                if self._error is not None:
+                    raise self._error
+                return False
             left = list(pieces)
             while left:
                 if self._error is not None:
                     raise self._error
-                if self.to_disk:
-                    if any(p.state in (_PENDING, _RUNNING) for p in left):
-                        self._cond.wait()
-                        continue
-                    return False    # in the range cache now: the caller reads it there
                 if any(p.state == _FREED for p in left):
                     return False    # dropped (a tensor read again): the caller fetches it
                 arrived = [p for p in left if p.state == _DONE]

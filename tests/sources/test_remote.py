@@ -11,6 +11,7 @@ import json
 import os
 import re
 import shutil
+import threading
 from pathlib import Path
 
 import pytest
@@ -24,6 +25,7 @@ from idinspect.sources.remote_cache import FOLDER, RangeCache
 from idinspect.sources.safetensors_format import tensor_spans
 from tests.support.cli import run_cli
 from tests.support.hub_server import BytesBlob, Fault, LocalHub, served_files
+from tests.support.link import Link
 
 REPO = "org/tiny-llama"
 DEFAULT_PROBE = remote_stream.HEADER_PROBE
@@ -106,6 +108,11 @@ def validator():
 
 def partial_files(cache: Path) -> list[Path]:
     return [p for p in cache.rglob("*") if p.name.startswith(".part-")]
+
+
+def fetch_threads_since(before: set[threading.Thread]) -> list[str]:
+    """Names of the warm-up and fetch threads alive now that were not in ``before``."""
+    return [t.name for t in set(threading.enumerate()) - before if t.name in ("idinspect-warm", "idinspect-fetch")]
 
 
 # reading only what inspection needs ------------------------------------------------------------
@@ -337,10 +344,6 @@ def test_a_failed_open_stops_the_warm_up_fetch_before_returning(hub, sharded, ca
     """The warm-up starts fetching attention tensors before the command knows the checkpoint is
     incomplete; when the command fails, that fetch is stopped before the call returns (a library
     caller, or the next test, never sees a write outliving the call)."""
-    import threading
-
-    from tests.support.link import Link
-
     files = served_files(sharded)
     del files["model-00002-of-00003.safetensors"]
     hub.add_repo(REPO, files)
@@ -348,8 +351,7 @@ def test_a_failed_open_stops_the_warm_up_fetch_before_returning(hub, sharded, ca
     before = set(threading.enumerate())
     one_line_error(run_cli(REPO, "--cache-dir", str(cache)),
                    r"names shard model-00002-of-00003.safetensors, which the repository does not hold")
-    outliving = [t.name for t in set(threading.enumerate()) - before if t.name in ("idinspect-warm", "idinspect-fetch")]
-    assert outliving == []
+    assert fetch_threads_since(before) == []
     assert any(e["range"] and e["range"] != "bytes=0-7" for e in hub.log if e["host"] == "cdn")  # it had started
     assert partial_files(cache) == []
 
@@ -357,17 +359,12 @@ def test_a_failed_open_stops_the_warm_up_fetch_before_returning(hub, sharded, ca
 def test_a_warm_up_never_taken_is_stopped_when_the_command_fails(hub, sharded, cache):
     """compare warms both hub ids; when A fails, B's warm-up (never taken) is stopped before the
     command returns, not left reading headers into the cache."""
-    import threading
-
-    from tests.support.link import Link
-
     hub.add_repo(REPO, served_files(sharded))
     hub.link = Link(rate=2e4, latency=0.2)     # B's header reads are still under way when A fails
     before = set(threading.enumerate())
     one_line_error(run_cli("compare", "org/missing", REPO, "--cache-dir", str(cache)),
                    r"org/missing: not a local directory, and no such model")
-    outliving = [t.name for t in set(threading.enumerate()) - before if t.name in ("idinspect-warm", "idinspect-fetch")]
-    assert outliving == []
+    assert fetch_threads_since(before) == []
     assert partial_files(cache) == []
 
 

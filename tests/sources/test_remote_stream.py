@@ -120,7 +120,7 @@ def test_link_paces_bytes_and_delays_answers():
 
 
 @pytest.mark.parametrize("to_disk", [True, False])
-def test_replan_drops_unstarted_tensors_and_adds_new_ones(tmp_path, to_disk):
+def test_replan_drops_unstarted_tensors_and_adds_new_ones(tmp_path, monkeypatch, to_disk):
     """A prefetch started on a guess (remote_warm) and re-planned to the adapter's tensors fetches the
     new ones, never starts the dropped ones, and reads give the served bytes."""
     from idinspect.sources.remote_cache import RangeCache
@@ -128,9 +128,7 @@ def test_replan_drops_unstarted_tensors_and_adds_new_ones(tmp_path, to_disk):
     from idinspect.sources.remote_stream import Prefetch
 
     data = bytes(range(256)) * 64                       # 16 KiB
-    with LocalHub(link=Link(rate=2e5, latency=0.0)) as hub, pytest.MonkeyPatch.context() as mp:
-        mp.setattr(hf_constants, "ENDPOINT", hub.endpoint)
-        mp.setattr(hf_constants, "HUGGINGFACE_CO_URL_TEMPLATE", hub.endpoint + "/{repo_id}/resolve/{revision}/{filename}")
+    with _serve(monkeypatch, Link(rate=2e5, latency=0.0)) as hub:
         commit = hub.add_repo(REPO, {"model.safetensors": data})
         files = {"model.safetensors": RemoteFile("model.safetensors", len(data), None)}
         cache = RangeCache(tmp_path, commit)
@@ -151,7 +149,7 @@ def test_replan_drops_unstarted_tensors_and_adds_new_ones(tmp_path, to_disk):
     assert 1024 + 200 <= served < 4096
 
 
-def test_a_read_drops_each_piece_as_it_arrives(tmp_path):
+def test_a_read_drops_each_piece_as_it_arrives(tmp_path, monkeypatch):
     """A read that waits for its tensor's pieces copies and drops each as it arrives, so a tensor larger
     than the window is never held twice (pieces and the tensor being filled): at 70B width a 128 MiB
     W_Q per layer worker did, 100+ MiB of the process's peak."""
@@ -161,9 +159,7 @@ def test_a_read_drops_each_piece_as_it_arrives(tmp_path):
 
     data = bytes(range(256)) * 256                      # 64 KiB: one tensor of 16 pieces of 4 KiB
     # 4 KiB every 40 ms: the reader copies a piece long before the next two arrive, even on a busy machine
-    with LocalHub(link=Link(rate=1e5, latency=0.0)) as hub, pytest.MonkeyPatch.context() as mp:
-        mp.setattr(hf_constants, "ENDPOINT", hub.endpoint)
-        mp.setattr(hf_constants, "HUGGINGFACE_CO_URL_TEMPLATE", hub.endpoint + "/{repo_id}/resolve/{revision}/{filename}")
+    with _serve(monkeypatch, Link(rate=1e5, latency=0.0)) as hub:
         commit = hub.add_repo(REPO, {"model.safetensors": data})
         files = {"model.safetensors": RemoteFile("model.safetensors", len(data), None)}
         held: list[int] = []
