@@ -228,6 +228,14 @@ class Model:
         summary = getattr(remote if remote is not None else self.reader, "fetch_summary", None)
         return summary() if callable(summary) else None
 
+    def read_ahead(self, budget: int) -> None:
+        """Memory (bytes) the caller leaves for tensors fetched ahead of its reads: a hub checkpoint
+        streamed through memory fetches that far ahead (at least its default window); local files and
+        the range cache ignore it."""
+        read_ahead = getattr(self.reader, "read_ahead", None)
+        if callable(read_ahead):
+            read_ahead(budget)
+
     def close(self) -> None:
         self.reader.close()
         for owner in (getattr(self, "_config_folder", None), getattr(self, "_remote_gguf", None)):

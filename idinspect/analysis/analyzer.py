@@ -17,7 +17,7 @@ from ..forms.per_head.counts import model_totals
 from ..forms.per_head.spectra import CAST_CHUNK_BYTES
 from ..layer.buffers import Float64Buffers
 from ..numerics.device import resolve_device
-from ..numerics.parallel import layer_workers, ordered_map
+from ..numerics.parallel import IN_FLIGHT_BYTES, layer_workers, ordered_map
 
 #: ``on_layer(i, n)`` is called after layer ``i`` (0-based) of ``n`` has been analysed.
 LayerCallback = Callable[[int, int], None]
@@ -52,7 +52,11 @@ def analyze(model, *, device: str | torch.device | None = "cpu", spectra: bool =
     layers: list[dict] = []
     findings: list[dict] = []
     n = model.num_layers
-    k = layer_workers(layer_bytes_in_flight(model), n, dev) if workers is None else max(1, int(workers))
+    layer_bytes = layer_bytes_in_flight(model)
+    k = layer_workers(layer_bytes, n, dev) if workers is None else max(1, int(workers))
+    read_ahead = getattr(model, "read_ahead", None)
+    if callable(read_ahead):
+        read_ahead(IN_FLIGHT_BYTES - k * layer_bytes)      # the budget left by the layers in flight
 
     def one(i: int, scratch: Float64Buffers) -> tuple[dict, list[dict]]:
         return analyze_layer(model.layer(i), device=dev, spectra=spectra, scratch=scratch, heavy_tails=heavy_tails)

@@ -229,7 +229,7 @@ def model_invariants(model, *, device: str | torch.device = "cpu", workers: int 
                      on_layer=None) -> ModelInvariants:
     """The invariants of every layer of an open :class:`idinspect.Model` (layers analysed in
     parallel as ``inspect`` does; results in layer order)."""
-    from ..numerics.parallel import layer_plan, ordered_map
+    from ..numerics.parallel import STREAM_BYTES, layer_plan, ordered_map
     from .gains import attention_input_gain_and_rounding
 
     require(model, "compare/fingerprint")
@@ -237,7 +237,9 @@ def model_invariants(model, *, device: str | torch.device = "cpu", workers: int 
     n = model.num_layers
     gains_found: list[bool] = []
     layers = []
-    with layer_plan(layer_bytes_in_flight(model), n, dev, Float64Buffers, workers) as (k, split):
+    layer_bytes = layer_bytes_in_flight(model)
+    with layer_plan(layer_bytes, n, dev, Float64Buffers, workers) as (k, split):
+        model.read_ahead(STREAM_BYTES - k * layer_bytes)      # the pass's budget left by its layers
         def one(i: int, scratch: Float64Buffers) -> LayerInvariants:
             layer = model.layer(i)
             found = attention_input_gain_and_rounding(model, i)

@@ -67,6 +67,7 @@ class RemoteCheckpoint(TensorReader):
         self._planned: dict[str, None] = {}      # in plan (layer) order
         self._prefetch: Prefetch | None = None
         self._adopt = adopt        # a prefetch started by remote_warm, taken over on the first read
+        self._window = remote_stream.WINDOW
         self._bar = None
         self._lock = threading.Lock()
         self._bar_lock = threading.Lock()
@@ -149,13 +150,23 @@ class RemoteCheckpoint(TensorReader):
                 if self._adopt is not None:                  # started before the adapter was known: re-planned
                     self._prefetch, self._adopt = self._adopt, None
                     self._prefetch.replan(tensors)
+                    self._prefetch.set_window(self._window)
                     self._prefetch.on_bytes = self._progress
                 else:
                     self._prefetch = Prefetch(self.cache, self.fetcher, self.files, tensors,
-                                              to_disk=fits_disk(self.cache, total), window=rs.WINDOW,
+                                              to_disk=fits_disk(self.cache, total), window=self._window,
                                               workers=rs.WORKERS, chunk=rs.CHUNK, on_bytes=self._progress)
                 self._progress(total - self._prefetch.pending_bytes)
             return self._prefetch
+
+    def read_ahead(self, budget: int) -> None:
+        """Let the planned tensors streamed through memory (not the range cache) be fetched up to
+        ``budget`` bytes ahead of the reads, at least :data:`~.remote_stream.WINDOW`: a reader whose
+        memory plan leaves room keeps the link busy while it works on a layer larger than the window."""
+        with self._lock:
+            self._window = max(remote_stream.WINDOW, int(budget))
+            if self._prefetch is not None:
+                self._prefetch.set_window(self._window)
 
     def _progress(self, n: int) -> None:
         """``n`` more planned bytes arrived: the byte bar moves (and closes at the last byte)."""

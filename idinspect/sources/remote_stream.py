@@ -208,6 +208,12 @@ class Prefetch:
         pieces.sort(key=lambda p: (p.order, p.fname, p.start))
         return _merge_after(pieces, self._workers * unit, self._chunk)
 
+    def set_window(self, window: int) -> None:
+        """Fetch up to ``window`` bytes ahead of the reads from now on (memory mode)."""
+        with self._cond:
+            self.window = self._maps.bound = window
+            self._cond.notify_all()
+
     # reads -------------------------------------------------------------------------------
     def covers(self, name: str) -> bool:
         """Whether ``name`` is one of the tensors this prefetch fetches (and has not dropped)."""
