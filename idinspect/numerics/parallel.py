@@ -29,13 +29,16 @@ import torch
 T = TypeVar("T")
 S = TypeVar("S")
 
-#: Budget for the tensors of the layers (or layer pairs, for diff and verify) handled at once.
+#: Budget for the tensors of the layers (or layer pairs, for diff and verify) handled at once; what
+#: inspect's layers leave of it goes to a streamed hub checkpoint's read-ahead (``Model.read_ahead``).
 IN_FLIGHT_BYTES = 2**30
-#: The budget of compare's and fingerprint's pass (:func:`layer_plan`): with the imports (~300 MiB), a
-#: remote read's window and a layer's float64 temporaries, a 70B-wide compare stays within 1 GiB (two
-#: such 288 MiB layers at once peaked at 1.06 GiB). Its R factors, with the input gain folded in, take
-#: the float64 route and are worth splitting; inspect's take the matrix units' bf16 products, where a
-#: split saved no time (a 70B-wide layer 0.30 s either way) and one layer at a time cost inspect 40 %.
+#: The budget of compare's and fingerprint's pass (:func:`layer_plan`), its layers' tensors and the
+#: streamed read-ahead together: with the imports (~300 MiB) and a layer's float64 temporaries, a
+#: 70B-wide compare stays within 1 GiB (911 MiB: one 288 MiB layer and 224 MiB fetched ahead; two such
+#: layers at once and a 64 MiB window peaked at 1.06 GiB). Its R factors, with the input gain folded
+#: in, take the float64 route and are worth splitting; inspect's take the matrix units' bf16 products,
+#: where a split saved no time (a 70B-wide layer 0.30 s either way) and one layer at a time cost
+#: inspect 40 %.
 STREAM_BYTES = 2**29
 
 

@@ -11,7 +11,8 @@ background from the first read on (:class:`~.remote_stream.Prefetch`: coalesced,
 :data:`CHUNK` pieces, :data:`WORKERS` in flight, earliest layer first), so a read waits only for
 its own tensor's pieces and layer i is analysed while later layers are still in flight. When the
 planned bytes would take more than :data:`DISK_SHARE` of the cache's free disk, they are held in
-memory instead (:data:`WINDOW` bytes ahead of the reads) and not cached.
+memory instead (:data:`WINDOW` bytes ahead of the reads, or what the reader's pass leaves of its
+memory budget: :meth:`RemoteCheckpoint.read_ahead`) and not cached.
 """
 
 from __future__ import annotations
