@@ -76,14 +76,13 @@ class PieceMaps:
 
     A fresh map's pages are faulted in and zeroed by the kernel as the body is written into them,
     about a quarter of a memory-mode fetch's CPU on a fast link (loopback: 2.5 -> 1.8 CPU-s a GB at 8
-    connections). A released map is kept while the maps kept plus the bytes still held by the
-    prefetch stay within ``bound`` (the window: the resident set stays what the window allows), and
-    taken by the next piece that fits in it; the rest are returned to the system (:func:`_release`).
+    connections). A released map is kept while the maps kept fit in the room the prefetch's window
+    leaves beside the bytes it still holds (the resident set stays what the window allows), and taken
+    by the next piece that fits in it; the rest are returned to the system (:func:`_release`).
     A kept map's old bytes are never read: a piece is read only once its whole range was written.
     """
 
-    def __init__(self, bound: int):
-        self.bound = bound
+    def __init__(self):
         self._kept: list[mmap.mmap] = []
         self._lock = threading.Lock()
 
@@ -102,12 +101,12 @@ class PieceMaps:
             _release(buf)
         return mmap.mmap(-1, size)
 
-    def give(self, buf: mmap.mmap | None, held: int) -> None:
-        """Keep ``buf`` for a later piece, or return it (``held``: bytes the prefetch still holds)."""
+    def give(self, buf: mmap.mmap | None, room: int) -> None:
+        """Keep ``buf`` for a later piece if the maps kept stay within ``room`` bytes, else return it."""
         if buf is None:
             return
         with self._lock:
-            if held + sum(map(len, self._kept)) + len(buf) <= self.bound:
+            if sum(map(len, self._kept)) + len(buf) <= room:
                 self._kept.append(buf)
                 return
         _release(buf)
@@ -154,7 +153,7 @@ class Prefetch:
         self._queue: deque[_Piece] = deque()
         self._urgent: deque[_Piece] = deque()
         self._threads: list[threading.Thread] = []
-        self._maps = PieceMaps(window)
+        self._maps = PieceMaps()
         self.pending_bytes = 0
         self.replan(tensors)
 
@@ -167,9 +166,7 @@ class Prefetch:
                 for p in self._of.pop(name):
                     p.readers.discard(name)
                     if not p.readers and p.state in (_PENDING, _DONE):
-                        if p.state == _DONE and not self.to_disk:
-                            self._held -= p.end - p.start
-                        p.state, p.data = _FREED, self._maps.give(p.data, self._held)
+                        self._drop(p)
             new = {n: v for n, v in tensors.items() if n not in self._of}
             order = {name: i for i, name in enumerate(tensors)}
             pieces = self._pieces(new, order)
@@ -211,7 +208,7 @@ class Prefetch:
     def set_window(self, window: int) -> None:
         """Fetch up to ``window`` bytes ahead of the reads from now on (memory mode)."""
         with self._cond:
-            self.window = self._maps.bound = window
+            self.window = window
             self._cond.notify_all()
 
     # reads -------------------------------------------------------------------------------
@@ -253,12 +250,18 @@ class Prefetch:
                         out[a - start:b - start] = view[a - p.start:b - p.start]
                     p.readers.discard(name)
                     if not p.readers:
-                        self._held -= p.end - p.start
-                        p.state, p.data = _FREED, self._maps.give(p.data, self._held)
+                        self._drop(p)
                     left.remove(p)
                 self._cond.notify_all()
             del self._of[name]
         return True
+
+    def _drop(self, p: _Piece) -> None:
+        """``p`` is read by every tensor it holds, or no longer planned: a fetched piece's bytes leave
+        the held count (memory mode) and its map goes to :class:`PieceMaps`. Called with the lock held."""
+        if p.state == _DONE and not self.to_disk:
+            self._held -= p.end - p.start
+        p.state, p.data = _FREED, self._maps.give(p.data, self.window - self._held)
 
     # workers ---------------------------------------------------------------------------------
     def _next(self) -> _Piece | None:
@@ -316,9 +319,7 @@ class Prefetch:
             with self._cond:
                 piece.state = _DONE
                 if not piece.readers:          # planned out while in flight
-                    if not self.to_disk:
-                        self._held -= piece.end - piece.start
-                    piece.state, piece.data = _FREED, self._maps.give(piece.data, self._held)
+                    self._drop(piece)
                 self._cond.notify_all()
             if self.on_bytes is not None:
                 self.on_bytes(piece.end - piece.start)
